@@ -1,0 +1,16 @@
+"""tritongemm: GEMM kernels in Triton and Gluon, from a naive tiled kernel to Hopper TMA/WGMMA
+pipelines, all behind one API.
+
+    >>> import torch, tritongemm
+    >>> a = torch.randn(1000, 3000, device="cuda", dtype=torch.bfloat16)
+    >>> b = torch.randn(3000, 500, device="cuda", dtype=torch.bfloat16)
+    >>> c = tritongemm.matmul(a, b)                     # the fastest kernel for this GPU
+    >>> c = tritongemm.matmul(a, b, kernel="grouped")   # one rung of the ladder
+"""
+
+from tritongemm import hopper, ladder  # noqa: F401  (registers the kernels)
+from tritongemm.api import kernels, matmul
+from tritongemm.config import MatmulConfig
+
+__all__ = ["matmul", "kernels", "MatmulConfig"]
+__version__ = "0.1.0"

@@ -1,0 +1,140 @@
+"""Input validation for `tritongemm.matmul`: every problem found before anything launches, each
+message naming the argument, what was given and what was expected."""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.config import MatmulConfig
+from tritongemm.registry import KernelInfo, sm_name
+
+SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _shape(t: torch.Tensor) -> str:
+    return "x".join(str(s) for s in t.shape) if t.dim() else "scalar"
+
+
+def check_operands(a, b) -> None:
+    for name, t in (("a", a), ("b", b)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"matmul: expected {name} to be a torch.Tensor, but got {type(t).__name__}")
+        if t.dim() != 2:
+            raise ValueError(
+                f"matmul: expected {name} to be a 2D tensor, but got a {t.dim()}D tensor of shape {tuple(t.shape)}"
+            )
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(
+                f"matmul: {name} has dtype {_dtype_name(t.dtype)}, but only float16, bfloat16 and float32 are supported"
+            )
+    if a.dtype != b.dtype:
+        raise TypeError(
+            "matmul: expected a and b to have the same dtype, "
+            f"but got a: {_dtype_name(a.dtype)} != b: {_dtype_name(b.dtype)}"
+        )
+    if a.device != b.device:
+        raise ValueError(
+            f"matmul: expected a and b to be on the same device, but got a on {a.device} and b on {b.device}"
+        )
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(a)} and {_shape(b)})")
+
+
+def check_device(kernel: KernelInfo, device: torch.device) -> None:
+    if kernel.available_on(device):
+        return
+    if device.type == "cpu" and kernel.interpretable:
+        raise ValueError(
+            "matmul: the operands are CPU tensors, but the Triton kernels run on CUDA tensors, or on the CPU "
+            "only under the Triton interpreter: set TRITON_INTERPRET=1 before importing tritongemm"
+        )
+    if device.type == "cpu":
+        raise ValueError(
+            f"matmul: kernel {kernel.name!r} has no interpreter path and needs a CUDA tensor, but got a CPU tensor"
+        )
+    if device.type != "cuda":
+        raise ValueError(f"matmul: expected CUDA tensors, but got tensors on {device}")
+    have = sm_name(torch.cuda.get_device_capability(device))
+    need = sm_name(kernel.min_capability)
+    raise ValueError(
+        f"matmul: kernel {kernel.name!r} needs a GPU of compute capability {need} or newer, but {device} is {have}"
+    )
+
+
+def check_kernel_dtype(kernel: KernelInfo, dtype: torch.dtype) -> None:
+    if dtype not in kernel.dtypes:
+        supported = ", ".join(_dtype_name(d) for d in kernel.dtypes)
+        raise TypeError(
+            f"matmul: kernel {kernel.name!r} supports {supported}, but the operands are {_dtype_name(dtype)}"
+        )
+
+
+def check_config(kernel: KernelInfo, config) -> None:
+    if config is None or isinstance(config, MatmulConfig):
+        return
+    if config == "autotune":
+        if kernel.name != "grouped":
+            raise ValueError(
+                f"matmul: config='autotune' is available for kernel 'grouped' only, but kernel is {kernel.name!r}"
+            )
+        return
+    raise TypeError(f"matmul: expected config to be None, a MatmulConfig or 'autotune', but got {config!r}")
+
+
+def check_out(out, a: torch.Tensor, b: torch.Tensor) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"matmul: expected out to be a torch.Tensor, but got {type(out).__name__}")
+    expected = (a.shape[0], b.shape[1])
+    if tuple(out.shape) != expected:
+        raise ValueError(f"matmul: expected out to have shape {expected}, but got {tuple(out.shape)}")
+    if out.dtype != a.dtype:
+        raise TypeError(f"matmul: expected out to have dtype {_dtype_name(a.dtype)}, but got {_dtype_name(out.dtype)}")
+    if out.device != a.device:
+        raise ValueError(f"matmul: expected out to be on {a.device}, like the operands, but it is on {out.device}")
+    if out.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError("matmul: out=... arguments don't support automatic differentiation, but out requires grad")
+    if out.numel() and may_overlap_itself(out):
+        raise ValueError(
+            f"matmul: out has strides {out.stride()} for shape {tuple(out.shape)}, so several of its elements share "
+            f"memory; expected an out whose elements are all distinct"
+        )
+    for name, t in (("a", a), ("b", b)):
+        if overlaps(out, t):
+            raise ValueError(
+                f"matmul: out overlaps the memory of input {name}; pass an out that does not alias the inputs"
+            )
+
+
+def may_overlap_itself(t: torch.Tensor) -> bool:
+    """True unless t's strides provably give every element its own address (torch's rule: sorted
+    by stride, each dimension of size > 1 must step past all of the smaller ones)."""
+    dims = sorted((abs(st), sz) for sz, st in zip(t.shape, t.stride()) if sz > 1)
+    span = 1
+    for stride, size in dims:
+        if stride < span:
+            return True
+        span = stride * size
+    return False
+
+
+def _byte_range(t: torch.Tensor) -> tuple[int, int]:
+    lo = hi = t.data_ptr()
+    for size, stride in zip(t.shape, t.stride()):
+        step = (size - 1) * stride * t.element_size()
+        lo, hi = (lo + step, hi) if step < 0 else (lo, hi + step)
+    return lo, hi + t.element_size()
+
+
+def overlaps(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """True when x and y may share memory (same storage and intersecting byte ranges)."""
+    if x.numel() == 0 or y.numel() == 0 or x.device != y.device:
+        return False
+    if x.untyped_storage().data_ptr() != y.untyped_storage().data_ptr():
+        return False
+    x_lo, x_hi = _byte_range(x)
+    y_lo, y_hi = _byte_range(y)
+    return x_lo < y_hi and y_lo < x_hi

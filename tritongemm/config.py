@@ -1,0 +1,90 @@
+"""Tile configurations: what one launch of a GEMM kernel is parametrized by, and the defaults.
+
+The field names are the kernels' meta-parameter names, so a config reads the same in Python and
+in the kernel source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import torch
+
+SCHEDULERS = ("grouped", "chunked")
+
+
+@dataclass(frozen=True)
+class MatmulConfig:
+    BLOCK_M: int = 128  # rows of C per program (tile height)
+    BLOCK_N: int = 128  # columns of C per program (tile width)
+    BLOCK_K: int = 64  # depth of one tl.dot / one MMA step along K
+    GROUP_SIZE_M: int = 8  # tile rows per group in the swizzled order; 1 = plain row-major
+    num_warps: int = 4  # warps per program (Hopper WGMMA wants 4 or 8)
+    num_stages: int = 3  # pipeline depth: Triton's num_stages, or the Gluon kernels' smem buffers
+    scheduler: str = "grouped"  # persistent Gluon kernels: "grouped" (strided) or "chunked"
+
+    def __post_init__(self) -> None:
+        for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
+            value = getattr(self, name)
+            if not _is_power_of_two(value) or value < 16:
+                raise ValueError(
+                    f"MatmulConfig: {name} must be a power of two >= 16 (tl.dot needs at least 16 "
+                    f"on every axis), but got {name}={value!r}"
+                )
+        if not isinstance(self.GROUP_SIZE_M, int) or self.GROUP_SIZE_M < 1:
+            raise ValueError(f"MatmulConfig: GROUP_SIZE_M must be an int >= 1, but got {self.GROUP_SIZE_M!r}")
+        if not _is_power_of_two(self.num_warps) or self.num_warps > 16:
+            raise ValueError(f"MatmulConfig: num_warps must be 1, 2, 4, 8 or 16, but got {self.num_warps!r}")
+        if not isinstance(self.num_stages, int) or self.num_stages < 1:
+            raise ValueError(f"MatmulConfig: num_stages must be an int >= 1, but got {self.num_stages!r}")
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"MatmulConfig: scheduler must be one of {SCHEDULERS}, but got {self.scheduler!r}")
+
+    def meta(self) -> dict:
+        """The tile meta-parameters as keyword arguments for a ``@triton.jit`` launch."""
+        d = asdict(self)
+        del d["scheduler"]
+        return d
+
+    def short(self) -> str:
+        """A compact label for tables, e.g. ``128x256x64 g8 w8 s3``."""
+        label = (
+            f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
+        )
+        return label if self.scheduler == "grouped" else f"{label} {self.scheduler}"
+
+    def with_(self, **changes) -> MatmulConfig:
+        return replace(self, **changes)
+
+
+def _is_power_of_two(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0 and value & (value - 1) == 0
+
+
+# The interpreter runs every program in numpy on the CPU: small tiles keep the tests quick and
+# still exercise the masks (tests pass explicit configs to hit tile +- 1 boundaries).
+INTERPRETER_CONFIG = MatmulConfig(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=4, num_warps=4, num_stages=1)
+
+
+def default_config(dtype: torch.dtype, M: int, N: int, K: int, *, num_sms: int, interpret: bool) -> MatmulConfig:
+    """A config for the `triton.language` rungs on Hopper-class GPUs (or the interpreter).
+
+    128x256x64 with 8 warps and 3 stages is what Triton's tutorials found fastest on H100 for
+    fp16/bf16; when that leaves most SMs idle (fewer tiles than SMs) smaller tiles win.
+    fp32 operands take twice the shared memory per element, so BLOCK_K halves.
+    """
+    if interpret:
+        return INTERPRETER_CONFIG
+    if dtype == torch.float32:
+        return MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+    big = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+    if _num_tiles(M, N, big) >= num_sms:
+        return big
+    mid = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+    if M > 64 and _num_tiles(M, N, mid) >= num_sms // 2:
+        return mid
+    return MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+
+
+def _num_tiles(M: int, N: int, config: MatmulConfig) -> int:
+    return -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)

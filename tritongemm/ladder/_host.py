@@ -1,0 +1,58 @@
+"""Host-side helpers the `triton.language` launchers share."""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.config import MatmulConfig, default_config
+
+_INT32_LIMIT = 2**31
+
+
+def max_offset(t: torch.Tensor) -> int:
+    """Largest element offset from the data pointer that indexing `t` can produce."""
+    return sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride()))
+
+
+def needs_int64(*tensors: torch.Tensor) -> bool:
+    """True when a tile offset could pass 2**31 and int32 index math would wrap."""
+    return any(max_offset(t) >= _INT32_LIMIT for t in tensors)
+
+
+def input_precision(dtype: torch.dtype) -> str:
+    """fp32 dots follow torch's TF32 switch, as torch.matmul does; fp16/bf16 ignore it."""
+    if dtype == torch.float32 and not torch.backends.cuda.matmul.allow_tf32:
+        return "ieee"
+    return "tf32"
+
+
+def gemm_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
+    """The pointer / size / stride arguments every ladder kernel starts with."""
+    M, K = a.shape
+    N = b.shape[1]
+    return (
+        a, b, c,
+        M, N, K,
+        a.stride(0), a.stride(1),
+        b.stride(0), b.stride(1),
+        c.stride(0), c.stride(1),
+    )  # fmt: skip
+
+
+def trace_args(trace: torch.Tensor | None, c: torch.Tensor) -> dict:
+    """Kernel keywords for the optional tile trace (see _tiles.record_tile)."""
+    if trace is None:
+        return {"trace_ptr": c, "TRACE": False}
+    return {"trace_ptr": trace, "TRACE": True}
+
+
+def sm_count(device: torch.device) -> int:
+    """Programs a persistent kernel launches at most: one per SM on a GPU. The interpreter has no
+    SMs; 4 'virtual SMs' keep several tiles per program in the small CPU test shapes."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 4
+
+
+def ladder_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+    return default_config(dtype, M, N, K, num_sms=sm_count(device), interpret=device.type == "cpu")

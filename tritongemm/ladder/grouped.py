@@ -1,0 +1,117 @@
+"""Rung 2, grouped: a 1D grid whose program ids are swizzled into groups for L2 reuse.
+
+Same tile computation as rung 1; only the numbering changes. Programs that run at the same time
+should share operands: with GROUP_SIZE_M rows per group, consecutive programs walk down a column
+of GROUP_SIZE_M tiles before moving right, so a wave of programs touches about GROUP_SIZE_M A
+row-panels and a handful of B column-panels instead of one A panel per program.
+GROUP_SIZE_M = 1 is plain row-major order on a 1D grid.
+
+`config="autotune"` picks among the five configurations of the seed lesson, per (M, N, K).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from tritongemm.config import MatmulConfig
+from tritongemm.ladder import _host
+from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
+from tritongemm.registry import KernelInfo, register
+
+
+@triton.jit
+def _grouped_kernel(
+    # pointers
+    a_ptr,
+    b_ptr,
+    c_ptr,  # A (M, K), B (K, N), C (M, N)
+    # sizes
+    M,
+    N,
+    K,
+    # strides (elements)
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
+    trace_ptr,
+    # meta-parameters
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    INT64: tl.constexpr,
+    TRACE: tl.constexpr,
+):
+    # 1. Which output tile am I? One program id, mapped through the grouped order.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    pid_m, pid_n = grouped_tile(pid, num_pid_m, num_pid_n, GROUP_SIZE_M)
+    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N, INT64)
+
+    # 2. Accumulate over K, exactly as in rung 1.
+    acc = dot_tile(
+        a_ptr, b_ptr, offs_m, offs_n, M, N, K,
+        stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION,
+    )  # fmt: skip
+
+    # 3. Store.
+    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    record_tile(trace_ptr, pid_m, pid_n, num_pid_n, pid, 0, TRACE)
+
+
+# The seed lesson's five configurations, each aimed at one family of shapes. All use GROUP_SIZE_M=8.
+LESSON_CONFIGS = (
+    MatmulConfig(BLOCK_M=128, BLOCK_N=64, BLOCK_K=64, num_warps=4, num_stages=4),  # large M, small N
+    MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, num_warps=4, num_stages=3),  # square, mid-range
+    MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3),  # square, mid-range
+    MatmulConfig(BLOCK_M=64, BLOCK_N=256, BLOCK_K=32, num_warps=8, num_stages=4),  # large N
+    MatmulConfig(BLOCK_M=256, BLOCK_N=128, BLOCK_K=32, num_warps=8, num_stages=3),  # small K, wide tiles
+)
+
+_autotuned_kernel = triton.autotune(
+    configs=[
+        triton.Config(
+            {"BLOCK_M": c.BLOCK_M, "BLOCK_N": c.BLOCK_N, "BLOCK_K": c.BLOCK_K, "GROUP_SIZE_M": c.GROUP_SIZE_M},
+            num_warps=c.num_warps,
+            num_stages=c.num_stages,
+        )
+        for c in LESSON_CONFIGS
+    ],
+    key=["M", "N", "K"],
+)(_grouped_kernel)
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None) -> None:
+    M, N = c.shape
+    common = dict(
+        INPUT_PRECISION=_host.input_precision(a.dtype),
+        INT64=_host.needs_int64(a, b, c),
+        **_host.trace_args(trace, c),
+    )
+    if config == "autotune":
+        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+        _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **common)
+        return
+    grid = (triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N),)
+    _grouped_kernel[grid](*_host.gemm_args(a, b, c), **common, **config.meta())
+
+
+register(
+    KernelInfo(
+        name="grouped",
+        rung=2,
+        idea="1D grid in GROUP_SIZE_M-swizzled tile order, so programs in flight share A and B in L2",
+        dtypes=(torch.float16, torch.bfloat16, torch.float32),
+        interpretable=True,
+        min_capability=(8, 0),
+        launch=launch,
+        default_config=_host.ladder_default_config,
+    )
+)

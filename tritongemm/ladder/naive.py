@@ -1,0 +1,87 @@
+"""Rung 1, naive: a 2D grid of programs, one output tile each.
+
+Program (pid_m, pid_n) computes the BLOCK_M x BLOCK_N tile of C at row pid_m, column pid_n,
+streaming BLOCK_K-wide strips of A and B through one tl.dot per step. The hardware launches
+axis 0 fastest, so consecutive programs walk down a column of C: each one re-reads the same
+B column-panel (good) but a different A row-panel (that reuse is what rung 2 improves).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+from tritongemm.config import MatmulConfig
+from tritongemm.ladder import _host
+from tritongemm.ladder._tiles import dot_tile, record_tile, store_tile, tile_offsets
+from tritongemm.registry import KernelInfo, register
+
+
+@triton.jit
+def _naive_kernel(
+    # pointers
+    a_ptr,
+    b_ptr,
+    c_ptr,  # A (M, K), B (K, N), C (M, N)
+    # sizes
+    M,
+    N,
+    K,
+    # strides (elements)
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
+    trace_ptr,
+    # meta-parameters
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr,
+    INT64: tl.constexpr,
+    TRACE: tl.constexpr,
+):
+    # 1. Which output tile am I? The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N, INT64)
+
+    # 2. Accumulate the tile over K in fp32, masking on all three axes.
+    acc = dot_tile(
+        a_ptr, b_ptr, offs_m, offs_n, M, N, K,
+        stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION,
+    )  # fmt: skip
+
+    # 3. Cast to C's dtype and store the in-bounds part.
+    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    record_tile(trace_ptr, pid_m, pid_n, tl.num_programs(1), pid_m + pid_n * tl.num_programs(0), 0, TRACE)
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
+    M, N = c.shape
+    grid = (triton.cdiv(M, config.BLOCK_M), triton.cdiv(N, config.BLOCK_N))
+    _naive_kernel[grid](
+        *_host.gemm_args(a, b, c),
+        **_host.trace_args(trace, c),
+        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
+        INPUT_PRECISION=_host.input_precision(a.dtype),
+        INT64=_host.needs_int64(a, b, c),
+        num_warps=config.num_warps, num_stages=config.num_stages,
+    )  # fmt: skip
+
+
+register(
+    KernelInfo(
+        name="naive",
+        rung=1,
+        idea="2D grid, one output tile per program, masks on M, N and K",
+        dtypes=(torch.float16, torch.bfloat16, torch.float32),
+        interpretable=True,
+        min_capability=(8, 0),
+        launch=launch,
+        default_config=_host.ladder_default_config,
+    )
+)

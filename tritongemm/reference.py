@@ -1,0 +1,47 @@
+"""The fp64 reference and the accuracy bound every check in the project uses (tests, benchmarks,
+the demo): one definition, so "correct" means the same thing everywhere."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+# Relative Frobenius error allowed at K = 256, per operand dtype. fp16 / bf16 outputs are rounded
+# to 11 / 8 significant bits (unit roundoff 4.9e-4 / 3.9e-3); TF32 rounds fp32 operands to 11
+# bits; exact fp32 accumulates K products in 24 bits.
+_BASE_TOLERANCE = {
+    torch.float16: 1e-3,
+    torch.bfloat16: 8e-3,
+    "tf32": 2e-3,
+    "ieee": 2e-5,
+}
+
+
+def reference_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b computed in float64, on the operands' device."""
+    return a.double() @ b.double()
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref||_F / ||ref||_F; inf when out holds NaN/Inf where ref is finite."""
+    diff = out.double() - ref
+    if not torch.isfinite(diff).all():
+        return math.inf
+    denom = torch.linalg.norm(ref).item()
+    num = torch.linalg.norm(diff).item()
+    return num / denom if denom > 0 else num
+
+
+def tolerance(dtype: torch.dtype, K: int, *, allow_tf32: bool | None = None) -> float:
+    """Largest rel_error accepted for a GEMM with operands of `dtype` and inner dimension K.
+
+    Rounding errors of K products add up like a random walk, so the bound grows with sqrt(K).
+    fp32 follows torch's TF32 switch (read now unless `allow_tf32` is given).
+    """
+    if dtype == torch.float32:
+        tf32 = torch.backends.cuda.matmul.allow_tf32 if allow_tf32 is None else allow_tf32
+        base = _BASE_TOLERANCE["tf32" if tf32 else "ieee"]
+    else:
+        base = _BASE_TOLERANCE[dtype]
+    return base * max(1.0, math.sqrt(K / 256))
