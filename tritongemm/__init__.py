@@ -8,7 +8,6 @@ pipelines, all behind one API.
     >>> c = tritongemm.matmul(a, b, kernel="grouped")   # one rung of the ladder
 """
 
-from tritongemm import hopper, ladder  # noqa: F401  (registers the kernels)
 from tritongemm.api import kernels, matmul
 from tritongemm.config import MatmulConfig
 

@@ -59,9 +59,9 @@ def check_device(kernel: KernelInfo, device: torch.device) -> None:
     if device.type != "cuda":
         raise ValueError(f"matmul: expected CUDA tensors, but got tensors on {device}")
     have = sm_name(torch.cuda.get_device_capability(device))
-    need = sm_name(kernel.min_capability)
     raise ValueError(
-        f"matmul: kernel {kernel.name!r} needs a GPU of compute capability {need} or newer, but {device} is {have}"
+        f"matmul: kernel {kernel.name!r} needs a GPU of compute capability {kernel.capability_range()}, "
+        f"but {device} is {have}"
     )
 
 

@@ -32,13 +32,24 @@ class KernelInfo:
     unsupported_reason: Callable[[torch.Tensor, torch.Tensor], str | None] = lambda a, b: None
     # The same for the output; `matmul` then computes into a fresh tensor and copies.
     out_unsupported_reason: Callable[[torch.Tensor], str | None] = lambda c: None
+    # Newest capability it runs on, for instructions a later architecture dropped (WGMMA: sm_90 only).
+    max_capability: tuple[int, int] | None = None
 
     def available_on(self, device: torch.device) -> bool:
         if device.type == "cpu":
             return self.interpretable and interpreter_active()
         if device.type != "cuda":
             return False
-        return torch.cuda.get_device_capability(device) >= self.min_capability
+        capability = torch.cuda.get_device_capability(device)
+        return self.min_capability <= capability <= (self.max_capability or capability)
+
+    def capability_range(self) -> str:
+        low = sm_name(self.min_capability)
+        if self.max_capability is None:
+            return f"{low} or newer"
+        return (
+            f"{low} only" if self.max_capability == self.min_capability else f"{low} to {sm_name(self.max_capability)}"
+        )
 
     def describe(self) -> dict:
         return {
@@ -47,7 +58,7 @@ class KernelInfo:
             "idea": self.idea,
             "dtypes": [str(d).removeprefix("torch.") for d in self.dtypes],
             "interpreter": self.interpretable,
-            "min_capability": sm_name(self.min_capability),
+            "gpu": self.capability_range(),
         }
 
 
@@ -63,11 +74,21 @@ def register(info: KernelInfo) -> KernelInfo:
     return info
 
 
+def _load_kernels() -> None:
+    """Import the kernel modules (they register themselves) on first use, not when tritongemm is
+    imported: Triton decides at decoration time whether a kernel runs in its interpreter, so a
+    program may still set TRITON_INTERPRET after `import tritongemm`."""
+    import tritongemm.hopper  # noqa: F401
+    import tritongemm.ladder  # noqa: F401
+
+
 def all_kernels() -> list[KernelInfo]:
+    _load_kernels()
     return sorted(_KERNELS.values(), key=lambda k: k.rung)
 
 
 def get(name: str) -> KernelInfo:
+    _load_kernels()
     if name not in _KERNELS:
         raise ValueError(
             f"matmul: unknown kernel {name!r}; expected 'auto' or one of {[k.name for k in all_kernels()]}"

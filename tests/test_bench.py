@@ -1,0 +1,112 @@
+"""The benchmark harness's own logic, on the CPU: suites, FLOP arithmetic, the result schema,
+plots, and a wrong kernel reported as failed and never timed."""
+
+import json
+
+import pytest
+import torch
+
+from tritongemm.bench import SUITES, _plan, run_bench
+from tritongemm.bench.measure import Row, measure_problem, wants_graph
+from tritongemm.bench.report import COLUMNS, read_rows
+from tritongemm.bench.suites import Problem, parse_shapes
+
+REQUIRED_COLUMNS = {"device", "dtype", "layout", "m", "n", "k", "kernel", "config", "ms", "tflops",
+                    "ratio_to_cublas", "max_rel_err"}  # fmt: skip
+
+
+def test_suites_cover_what_the_seeds_measured():
+    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm"}
+    assert [p.K for p in SUITES["ksweep"].problems if p.dtype == "float16"] == [512, 1024, 2048, 4096, 8192, 16384]
+    assert {p.dtype for p in SUITES["ksweep"].problems} == {"float16", "bfloat16"}
+    assert [c.GROUP_SIZE_M for c in SUITES["group"].configs] == [1, 2, 4, 6, 8]
+    assert len(SUITES["configs"].configs) == 6
+    llm = SUITES["llm"].problems
+    assert {p.M for p in llm} == {1, 16, 128, 2048, 8192} and {p.layout for p in llm} == {"nt"}
+    assert {(p.N, p.K) for p in llm} == {(4096, 4096), (4096, 14336), (14336, 4096)}
+
+
+def test_flops_and_labels():
+    p = Problem(8192, 8192, 512, "float16")
+    assert p.flops == 2 * 8192 * 8192 * 512
+    assert p.label() == "8192x8192x512"
+    assert wants_graph(Problem(1, 4096, 4096, "float16")) and not wants_graph(p)
+
+
+@pytest.mark.parametrize("text, shapes", [("1,2,3", [(1, 2, 3)]), ("8x8x8; 4,5,6;", [(8, 8, 8), (4, 5, 6)])])
+def test_parse_shapes(text, shapes):
+    assert parse_shapes(text) == shapes
+
+
+@pytest.mark.parametrize("text", ["", "1,2", "a,b,c", "1,2,3,4"])
+def test_parse_shapes_rejects_garbage(text):
+    with pytest.raises(ValueError, match="--shapes: expected"):
+        parse_shapes(text)
+
+
+def test_plan_on_gpu_selects_suite_problems_and_sweeps():
+    plan = _plan("group", None, ("bfloat16",), None, "nn", on_gpu=True)
+    assert [p.dtype for p in plan.problems] == ["bfloat16"] and len(plan.configs) == 5
+    assert "tma_persistent_pipelined" in plan.kernels
+    plan = _plan(None, "64,64,64", ("float16",), ("naive",), "nt", on_gpu=True)
+    assert plan.problems == (Problem(64, 64, 64, "float16", "nt"),) and plan.kernels == ("naive",)
+    with pytest.raises(ValueError, match="unknown suite 'fast'"):
+        _plan("fast", None, None, None, "nn", on_gpu=True)
+
+
+def test_wrong_kernel_is_reported_and_not_timed():
+    timed = []
+
+    def timer(fn, use_graph):
+        timed.append(fn)
+        fn()
+        return 1.0
+
+    providers = [
+        ("cublas", "torch.matmul", lambda a, b, out: torch.matmul(a, b, out=out)),
+        ("off_by_one", "x", lambda a, b, out: torch.matmul(a, b, out=out).add_(1)),
+        ("crashes", "x", lambda a, b, out: 1 / 0),
+    ]
+    rows = measure_problem(Problem(20, 30, 40, "float32"), providers, device="cpu", device_name="cpu",
+                           timer=timer, l2_bytes=0)  # fmt: skip
+    by_kernel = {r.kernel: r for r in rows}
+    assert by_kernel["cublas"].status == "ok" and by_kernel["cublas"].ratio_to_cublas == 1.0
+    assert by_kernel["off_by_one"].status == "wrong" and by_kernel["off_by_one"].ms is None
+    assert by_kernel["off_by_one"].max_rel_err > 0.01
+    assert by_kernel["crashes"].status.startswith("error: division by zero") and by_kernel["crashes"].ms is None
+    assert len(timed) == 1  # only cuBLAS was timed
+
+
+def test_small_problems_rotate_input_sets():
+    from tritongemm.bench.measure import input_sets
+
+    sets = input_sets(Problem(64, 64, 64, "float16", "nt"), "cpu", l2_bytes=50 * 2**20)
+    assert len(sets) == 16 and sets[0][1].stride() == (1, 64)  # b is a transposed view
+    assert len({a.data_ptr() for a, _, _ in sets}) == 16
+    assert len(input_sets(Problem(8192, 8192, 8192, "float16"), "meta", l2_bytes=50 * 2**20)) == 1
+
+
+def test_cpu_run_writes_schema_and_plot(tmp_path):
+    rows = run_bench("ksweep", kernels=("naive",), out_dir=tmp_path, progress=False)
+    assert {r.kernel for r in rows} == {"cublas", "naive"} and all(r.status == "ok" for r in rows)
+    csv_rows = read_rows(tmp_path / "ksweep-cpu-smoke.csv")
+    assert REQUIRED_COLUMNS <= set(csv_rows[0]) and list(csv_rows[0]) == COLUMNS
+    assert len(csv_rows) == len(rows)
+    data = json.loads((tmp_path / "ksweep-cpu-smoke.json").read_text())
+    assert {"device", "torch", "triton", "date"} <= set(data["environment"])
+    assert (tmp_path / "ksweep-cpu-smoke.png").stat().st_size > 10_000
+
+
+def test_ratio_plot_is_written(tmp_path):
+    from tritongemm.bench.plots import plot_ratios
+
+    rows = [Row("gpu", "float16", "nn", 8, 8, 8, k, "default", 1.0, 1.0, r, 0.0, "ok")
+            for k, r in (("cublas", 1.0), ("naive", 0.5))]  # fmt: skip
+    assert plot_ratios(rows, tmp_path / "r.png", "t").stat().st_size > 10_000
+
+
+def test_cli_lists_kernels(capsys):
+    from tritongemm.cli import main
+
+    assert main(["kernels"]) == 0
+    assert '"name": "naive"' in capsys.readouterr().out

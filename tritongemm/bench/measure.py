@@ -1,0 +1,142 @@
+"""How one benchmark row is measured: check first, then time, against cuBLAS in the same run.
+
+Method (see the device tool's METHOD.md):
+- random inputs, never zeros; every provider's result is compared with the fp64 reference
+  before it is timed, and a wrong result is reported as such and never timed;
+- warm-up (compilation, autotuning) happens in the correctness run, outside the timing;
+- the median of `triton.testing.do_bench`, or of CUDA-graph replays where a launch would take
+  a visible share of the time (problems under ~100 us);
+- when one input set fits in L2 (50 MB on H100), the timed function walks through several
+  sets so that no provider is timed on a cache-warm repeat of the same operands.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+import torch
+
+from tritongemm.bench.suites import Problem
+from tritongemm.reference import reference_matmul, rel_error, tolerance
+
+Provider = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]  # (a, b, out) -> None
+Timer = Callable[[Callable[[], None], bool], float]  # (fn, use_graph) -> ms per call of fn
+
+GRAPH_BELOW_MS = 0.1  # use CUDA-graph replay below this estimated time per GEMM
+_EST_TFLOPS, _EST_TBPS = 600.0, 3.0  # rough H100 rates, only for the graph decision above
+_MAX_SETS = 16
+
+
+@dataclass
+class Row:
+    device: str
+    dtype: str
+    layout: str
+    m: int
+    n: int
+    k: int
+    kernel: str
+    config: str
+    ms: float | None
+    tflops: float | None
+    ratio_to_cublas: float | None
+    max_rel_err: float | None
+    status: str  # "ok", "wrong" (failed the check, not timed) or "error: ..." (raised)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device) -> torch.Tensor:
+    """Random (rows, cols) operand; a transposed view of a (cols, rows) tensor when `transposed`."""
+    shape = (cols, rows) if transposed else (rows, cols)
+    t = torch.randn(shape, device=device, dtype=torch.float32).to(dtype)
+    return t.T if transposed else t
+
+
+def input_sets(problem: Problem, device, l2_bytes: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """(a, b, out) triples: enough of them that cycling through all spans twice the L2."""
+    dtype = getattr(torch, problem.dtype)
+    set_bytes = (problem.M * problem.K + problem.K * problem.N + problem.M * problem.N) * dtype.itemsize
+    count = min(_MAX_SETS, max(1, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
+    ta, tb = problem.layout[0] == "t", problem.layout[1] == "t"
+    return [
+        (
+            operand(problem.M, problem.K, ta, dtype, device),
+            operand(problem.K, problem.N, tb, dtype, device),
+            torch.empty(problem.M, problem.N, device=device, dtype=dtype),
+        )
+        for _ in range(count)
+    ]
+
+
+def gpu_timer(fn: Callable[[], None], use_graph: bool) -> float:
+    import triton.testing
+
+    if use_graph:
+        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+
+
+def cpu_timer(fn: Callable[[], None], use_graph: bool) -> float:
+    """Wall-clock median of a few calls: for the interpreter smoke run, where times only show
+    that the harness works."""
+    samples = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(samples)
+
+
+def wants_graph(problem: Problem) -> bool:
+    itemsize = getattr(torch, problem.dtype).itemsize
+    moved = (problem.M * problem.K + problem.K * problem.N + problem.M * problem.N) * itemsize
+    estimate_ms = max(problem.flops / (_EST_TFLOPS * 1e12), moved / (_EST_TBPS * 1e12)) * 1e3
+    return estimate_ms < GRAPH_BELOW_MS
+
+
+def measure_problem(
+    problem: Problem,
+    providers: list[tuple[str, str, Provider]],
+    *,
+    device,
+    device_name: str,
+    timer: Timer,
+    l2_bytes: int,
+    profile: bool = False,
+) -> list[Row]:
+    """One row per provider for `problem`. A provider is (kernel name, config label, callable);
+    the kernel named "cublas" is the baseline the ratios are taken against."""
+    sets = input_sets(problem, device, l2_bytes)
+    references = [reference_matmul(a, b) for a, b, _ in sets]
+    bound = tolerance(getattr(torch, problem.dtype), problem.K)
+    use_graph = wants_graph(problem)
+    rows = []
+    for kernel, config, provider in providers:
+        row = Row(device_name, problem.dtype, problem.layout, problem.M, problem.N, problem.K, kernel, config,
+                  None, None, None, None, "ok")  # fmt: skip
+        try:
+            errors = []
+            for (a, b, out), ref in zip(sets, references):
+                out.fill_(float("nan"))
+                provider(a, b, out)
+                errors.append(rel_error(out, ref))
+            row.max_rel_err = max(errors)
+            if not row.max_rel_err <= bound:
+                row.status = "wrong"
+            elif not profile:
+                ms = timer(lambda: [provider(a, b, out) for a, b, out in sets], use_graph) / len(sets)  # noqa: B023
+                row.ms, row.tflops = ms, problem.flops / (ms * 1e-3) / 1e12
+        except Exception as exc:  # a kernel that fails to compile or launch is a result too
+            row.status = "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        rows.append(row)
+    baseline = next((r.ms for r in rows if r.kernel == "cublas"), None)
+    for row in rows:
+        if row.ms and baseline:
+            row.ratio_to_cublas = baseline / row.ms
+    return rows

@@ -1,0 +1,71 @@
+"""PNG pictures of benchmark rows: TFLOP/s against K per kernel (with cuBLAS), and per-shape
+bars of the ratio to cuBLAS."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+from tritongemm.bench.measure import Row
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_k_sweep(rows: list[Row], path: Path, title: str) -> Path:
+    """One panel per dtype: TFLOP/s vs K, a line per kernel, cuBLAS dashed."""
+    plt = _pyplot()
+    dtypes = sorted({r.dtype for r in rows})
+    fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4.5), squeeze=False)
+    for ax, dtype in zip(axes[0], dtypes):
+        lines = defaultdict(list)
+        for r in rows:
+            if r.dtype == dtype and r.tflops:
+                lines[r.kernel].append((r.k, r.tflops))
+        for kernel, points in lines.items():
+            ks, tflops = zip(*sorted(points))
+            style = dict(color="black", linestyle="--", linewidth=2) if kernel == "cublas" else {}
+            ax.plot(ks, tflops, marker="o", label=kernel, **style)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("K")
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{dtype}, M = N = {rows[0].m}" if rows else dtype)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ratios(rows: list[Row], path: Path, title: str, series=lambda r: r.kernel) -> Path:
+    """Grouped bars: for every problem, each series' (by default each kernel's) speed as a
+    fraction of cuBLAS's."""
+    plt = _pyplot()
+    problems = list(dict.fromkeys((r.dtype, r.layout, r.m, r.n, r.k) for r in rows))
+    kernels = list(dict.fromkeys(series(r) for r in rows if r.kernel != "cublas"))
+    ratio = {((r.dtype, r.layout, r.m, r.n, r.k), series(r)): r.ratio_to_cublas for r in rows}
+    fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(problems) * max(1, len(kernels)) / 2), 5))
+    width = 0.8 / max(1, len(kernels))
+    for i, kernel in enumerate(kernels):
+        xs = [p + i * width for p in range(len(problems))]
+        ys = [ratio.get((problem, kernel)) or 0.0 for problem in problems]
+        ax.bar(xs, ys, width=width, label=kernel)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="cuBLAS")
+    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(problems))])
+    ax.set_xticklabels([f"{m}x{n}x{k}\n{d} {lay}" for d, lay, m, n, k in problems], rotation=60, fontsize=7)
+    ax.set_ylabel("speed / cuBLAS speed")
+    ax.set_title(title)
+    ax.legend(fontsize=8, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

@@ -1,0 +1,51 @@
+"""Results as data (CSV, JSON) and as a table for the terminal. Measuring lives in measure.py,
+pictures in plots.py."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from tritongemm.bench.measure import Row
+
+COLUMNS = list(Row.__dataclass_fields__)
+
+
+def write_results(rows: list[Row], env: dict, out_dir: Path, name: str) -> tuple[Path, Path]:
+    """`name`.csv (one row per measurement) and `name`.json (the environment and the rows)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = out_dir / f"{name}.csv", out_dir / f"{name}.json"
+    with csv_path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(r.as_dict() for r in rows)
+    json_path.write_text(json.dumps({"environment": env, "rows": [r.as_dict() for r in rows]}, indent=1) + "\n")
+    return csv_path, json_path
+
+
+def read_rows(csv_path: Path) -> list[dict]:
+    with Path(csv_path).open() as f:
+        return list(csv.DictReader(f))
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def format_table(rows: list[Row]) -> str:
+    """Fixed-width table: one line per measurement, grouped by problem."""
+    header = f"{'dtype':<9} {'layout':<6} {'shape':>18} {'kernel':<25} {'config':<26} {'ms':>9} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'rel err':>8}  status"  # noqa: E501
+    lines = [header, "-" * len(header)]
+    previous = None
+    for r in rows:
+        problem = (r.dtype, r.layout, r.m, r.n, r.k)
+        if previous is not None and problem != previous:
+            lines.append("")
+        previous = problem
+        shape = f"{r.m}x{r.n}x{r.k}"
+        lines.append(
+            f"{r.dtype:<9} {r.layout:<6} {shape:>18} {r.kernel:<25} {r.config[:26]:<26} {_fmt(r.ms, '9.4f')} "
+            f"{_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
+        )
+    return "\n".join(lines)

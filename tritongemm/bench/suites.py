@@ -1,0 +1,126 @@
+"""What the benchmark measures: named suites of problems (shape, dtype, layout) and, for the
+tuning suites, the configurations to sweep."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+from tritongemm.config import MatmulConfig
+
+LAYOUTS = ("nn", "nt", "tn", "tt")  # n: operand stored as its shape says; t: a transposed view
+
+
+@dataclass(frozen=True)
+class Problem:
+    M: int
+    N: int
+    K: int
+    dtype: str  # "float16" | "bfloat16" | "float32"
+    layout: str = "nn"  # a then b; "nt" = b is the transposed view of an (N, K) weight
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    def label(self) -> str:
+        return f"{self.M}x{self.N}x{self.K}"
+
+
+@dataclass(frozen=True)
+class Suite:
+    name: str
+    description: str
+    problems: tuple[Problem, ...]
+    kernels: tuple[str, ...] | None = None  # None: every kernel available on the device
+    # A sweep: every kernel runs each of these configs instead of its default config.
+    configs: tuple[MatmulConfig, ...] = field(default=())
+
+
+def problems(shapes, dtypes, layout: str = "nn") -> tuple[Problem, ...]:
+    return tuple(Problem(M, N, K, dtype, layout) for (M, N, K), dtype in itertools.product(shapes, dtypes))
+
+
+HALF = ("float16", "bfloat16")
+K_SWEEP = (512, 1024, 2048, 4096, 8192, 16384)
+LLM_TOKENS = (1, 16, 128, 2048, 8192)
+# nn.Linear weights (out_features, in_features) of a Llama-3-8B layer: attention projection,
+# MLP down projection (14336 -> 4096) and MLP up/gate projection (4096 -> 14336).
+LLM_WEIGHTS = ((4096, 4096), (4096, 14336), (14336, 4096))
+
+# The tuning suites use the seed tables' problem, M = N = 8192, K = 16384, and Hopper's best tile.
+SEED_PROBLEM = Problem(8192, 8192, 16384, "float16")
+SEED_TILE = dict(BLOCK_M=128, BLOCK_N=256)
+
+
+# The seeds' block/buffers/warps table: (BLOCK_K, stages) in (128, 2), (64, 3), (64, 4), 4 or 8 warps.
+BLOCK_STAGE_WARP_CONFIGS = tuple(
+    MatmulConfig(**SEED_TILE, BLOCK_K=bk, num_stages=stages, num_warps=warps)
+    for (bk, stages), warps in itertools.product(((128, 2), (64, 3), (64, 4)), (4, 8))
+)
+# The seeds' scheduler table: GROUP_SIZE_M in 1, 2, 4, 6, 8 at 128x256x64, 8 warps, 3 stages.
+GROUP_CONFIGS = tuple(
+    MatmulConfig(**SEED_TILE, BLOCK_K=64, GROUP_SIZE_M=g, num_warps=8, num_stages=3) for g in (1, 2, 4, 6, 8)
+)
+
+
+GROUPED_KERNELS = ("grouped", "persistent", "tma_persistent", "tma_persistent_pipelined")
+
+SUITES = {
+    s.name: s
+    for s in (
+        Suite(
+            "ladder",
+            "every rung x {fp16, bf16} on square, skinny and odd shapes",
+            problems(
+                [
+                    (4096, 4096, 4096),
+                    (8192, 8192, 8192),
+                    (8192, 8192, 512),
+                    (128, 4096, 4096),
+                    (3000, 5000, 1000),
+                    (2000, 1000, 2000),
+                    (208, 416, 304),
+                ],
+                HALF,
+            ),
+        ),  # fmt: skip
+        Suite(
+            "ksweep",
+            "M = N = 8192, K from 512 to 16384 (the seeds' K table)",
+            problems([(8192, 8192, k) for k in K_SWEEP], HALF),
+        ),  # fmt: skip
+        Suite(
+            "configs",
+            "block / stages / warps sweep of one kernel at 8192 x 8192 x 16384 (the seeds' table)",
+            (SEED_PROBLEM,),
+            kernels=("tma_pipelined",),
+            configs=BLOCK_STAGE_WARP_CONFIGS,
+        ),
+        Suite(
+            "group",
+            "GROUP_SIZE_M in 1, 2, 4, 6, 8 at 8192 x 8192 x 16384 (the seeds' scheduler table)",
+            (SEED_PROBLEM,),
+            kernels=GROUPED_KERNELS,
+            configs=GROUP_CONFIGS,
+        ),
+        Suite(
+            "llm",
+            "transformer-layer GEMMs: tokens x nn.Linear weights (NT layout)",
+            problems([(m, n, k) for m in LLM_TOKENS for n, k in LLM_WEIGHTS], HALF, layout="nt"),
+        ),
+    )
+}
+
+
+def parse_shapes(text: str) -> list[tuple[int, int, int]]:
+    """'M,N,K;M,N,K' -> [(M, N, K), ...]."""
+    shapes = []
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        dims = part.replace("x", ",").split(",")
+        if len(dims) != 3 or not all(d.strip().isdigit() for d in dims):
+            raise ValueError(f"--shapes: expected 'M,N,K' triples separated by ';', but got {part!r}")
+        shapes.append(tuple(int(d) for d in dims))
+    if not shapes:
+        raise ValueError(f"--shapes: expected at least one 'M,N,K' triple, but got {text!r}")
+    return shapes
