@@ -8,6 +8,8 @@ import subprocess
 
 import torch
 
+from tritongemm.registry import sm_name
+
 
 def _nvidia_smi(fields: str) -> list[str]:
     try:
@@ -37,7 +39,7 @@ def describe_environment() -> dict:
     keys = ("driver", "sm_clock_mhz", "max_sm_clock_mhz", "mem_clock_mhz", "power_limit_w")
     return env | {
         "device": props.name,
-        "capability": "sm_%d%d" % torch.cuda.get_device_capability(0),
+        "capability": sm_name(torch.cuda.get_device_capability(0)),
         "sm_count": props.multi_processor_count,
         "l2_bytes": props.L2_cache_size,
         "memory_gib": round(props.total_memory / 2**30, 1),
