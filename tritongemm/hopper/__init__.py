@@ -12,8 +12,7 @@ import torch
 
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
-from tritongemm.hopper.descriptors import tma_unsupported_reason
-from tritongemm.hopper.descriptors import tma_out_unsupported_reason
+from tritongemm.hopper.descriptors import tma_out_unsupported_reason, tma_unsupported_reason
 from tritongemm.hopper.schedulers import sm_count
 from tritongemm.registry import KernelInfo, register
 
