@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Reproduce the committed H100 results: bash scripts/bench-h100.sh [suite ...]
+# (default: every suite). Results land in results/h100/ (CSV, JSON, PNG); logs in $OUT if set.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+log=${OUT:-results/h100}
+mkdir -p results/h100 "$log"
+for suite in "${@:-ladder ksweep group configs llm}"; do
+  for s in $suite; do
+    python3 -m tritongemm bench "$s" --out-dir results/h100 2>&1 | tee "$log/bench-$s.log" | grep -v '^\s*$' | tail -80
+  done
+done

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One GPU check in one call of the device tool (its machine has torch, triton 3.6.0 and pytest,
+# and no network): versions, the GPU test command, the demo. Logs go to $OUT (or ./gpu-logs).
+# Usage: bash scripts/gpu-check.sh [pytest args...]   (default: the whole suite)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=. PYTHONUNBUFFERED=1
+out=${OUT:-gpu-logs}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/env.txt"
+python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" | tee -a "$out/env.txt"
+python3 -m pytest -n 8 -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$out/pytest.log" | tail -25
+status=${PIPESTATUS[0]}
+python3 -m tritongemm demo 2>&1 | tee "$out/demo.log"
+exit "$status"
