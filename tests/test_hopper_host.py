@@ -2,13 +2,31 @@
 the shared-memory plan, scheduler selection and default configs. The kernels themselves are
 tested on an H100 by tests/gpu/test_hopper.py."""
 
+import gc
+import weakref
+
 import pytest
 import torch
 
 from tritongemm import registry
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper import BIG_TILE, H100_SMS, choose_config, default_config
-from tritongemm.hopper.descriptors import make_descriptors, tma_out_unsupported_reason, tma_unsupported_reason
+from tritongemm.hopper import (
+    BIG_TILE,
+    H100_SMS,
+    MID_TILE,
+    SMALL_TILE,
+    TILES,
+    TINY_TILE,
+    choose_config,
+    default_config,
+    descriptors,
+)
+from tritongemm.hopper.descriptors import (
+    empty_output,
+    make_descriptors,
+    tma_out_unsupported_reason,
+    tma_unsupported_reason,
+)
 from tritongemm.hopper.pipeline import check_sequential_fits, plan_ring
 from tritongemm.hopper.schedulers import ChunkedScheduler, grouped_scheduler, scheduler_for
 
@@ -40,11 +58,6 @@ UNSUPPORTED = [
     (
         "one row of a: its stride is never used",
         lambda: (torch.zeros(1, 17, dtype=F16), torch.zeros(17, 8, dtype=F16)),
-        None,
-    ),
-    (
-        "GEMV: N = 1 through the K-major view",
-        lambda: (torch.zeros(1, 32, dtype=F16), torch.zeros(1, 32, dtype=F16).T),
         None,
     ),
     ("fp32", lambda: (torch.zeros(8, 8), torch.zeros(8, 8)), "float32"),
@@ -79,12 +92,38 @@ def test_tma_unsupported_reason(make, expected):
         assert reason is not None and expected in reason, reason
 
 
+def test_n_of_1_reads_b_k_major_and_needs_a_padded_c():
+    a, b = torch.zeros(3, 32, dtype=F16), torch.zeros(1, 32, dtype=F16).T  # b (32, 1): strides (1, 1)
+    assert "C of N = 1" in tma_unsupported_reason(a, b)
+    assert tma_unsupported_reason(a, b, empty_output(3, 1, F16, torch.device("cpu"))) is None
+    assert make_descriptors(a, b, empty_output(3, 1, F16, torch.device("cpu")), 64, 64, 64).b_k_major
+
+
 def test_given_output_replaces_the_contiguous_assumption():
     a, b = torch.zeros(8, 16, dtype=F16), torch.zeros(12, 16, dtype=F16).T  # N = 12
     assert tma_unsupported_reason(a, b, padded(8, 12)) is None
-    assert tma_out_unsupported_reason(padded(8, 12)) is None
+
+
+def test_out_must_end_its_rows_on_16_bytes():
+    assert tma_out_unsupported_reason(torch.zeros(8, 16, dtype=F16)) is None
+    assert tma_out_unsupported_reason(padded(8, 16)) is None
+    # A padded view is readable, but the stores' 16-byte chunks would overwrite the padding.
+    assert "16-byte chunks" in tma_out_unsupported_reason(padded(8, 12))
     assert "row stride" in tma_out_unsupported_reason(torch.zeros(8, 12, dtype=F16))
     assert "float32" in tma_out_unsupported_reason(torch.zeros(8, 16))
+
+
+@pytest.mark.parametrize("N", (1, 12, 16))
+def test_empty_output_takes_tma_stores_for_any_n(N):
+    c = empty_output(5, N, torch.bfloat16, torch.device("cpu"))
+    assert c.shape == (5, N) and c.stride(0) % 8 == 0 and c.stride(1) == 1
+    assert c.is_contiguous() == (N % 8 == 0)
+    assert (
+        tma_unsupported_reason(
+            torch.zeros(5, 16, dtype=torch.bfloat16), torch.zeros(16, N, dtype=torch.bfloat16).T.contiguous().T, c
+        )
+        is None
+    )
 
 
 def test_descriptor_blocks_follow_the_b_layout():
@@ -95,6 +134,19 @@ def test_descriptor_blocks_follow_the_b_layout():
     assert k_major.b_k_major and k_major.b.block_shape == [256, 64] and list(k_major.b.shape) == [512, 128]
     assert k_major.c.block_shape == [128, 128]
     assert row.a.block_shape == [128, 64] and row.a.layout.swizzle_byte_width == 128
+
+
+def test_descriptors_are_cached_without_keeping_tensors_alive():
+    a, b, c = torch.zeros(256, 128, dtype=F16), torch.zeros(512, 128, dtype=F16).T, torch.zeros(256, 512, dtype=F16)
+    first = make_descriptors(a, b, c, 128, 256, 64)
+    cached = len(descriptors._CACHE)
+    again = make_descriptors(a, b, c, 128, 256, 64)
+    assert len(descriptors._CACHE) == cached  # a hit
+    assert again.b_k_major and again.a.base is a and again.b.base.data_ptr() == b.data_ptr()
+    alive = weakref.ref(a)
+    del a, first, again
+    gc.collect()
+    assert alive() is None
 
 
 def test_descriptors_refuse_what_tma_cannot_read():
@@ -110,7 +162,7 @@ def test_descriptors_refuse_what_tma_cannot_read():
 
 
 def test_three_buffers_of_the_big_tile_keep_their_own_c():
-    plan = plan_ring(BIG_TILE, 2)
+    plan = plan_ring(BIG_TILE.with_(num_stages=3), 2)
     assert (plan.steal_b, plan.num_b_buffers, plan.epi_split) == (False, 3, 1)
     assert plan.smem_bytes == 3 * 48 * 1024 + 64 * 1024
 
@@ -157,17 +209,22 @@ def test_scheduler_selection():
 @pytest.mark.parametrize(
     "M, N, expected",
     [
-        (8192, 8192, (128, 256)),  # 2048 tiles: plenty
-        (2048, 2304, (128, 256)),  # 144 tiles >= 132 SMs
-        (2048, 1024, (128, 128)),  # 64 big tiles would idle half the SMs; 128 mid tiles
-        (1000, 500, (64, 128)),
-        (1, 4096, (64, 128)),
+        (8192, 8192, BIG_TILE),  # 2048 tiles: plenty
+        (2048, 2048, BIG_TILE),  # 128 tiles: 97% of 132 SMs
+        (2048, 1024, MID_TILE),  # 64 big tiles would idle half the SMs; 128 mid ones
+        (1024, 1024, SMALL_TILE),
+        (256, 1024, TINY_TILE),  # 64 tiles, the most any size gives
+        (1, 1, TINY_TILE),
     ],
 )
 def test_choose_config(M, N, expected):
-    config = choose_config(M, N, H100_SMS)
-    assert (config.BLOCK_M, config.BLOCK_N) == expected
-    assert plan_ring(config, 2) is not None  # every default fits the persistent pipelined ring
+    assert choose_config(M, N, H100_SMS) == expected
+
+
+@pytest.mark.parametrize("config", TILES, ids=lambda c: c.short())
+def test_every_default_fits_every_kernel(config):
+    plan_ring(config, 2)
+    check_sequential_fits("tma_persistent", config, 2)
 
 
 def test_default_config_works_without_a_gpu():
@@ -182,3 +239,50 @@ def test_registered_rungs():
         assert info.rung == rung and not info.interpretable and info.min_capability == (9, 0)
         assert info.dtypes == (torch.float16, torch.bfloat16)
         assert not info.available_on(torch.device("cpu"))
+
+
+# ---------------------------------------------------------------------------------------------
+# what `matmul` hands the kernels: operands TMA can read, an output it can write
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "a, b, out",
+    [
+        (torch.zeros(8, 7, dtype=F16), torch.zeros(7, 16, dtype=F16), None),  # a's rows end mid-chunk
+        (torch.zeros(16, 8, dtype=F16).T, torch.zeros(16, 16, dtype=F16), None),  # a transposed
+        (torch.zeros(8, 16, dtype=F16), torch.zeros(16, 24, dtype=F16)[:, 1:], None),  # b offset by 1
+        (torch.zeros(8, 16, dtype=F16), torch.zeros(16, 5, dtype=F16), torch.zeros(8, 5, dtype=F16)),  # N = 5
+    ],
+)
+def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
+    from tritongemm.hopper.descriptors import prepare_operands
+
+    pa, pb, c = prepare_operands(a, b, out)
+    assert tma_unsupported_reason(pa, pb, c) is None
+    assert torch.equal(pa, a) and torch.equal(pb, b) and c.shape == (a.shape[0], b.shape[1])
+    assert (pa is a) == (descriptors._view_reason("a", a) is None)
+    assert (c is out) == (out is not None and tma_out_unsupported_reason(out) is None)
+
+
+def test_prepare_keeps_good_operands_and_out():
+    from tritongemm.hopper.descriptors import prepare_operands
+
+    a, b, out = torch.zeros(8, 16, dtype=F16), torch.zeros(24, 16, dtype=F16).T, torch.zeros(8, 24, dtype=F16)
+    assert prepare_operands(a, b, out) == (a, b, out)  # b as a K-major weight view: no copy
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(num_warps=2), "num_warps must be 4 or 8"),
+        (dict(BLOCK_M=32), "BLOCK_M must be >= 64"),
+        (dict(BLOCK_N=512), "BLOCK_N must be <= 256"),
+    ],
+)
+def test_wgmma_tile_rules(change, message):
+    from tritongemm.hopper.pipeline import check_wgmma_tile
+
+    with pytest.raises(ValueError, match=message):
+        check_wgmma_tile("tma_pipelined", BIG_TILE.with_(**change))
+    check_wgmma_tile("tma_pipelined", BIG_TILE)

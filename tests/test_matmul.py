@@ -4,9 +4,11 @@ On the CPU these run under the Triton interpreter (fp16, fp32, small shapes); on
 table runs with bf16 too, plus the large shapes marked slow.
 """
 
+import dataclasses
+
 import pytest
 import torch
-from cases import DEVICE, DTYPES, LADDER, LAYOUTS, ON_GPU, Case, check_matmul, make_operands
+from cases import DEVICE, DTYPES, HOPPER, LADDER, LAYOUTS, ON_GPU, ON_HOPPER, Case, check_matmul, make_operands
 
 import tritongemm
 from tritongemm.config import MatmulConfig
@@ -48,11 +50,19 @@ GPU_CASES = [
 
 CASES = BOUNDARY + LAYOUT_CASES + [pytest.param(c, marks=pytest.mark.slow) for c in GPU_CASES if ON_GPU]
 
+# The Gluon kernels through the API, on an sm_90 GPU: fp16/bf16 only, and WGMMA tiles start at 64
+# rows, so they run the small-tile cases with HOPPER_SMALL. Their own tests are in tests/gpu/.
+HOPPER_SMALL = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_SIZE_M=2, num_warps=4, num_stages=3)
+KERNEL_DTYPES = [(k, d) for k in LADDER for d in DTYPES] + [
+    (k, d) for k in (HOPPER if ON_HOPPER else ()) for d in (torch.float16, torch.bfloat16)
+]
 
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("kernel", LADDER)
+
+@pytest.mark.parametrize("kernel, dtype", KERNEL_DTYPES, ids=lambda v: str(v).removeprefix("torch."))
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_matches_reference(case, kernel, dtype):
+    if kernel in HOPPER and case.config is not None and case.config.BLOCK_M < 64:
+        case = dataclasses.replace(case, config=HOPPER_SMALL)
     check_matmul(case, kernel, dtype)
 
 

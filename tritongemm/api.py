@@ -86,24 +86,19 @@ def _resolve_kernel(name: str, a: torch.Tensor, b: torch.Tensor) -> registry.Ker
 def _matmul(a, b, out, info: registry.KernelInfo, config) -> torch.Tensor:
     M, K = a.shape
     N = b.shape[1]
-    if out is None:
-        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
-    if M == 0 or N == 0:
-        return out
-    if K == 0:
-        return out.zero_()
+    if M == 0 or N == 0 or K == 0:
+        result = out if out is not None else torch.empty((M, N), dtype=a.dtype, device=a.device)
+        return result.zero_()
     if config is None:
         config = info.default_config(a.dtype, M, N, K, a.device)
 
-    if info.unsupported_reason(a, b) is not None:
-        a, b = a.contiguous(), b.contiguous()
-        if info.unsupported_reason(a, b) is not None:  # contiguous but misaligned: fresh memory
-            a, b = a.clone(), b.clone()
-    c = out if info.out_unsupported_reason(out) is None else torch.empty((M, N), dtype=a.dtype, device=a.device)
-
+    # The kernel's own operands: a, b and out as given where it can use them, else copies.
+    a, b, c = info.prepare(a, b, out)
     device_guard = torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext()
     with device_guard:
         info.launch(a, b, c, config)
+    if out is None:
+        return c if c.is_contiguous() else c.contiguous()
     if c is not out:
         out.copy_(c)
     return out

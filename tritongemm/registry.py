@@ -28,10 +28,13 @@ class KernelInfo:
     min_capability: tuple[int, int]  # oldest CUDA compute capability it compiles for
     launch: Launcher
     default_config: Callable[[torch.dtype, int, int, int, torch.device], MatmulConfig]
-    # Why this kernel can't take these operands as they are (None = it can), e.g. TMA alignment.
+    # Why this kernel can't take these operands as they are (None = it can), e.g. TMA alignment;
+    # kernel="auto" passes such operands over to a kernel that can.
     unsupported_reason: Callable[[torch.Tensor, torch.Tensor], str | None] = lambda a, b: None
-    # The same for the output; `matmul` then computes into a fresh tensor and copies.
-    out_unsupported_reason: Callable[[torch.Tensor], str | None] = lambda c: None
+    # prepare(a, b, out) -> (a, b, c): what `launch` gets. A kernel with layout rules returns
+    # copies of the operands that break them, and a c of its own when it can't write to out
+    # (None: no out given), which `matmul` then copies into out.
+    prepare: Callable = lambda a, b, out: (a, b, out if out is not None else new_output(a, b))
     # Newest capability it runs on, for instructions a later architecture dropped (WGMMA: sm_90 only).
     max_capability: tuple[int, int] | None = None
 
@@ -60,6 +63,10 @@ class KernelInfo:
             "interpreter": self.interpretable,
             "gpu": self.capability_range(),
         }
+
+
+def new_output(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
 
 
 def sm_name(capability: tuple[int, int]) -> str:

@@ -12,30 +12,40 @@ import torch
 
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
-from tritongemm.hopper.descriptors import tma_out_unsupported_reason, tma_unsupported_reason
+from tritongemm.hopper.descriptors import prepare_operands, tma_unsupported_reason
 from tritongemm.hopper.schedulers import sm_count
 from tritongemm.registry import KernelInfo, register
 
-# The largest WGMMA instruction (n = 256) on two warpgroups: 128 fp32 accumulator registers per
-# thread, 3 x 48 KB of operand buffers. The seed's H100 best for fp16 (674 TFLOP/s at 8192^2 x 16K).
-BIG_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
-MID_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
+# Tiles, largest first. Kernel-only bf16 TFLOP/s of tma_persistent_pipelined on the H100 (CUDA
+# graphs, this repo's scratch benchmark), next to cuBLAS:
+#                      BIG   MID  SMALL  TINY  cuBLAS
+#   2048 x 2048 x 4096  702   662   445   303   705   (BIG: 128 tiles, 97% of the SMs busy)
+#   2048 x 1024 x 8192  451   685   455   288   662   (BIG: 64 tiles, MID: 128)
+#   1024 x 1024 x 2048  199   356   473   295   456   (SMALL: 128 tiles)
+#    256 x 1024 x 8192   57   111   198   213   296   (TINY: 64 tiles, the most there are)
+# The largest WGMMA instruction (n = 256) on two warpgroups, 128 fp32 accumulator registers per
+# thread. 4 buffers make rung 6 steal B slots for C; at 8192^2 x 1024 that measured 0.98x cuBLAS
+# against 0.94x with 3 buffers (fp16; bf16 0.98x / 0.94x), and the same from K = 2048 up.
+BIG_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
+# One warpgroup per tile does as well as two (2048 x 1024 x 8192: 685 with 4 warps, 666 with 8).
+MID_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 SMALL_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
-
+TINY_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
 
 H100_SMS = 132
+# A tile size is worth it while it keeps this share of the SMs busy (2048 x 2048 above: BIG's 128
+# tiles on 132 SMs beat MID's 256).
+_MIN_BUSY_SMS = 0.9
 
 
-def choose_config(M: int, N: int, num_sms: int, scheduler: str = "grouped") -> MatmulConfig:
-    """The tile for an M x N output on a GPU with `num_sms` SMs (pure; CPU-testable).
-
-    Big tiles feed the tensor cores best, but when they leave most SMs without a tile, smaller
-    ones win back the idle SMs.
-    """
-    for config in (BIG_TILE, MID_TILE):
-        if _num_tiles(M, N, config) >= num_sms:
-            return config.with_(scheduler=scheduler)
-    return SMALL_TILE.with_(scheduler=scheduler)
+def choose_config(M: int, N: int, num_sms: int) -> MatmulConfig:
+    """The largest tile that gives at least 90% of the SMs a tile, else the one with the most
+    tiles (pure: CPU-testable). K does not enter: every K-step costs the same per tile."""
+    for config in TILES:
+        if _num_tiles(M, N, config) >= _MIN_BUSY_SMS * num_sms:
+            return config
+    return TILES[-1]
 
 
 def _num_tiles(M: int, N: int, config: MatmulConfig) -> int:
@@ -51,10 +61,11 @@ def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.dev
 _COMMON = dict(
     dtypes=(torch.float16, torch.bfloat16),
     interpretable=False,
-    min_capability=(9, 0),  # WGMMA and TMA; sm_90 only (see the report: needs a max too)
+    min_capability=(9, 0),  # TMA and WGMMA ...
+    max_capability=(9, 0),  # ... and WGMMA is Hopper's alone: Blackwell has tcgen05 instead
     default_config=default_config,
     unsupported_reason=tma_unsupported_reason,
-    out_unsupported_reason=tma_out_unsupported_reason,
+    prepare=prepare_operands,
 )
 
 register(

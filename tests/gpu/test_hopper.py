@@ -1,0 +1,204 @@
+"""The Hopper Gluon kernels (rungs 4-6) against the fp64 reference, and their schedulers against
+tile_order.py. Needs an sm_90 GPU; run with ``pytest tests/gpu/test_hopper.py -n 8`` (compiling
+~300 kernel variants dominates the time).
+
+The launchers are called directly (not through `tritongemm.matmul`), so every config reaches the
+kernel as written. Operands are fresh `torch.randn`, C is poisoned with NaN, and operands whose
+shape breaks TMA's 16-byte stride rule live in padded storage (any M, N, K is then legal).
+"""
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from tritongemm import tile_order
+from tritongemm.config import MatmulConfig
+from tritongemm.hopper import TILES, tma_persistent, tma_persistent_pipelined, tma_pipelined
+from tritongemm.hopper.schedulers import scheduler_for
+from tritongemm.reference import reference_matmul, rel_error, tolerance
+
+_IS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _IS_SM90, reason="needs an sm_90 (Hopper) GPU: WGMMA and TMA"),
+]
+
+LAUNCH = {
+    "tma_pipelined": tma_pipelined.launch,
+    "tma_persistent": tma_persistent.launch,
+    "tma_persistent_pipelined": tma_persistent_pipelined.launch,
+}
+PERSISTENT = ("tma_persistent", "tma_persistent_pipelined")
+DTYPES = (torch.float16, torch.bfloat16)
+B_LAYOUTS = ("row", "k_major")  # b (K, N) row-major, or the transpose of an (N, K) weight
+SCHEDULERS = (("chunked", 1), ("grouped", 1), ("grouped", 8))
+
+
+def make_operand(rows: int, cols: int, dtype: torch.dtype, transposed: bool = False) -> torch.Tensor:
+    """A (rows, cols) random view whose storage rows are padded to 16 bytes when needed, so TMA
+    can read it whatever its shape; transposed: the .T of a (cols, rows) such tensor."""
+    outer, inner = (cols, rows) if transposed else (rows, cols)
+    storage = torch.randn(outer, _padded(inner), device="cuda", dtype=dtype)
+    view = storage[:, :inner]
+    return view.T if transposed else view
+
+
+def make_output(M: int, N: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """C (M, N) as a view of NaN-filled storage with 16 spare bytes per row past the padding;
+    returns (c, storage)."""
+    storage = torch.full((M, _padded(N) + 8), float("nan"), device="cuda", dtype=dtype)
+    return storage[:, :N], storage
+
+
+def _padded(n: int) -> int:
+    return -(-n // 8) * 8
+
+
+def check(kernel: str, M: int, N: int, K: int, dtype, b_layout: str, config: MatmulConfig, **launch_kw) -> None:
+    a = make_operand(M, K, dtype)
+    b = make_operand(K, N, dtype, transposed=b_layout == "k_major")
+    c, storage = make_output(M, N, dtype)
+    LAUNCH[kernel](a, b, c, config, **launch_kw)
+    err = rel_error(c, reference_matmul(a, b))
+    bound = tolerance(dtype, K)
+    assert err <= bound, f"{kernel} {M}x{N}x{K} {dtype} b={b_layout} {config.short()}: error {err:.3e} > {bound:.3e}"
+    # TMA clips stores at N, in whole 16-byte chunks (triton-lang/triton#11583): the chunk that
+    # holds column N - 1 may be overwritten up to its end, the next one must keep the poison.
+    assert storage[:, _padded(N) :].isnan().all(), f"{kernel} wrote past the 16-byte chunk of column N={N}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The seed's parametrization (07-persistence.py), crossed with dtype, B layout and scheduler
+# ---------------------------------------------------------------------------------------------
+
+SEED_SHAPES = ((208, 416, 304), (2000, 1000, 2000))
+SEED_BLOCKS = ((64, 64, 64), (128, 256, 64))
+WARPS = (4, 8)
+BUFFERS = {"tma_pipelined": (2, 3, 4), "tma_persistent": (2, 3, 4), "tma_persistent_pipelined": (3, 4)}
+
+
+def _seed_params():
+    for kernel, buffers in BUFFERS.items():
+        schedulers = SCHEDULERS if kernel in PERSISTENT else (("grouped", 8),)
+        for (M, N, K), (bm, bn, bk), nb, nw, (sched, group) in itertools.product(
+            SEED_SHAPES, SEED_BLOCKS, buffers, WARPS, schedulers
+        ):
+            config = MatmulConfig(bm, bn, bk, GROUP_SIZE_M=group, num_warps=nw, num_stages=nb, scheduler=sched)
+            yield pytest.param(kernel, M, N, K, config, id=f"{kernel}-{M}x{N}x{K}-{config.short().replace(' ', '')}")
+
+
+@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel, M, N, K, config", list(_seed_params()))
+def test_seed_matrix(kernel, M, N, K, config, dtype, b_layout):
+    check(kernel, M, N, K, dtype, b_layout, config)
+
+
+# ---------------------------------------------------------------------------------------------
+# Boundaries: 1, 15/16/17, primes, one tile +- 1 on each axis, K shorter than the ring
+# ---------------------------------------------------------------------------------------------
+
+SMALL = MatmulConfig(64, 64, 64, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
+BIG = MatmulConfig(128, 256, 64, GROUP_SIZE_M=1, num_warps=8, num_stages=4, scheduler="chunked")  # steals B
+BOUNDARY_SHAPES = (
+    (1, 1, 1),
+    (1, 16, 16),
+    (15, 17, 16),
+    (16, 15, 17),
+    (17, 16, 15),
+    (1, 256, 1024),  # one row: a 128-row TMA box over a 1-row tensor
+    (127, 256, 64),
+    (129, 256, 64),
+    (128, 255, 64),
+    (128, 257, 64),
+    (128, 256, 63),
+    (128, 256, 65),
+    (37, 41, 43),
+    (251, 509, 1021),  # primes
+    (3, 5, 1000),  # long K, tiny output
+)
+
+
+@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", (SMALL, BIG), ids=lambda c: c.short().replace(" ", ""))
+@pytest.mark.parametrize("M, N, K", BOUNDARY_SHAPES, ids=lambda s: str(s))
+@pytest.mark.parametrize("kernel", LAUNCH)
+def test_boundaries(kernel, M, N, K, config, dtype, b_layout):
+    check(kernel, M, N, K, dtype, b_layout, config)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", TILES, ids=lambda c: c.short().replace(" ", ""))
+@pytest.mark.parametrize("kernel", LAUNCH)
+def test_default_tiles(kernel, config, dtype):
+    check(kernel, 300, 500, 700, dtype, "k_major", config)
+
+
+def test_contiguous_operands_take_no_padding():
+    """The common case: plain contiguous a, b, c (no padded storage)."""
+    a = torch.randn(300, 520, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(520, 136, device="cuda", dtype=torch.bfloat16)
+    for kernel, launch in LAUNCH.items():
+        c = torch.full((300, 136), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(a, b, c, SMALL)
+        assert rel_error(c, reference_matmul(a, b)) <= tolerance(torch.bfloat16, 520), kernel
+
+
+# ---------------------------------------------------------------------------------------------
+# Several tiles per program: the cross-tile pipeline, barrier phases over many laps, and the
+# stolen-B epilogue when its two free slots wrap around the end of the ring
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_programs", (1, 3, 7))
+@pytest.mark.parametrize("scheduler, group", SCHEDULERS)
+@pytest.mark.parametrize(
+    "config",
+    (BIG, BIG.with_(num_stages=3), SMALL, MatmulConfig(128, 128, 128, num_warps=8, num_stages=2)),
+    ids=lambda c: c.short().replace(" ", ""),
+)
+@pytest.mark.parametrize("kernel", PERSISTENT)
+def test_many_tiles_per_program(kernel, config, scheduler, group, num_programs):
+    # K = 700: 11 K-steps of 64, so with a 5-slot B ring the stolen slots wrap at the first tile.
+    config = config.with_(scheduler=scheduler, GROUP_SIZE_M=group)
+    check(kernel, 1000, 1500, 700, torch.float16, "row", config, num_programs=num_programs)
+
+
+# ---------------------------------------------------------------------------------------------
+# The Gluon schedulers compute exactly tile_order's formulas
+# ---------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def _record_schedule_kernel(
+    program_ptr, step_ptr, M, N, Scheduler: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr
+):
+    scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
+    num_pid_n = gl.cdiv(N, BLOCK_N)
+    for idx in range(scheduler.get_num_tiles()):
+        pid_m, pid_n = scheduler.get_tile(idx)
+        gl.store(program_ptr + pid_m * num_pid_n + pid_n, gl.program_id(axis=0))
+        gl.store(step_ptr + pid_m * num_pid_n + pid_n, idx)
+
+
+@pytest.mark.parametrize("num_programs", (1, 4, 7, 132))
+@pytest.mark.parametrize("num_pid_m, num_pid_n", ((1, 1), (5, 4), (7, 9), (12, 3), (33, 17)))
+@pytest.mark.parametrize("scheduler, group", (("chunked", 1), ("grouped", 1), ("grouped", 3), ("grouped", 8)))
+def test_scheduler_matches_tile_order(scheduler, group, num_pid_m, num_pid_n, num_programs):
+    BLOCK_M, BLOCK_N = 64, 32
+    M, N = num_pid_m * BLOCK_M - 5, num_pid_n * BLOCK_N - 3  # partial last tiles count as tiles
+    programs = min(num_programs, num_pid_m * num_pid_n)
+    program = torch.full((num_pid_m, num_pid_n), -1, device="cuda", dtype=torch.int32)
+    step = torch.full_like(program, -1)
+    _record_schedule_kernel[(programs,)](
+        program, step, M, N, scheduler_for(scheduler, group), BLOCK_M, BLOCK_N, num_warps=1
+    )
+    ordering = "chunked" if scheduler == "chunked" else "persistent"
+    expected = tile_order.schedule(ordering, num_pid_m, num_pid_n, group, num_programs=programs)
+    np.testing.assert_array_equal(program.cpu().numpy(), expected.program)
+    np.testing.assert_array_equal(step.cpu().numpy(), expected.step)

@@ -1,0 +1,217 @@
+"""Host side of TMA: which operands the copy engine takes as they are, and their descriptors.
+
+A TMA descriptor describes a 2D tensor by base address, shape and strides; the hardware wants
+the base 16-byte aligned, the innermost stride 1 and every other stride a multiple of 16 bytes.
+Shapes are free: a block that runs past the tensor is zero-filled on load and clipped on store,
+which is why the kernels need no masks and take any M, N, K >= 1 (a 128 x 64 block on a 1 x 64
+tensor loads one real row and 127 zero rows). One catch: stores are clipped in whole 16-byte
+chunks, so C's rows must end on 16 bytes, or own the padding after them (`empty_output`).
+
+B comes in two layouts, both without a copy:
+  * row-major (K, N), b.stride(1) == 1: tiles of [BLOCK_K, BLOCK_N];
+  * "K-major", the transpose of an (N, K) row-major weight as nn.Linear stores it,
+    b.stride(0) == 1: the descriptor is built on b.T, tiles of [BLOCK_N, BLOCK_K], and the MMA
+    reads them through a transposed shared-memory view.
+"""
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+_TMA_ALIGN_BYTES = 16
+_TMA_MAX_DIM = 2**31 - 1  # Triton passes descriptor shapes as int32
+
+
+def _tma_strides(t: torch.Tensor) -> tuple[int, int]:
+    """t's strides with those of size-1 dims (never stepped over, and arbitrary in PyTorch, e.g.
+    after x[None]) replaced by a value TMA accepts."""
+    rows, cols = t.shape
+    row_stride, col_stride = t.stride()
+    if cols == 1:
+        col_stride = 1
+    if rows == 1:
+        per_16_bytes = _TMA_ALIGN_BYTES // t.element_size()
+        row_stride = -(-cols // per_16_bytes) * per_16_bytes
+    return row_stride, col_stride
+
+
+def _view_reason(name: str, t: torch.Tensor) -> str | None:
+    """Why TMA can't read/write the 2D row-major view `t` directly (None if it can)."""
+    if t.data_ptr() % _TMA_ALIGN_BYTES:
+        return f"{name}.data_ptr() = {t.data_ptr():#x} is not 16-byte aligned (TMA needs it)"
+    row_stride, col_stride = _tma_strides(t)
+    if col_stride != 1:
+        return f"{name} needs a unit stride along its last dim, but its strides are {tuple(t.stride())}"
+    if row_stride * t.element_size() % _TMA_ALIGN_BYTES:
+        return (
+            f"{name}'s row stride is {row_stride} elements = {row_stride * t.element_size()} bytes, "
+            f"not a multiple of 16 bytes as TMA requires (pad the rows to a multiple of "
+            f"{_TMA_ALIGN_BYTES // t.element_size()} elements)"
+        )
+    if max(t.shape) > _TMA_MAX_DIM:
+        return f"{name} has shape {tuple(t.shape)}: TMA descriptors here take dims below 2**31"
+    return None
+
+
+def _b_view(b: torch.Tensor) -> tuple[torch.Tensor, bool, str | None]:
+    """The view of b (K, N) the descriptor is built on, whether it is K-major, and why not if
+    neither layout works. Row-major wins when both do (a 1 x 1 B, say)."""
+    row_reason = _view_reason("b", b)
+    if row_reason is None:
+        return b, False, None
+    k_major_reason = _view_reason("b.T", b.T)
+    if k_major_reason is None:
+        return b.T, True, None
+    return b, False, f"{row_reason}; as a K-major operand: {k_major_reason}"
+
+
+def tma_unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None) -> str | None:
+    """Why the TMA kernels can't take these operands as they are (None if they can).
+
+    a is (M, K), b is (K, N); c is the (M, N) output, assumed contiguous when not given (the
+    API allocates it so). Pure Python: no CUDA call.
+    """
+    for name, t in (("a", a), ("b", b)):
+        if t.dtype not in GL_DTYPES:
+            return f"{name}.dtype is {t.dtype}; the TMA kernels take {list(GL_DTYPES)}"
+        if t.dim() != 2:
+            return f"{name} must be 2D, but has shape {tuple(t.shape)}"
+    if a.dtype != b.dtype:
+        return f"a and b must have one dtype, but got {a.dtype} and {b.dtype}"
+    reason = _view_reason("a", a)
+    if reason is not None:
+        return reason
+    reason = _b_view(b)[2]
+    if reason is not None:
+        return reason
+    if c is not None:
+        return _view_reason("c", c)
+    n, elem = b.shape[1], b.element_size()
+    if n * elem % _TMA_ALIGN_BYTES:  # also for M = 1: the last 16-byte chunk would overrun the row
+        return (
+            f"a contiguous C of N = {n} columns has rows of {n * elem} bytes, not a multiple of 16 as "
+            f"the TMA store requires (allocate C with `empty_output`, rows padded to a multiple of "
+            f"{_TMA_ALIGN_BYTES // elem} elements)"
+        )
+    return None
+
+
+def tma_out_unsupported_reason(c: torch.Tensor) -> str | None:
+    """Why the TMA store can't write the (M, N) output `c` in place (None if it can).
+
+    Besides the descriptor rules, TMA stores write whole 16-byte chunks: when a row of c ends
+    inside one (N * element size not a multiple of 16), the store also overwrites the bytes after
+    it, up to the chunk's end (triton-lang/triton#11583), which in a user's `out` view belong to
+    someone else. `empty_output` allocates an output whose row padding is scratch instead.
+    """
+    if c.dtype not in GL_DTYPES:
+        return f"out.dtype is {c.dtype}; the TMA kernels write {list(GL_DTYPES)}"
+    reason = _view_reason("out", c)
+    if reason is None and c.shape[1] * c.element_size() % _TMA_ALIGN_BYTES:
+        reason = (
+            f"out has N = {c.shape[1]} columns, {c.shape[1] * c.element_size()} bytes a row: TMA stores "
+            f"write whole 16-byte chunks and would overwrite the bytes after each row"
+        )
+    return reason
+
+
+def empty_output(M: int, N: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """An uninitialized (M, N) output the TMA kernels can store to for any N: contiguous when
+    N * element size is a multiple of 16 bytes, else a view of storage whose rows are padded to
+    16 bytes (the padding is overwritten with junk by the stores)."""
+    per_chunk = _TMA_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    padded_n = -(-N // per_chunk) * per_chunk
+    storage = torch.empty((M, padded_n), dtype=dtype, device=device)
+    return storage if padded_n == N else storage[:, :N]
+
+
+def prepare_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None):
+    """(a, b, c) the TMA kernels can take, for `matmul`: a and b as given where TMA reads them in
+    place, else copied into rows padded to 16 bytes; c is `out` where TMA can store to it in place,
+    else a fresh padded output that `matmul` copies into out (or returns, made contiguous)."""
+    if _view_reason("a", a) is not None:
+        a = _row_aligned_copy(a)
+    if _b_view(b)[2] is not None:
+        b = _row_aligned_copy(b)
+    if out is not None and tma_out_unsupported_reason(out) is None:
+        return a, b, out
+    return a, b, empty_output(a.shape[0], b.shape[1], a.dtype, a.device)
+
+
+def _row_aligned_copy(t: torch.Tensor) -> torch.Tensor:
+    return empty_output(t.shape[0], t.shape[1], t.dtype, t.device).copy_(t)
+
+
+@dataclass(frozen=True)
+class Descriptors:
+    a: TensorDescriptor  # (M, K), block [BLOCK_M, BLOCK_K]
+    b: TensorDescriptor  # (K, N) block [BLOCK_K, BLOCK_N], or (N, K) block [BLOCK_N, BLOCK_K]
+    c: TensorDescriptor  # (M, N), block [BLOCK_M, BLOCK_N // epi_split]
+    b_k_major: bool
+
+
+@functools.cache
+def _shared_layout(block: tuple[int, int], dtype: torch.dtype) -> gl.NVMMASharedLayout:
+    return gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
+
+
+def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> TensorDescriptor:
+    return TensorDescriptor(t, list(t.shape), list(_tma_strides(t)), list(block), _shared_layout(block, t.dtype))
+
+
+def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_split: int = 1) -> Descriptors:
+    """TMA descriptors for C = A @ B; raises ValueError if an operand breaks a TMA rule.
+
+    c is only checked for what the descriptor needs: the caller owns whatever lies between N and
+    the next 16 bytes of each row (see `tma_out_unsupported_reason`).
+    """
+    # A descriptor is a function of address, shape, strides and block alone, so launches on the
+    # same geometry (a training step, a benchmark loop) reuse a checked one: building and checking
+    # costs ~40 us of Python, as long as a 4096 x 4096 x 1024 GEMM runs. The cache keeps no
+    # tensor alive: its descriptors are bound to this call's tensors by shallow copies.
+    key = (BLOCK_M, BLOCK_N, BLOCK_K, epi_split, *(_geometry(t) for t in (a, b, c)))
+    unbound = _CACHE.get(key)
+    if unbound is None:
+        unbound = _build_descriptors(a, b, c, BLOCK_M, BLOCK_N, BLOCK_K, epi_split)
+        for d in (unbound.a, unbound.b, unbound.c):
+            d.base = None
+        if len(_CACHE) >= _CACHE_SIZE:
+            del _CACHE[next(iter(_CACHE))]  # the oldest
+        _CACHE[key] = unbound
+    return Descriptors(
+        a=_bind(unbound.a, a),
+        b=_bind(unbound.b, b.T if unbound.b_k_major else b),
+        c=_bind(unbound.c, c),
+        b_k_major=unbound.b_k_major,
+    )
+
+
+_CACHE: dict[tuple, "Descriptors"] = {}
+_CACHE_SIZE = 64
+
+
+def _geometry(t: torch.Tensor) -> tuple:
+    return t.data_ptr(), t.dtype, t.shape, t.stride()
+
+
+def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:
+    bound = object.__new__(TensorDescriptor)  # no __post_init__: it ran when `unbound` was built
+    bound.__dict__.update(unbound.__dict__, base=t)
+    return bound
+
+
+def _build_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_split: int) -> Descriptors:
+    reason = tma_unsupported_reason(a, b, c)
+    if reason is not None:
+        raise ValueError(f"TMA kernels: {reason}")
+    b_view, b_k_major, _ = _b_view(b)
+    return Descriptors(
+        a=_descriptor(a, (BLOCK_M, BLOCK_K)),
+        b=_descriptor(b_view, (BLOCK_N, BLOCK_K) if b_k_major else (BLOCK_K, BLOCK_N)),
+        c=_descriptor(c, (BLOCK_M, BLOCK_N // epi_split)),
+        b_k_major=b_k_major,
+    )

@@ -1,0 +1,206 @@
+"""The software pipeline every Hopper kernel is built from: a ring of shared-memory buffers that
+TMA fills and WGMMA drains, and the epilogue that sends the finished tile back through TMA.
+
+Counting. The kernels keep two running counters for the whole program: `producer` (K-steps whose
+A/B tiles were requested) and `consumer` (K-steps handed to the tensor cores). Step i lives in
+slot ``i % NUM_BUFFERS`` and its barrier completes once per lap of the ring, so the phase to wait
+for is ``(i // NUM_BUFFERS) & 1``. Counters, not loop indices, carry the state across tiles of a
+persistent program, so barriers are initialized once per program.
+
+Depth. `issue_mma` issues step i and then retires step i - 1 (one WGMMA stays in flight, so the
+tensor cores never wait for the issuing warps). When step i + d is loaded, steps i - 1 .. i + d
+hold buffers, so a ring of NUM_BUFFERS slots allows d = NUM_BUFFERS - 2 loads ahead.
+
+B-buffer stealing. A kernel that overlaps the TMA store of tile t with the loads of tile t + 1
+keeps the C staging tile alive next to the operand ring. When that does not fit (128x256x64 fp16
+with 4 buffers: 4 x 48 KB + 64 KB > 227 KB), the B ring gets EPI_SPLIT - 1 extra slots instead:
+at the epilogue NUM_BUFFERS - 1 slots hold the next tile's first loads and the EPI_SPLIT slots
+after them are free, so C goes there, in EPI_SPLIT column pieces of one slot each. Pieces, not one
+C-sized view over adjacent slots as in the seed: when the free slots wrap around the end of the
+ring (slot R - 1, then slot 0) such a view would run past the allocation.
+
+B layout. ``B_K_MAJOR`` means B arrived as the transpose of an (N, K) row-major weight: its TMA
+tiles are [BLOCK_N, BLOCK_K] and the MMA reads a transposed view of them (no copy anywhere).
+"""
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from tritongemm.config import MatmulConfig
+
+# ----------------------------------------------------------------------------------------------
+# Device side
+# ----------------------------------------------------------------------------------------------
+
+
+@gluon.jit
+def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr, pred=True):
+    """Request the A and B tiles of K-step `producer` (at column k) into its ring slot."""
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
+    slot = producer % NUM_BUFFERS
+    bar = ready.index(slot)
+    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(slot), pred)
+    b_slot = b_bufs.index(producer % NUM_B_BUFFERS)
+    if B_K_MAJOR:
+        tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_slot, pred)
+    else:
+        tma.async_copy_global_to_shared(b_desc, [k, off_n], bar, b_slot, pred)
+    return producer + 1
+
+
+@gluon.jit
+def issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
+    """Wait for K-step `consumer`'s tiles, issue its MMA, then retire the step before it."""
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]
+    slot = consumer % NUM_BUFFERS
+    mbarrier.wait(ready.index(slot), (consumer // NUM_BUFFERS) & 1)
+    b = b_bufs.index(consumer % NUM_B_BUFFERS)
+    if B_K_MAJOR:
+        b = b.permute((1, 0))  # [BLOCK_N, BLOCK_K] tile -> [BLOCK_K, BLOCK_N] view; WGMMA reads it transposed
+    mma = mma.issue_async_mma(a_bufs.index(slot), b)
+    mma = mma.wait_num_outstanding(1)
+    return consumer + 1, mma
+
+
+@gluon.jit
+def store_tile(acc, c_desc, c_smem, off_m, off_n):
+    """Start the TMA store of a finished tile through `c_smem`. The caller waits for it
+    (`tma.store_wait`) before `c_smem` is written again."""
+    c_smem.store(acc.to(c_desc.dtype))
+    fence_async_shared()  # order the register->smem writes before the async proxy reads them
+    tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+
+
+@gluon.jit
+def store_tile_in_b_slots(acc, c_desc, b_bufs, first_slot, off_m, off_n):
+    """Start the TMA store of a finished tile staged in B ring slots first_slot, first_slot + 1, ...
+
+    c_desc's block is one column piece of the tile, [BLOCK_M, BLOCK_N / EPI_SPLIT], sized to fit
+    one B slot; each piece goes through its own slot, so the slots need not be adjacent in memory
+    (after a wrap of the ring they are not).
+    """
+    NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]
+    PIECE: gl.constexpr = c_desc.block_type.shape
+    EPI_SPLIT: gl.constexpr = acc.shape[1] // PIECE[1]
+    c = acc.to(c_desc.dtype)
+    if EPI_SPLIT == 1:
+        c_smem = b_bufs.index(first_slot % NUM_B_BUFFERS)._reinterpret(c_desc.dtype, PIECE, c_desc.layout)
+        store_tile(c, c_desc, c_smem, off_m, off_n)
+    else:
+        gl.static_assert(EPI_SPLIT == 2, "the stolen-B epilogue splits a tile in at most 2 pieces")
+        # [BLOCK_M, BLOCK_N] -> [BLOCK_M, BLOCK_N/2, 2]: the split is a register renaming, no data moves.
+        left, right = gl.split(gl.permute(gl.reshape(c, [PIECE[0], 2, PIECE[1]]), (0, 2, 1)))
+        c_left = b_bufs.index(first_slot % NUM_B_BUFFERS)._reinterpret(c_desc.dtype, PIECE, c_desc.layout)
+        store_tile(left, c_desc, c_left, off_m, off_n)
+        c_right = b_bufs.index((first_slot + 1) % NUM_B_BUFFERS)._reinterpret(c_desc.dtype, PIECE, c_desc.layout)
+        store_tile(right, c_desc, c_right, off_m, off_n + PIECE[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Host side: what the ring costs in shared memory
+# ----------------------------------------------------------------------------------------------
+
+
+def require_sm90(kernel: str, device: torch.device) -> None:
+    """WGMMA exists on sm_90 alone (Blackwell has tcgen05 instead): say so before the compiler
+    fails obscurely."""
+    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    if (major, minor) != (9, 0):
+        raise RuntimeError(f"{kernel}: needs an sm_90 (Hopper) GPU for WGMMA, but {device} is sm_{major}{minor}")
+
+
+def check_wgmma_tile(kernel: str, config: MatmulConfig) -> None:
+    """The tiles WGMMA can compute: a warpgroup (4 warps) owns 64 rows, and one instruction is
+    at most 256 columns wide; past that the fp32 accumulator no longer fits the registers."""
+    if config.num_warps not in (4, 8):
+        raise ValueError(f"{kernel}: num_warps must be 4 or 8 (one or two warpgroups), but got {config.num_warps}")
+    if config.BLOCK_M < 64:
+        raise ValueError(
+            f"{kernel}: BLOCK_M must be >= 64 (a warpgroup's WGMMA spans 64 rows), but got {config.BLOCK_M}"
+        )
+    if config.BLOCK_N > 256:
+        raise ValueError(f"{kernel}: BLOCK_N must be <= 256 (the widest WGMMA), but got {config.BLOCK_N}")
+
+
+@functools.cache
+def _capability(device_index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device_index)
+
+
+# Every sm_90 part (H100 SXM/PCIe, H200): 227 KB of shared memory per block once opted in
+# (cudaDevAttrMaxSharedMemoryPerBlockOptin).
+H100_SHARED_MEMORY_BYTES = 232448
+# Barriers (8 B per slot) and the allocator's 1 KB alignment of swizzled buffers.
+_SMEM_SLACK_BYTES = 2048
+
+
+@dataclass(frozen=True)
+class RingPlan:
+    """Shared-memory layout of the persistent pipelined kernel for one config."""
+
+    num_b_buffers: int  # B ring slots: num_stages, plus EPI_SPLIT - 1 when stealing
+    steal_b: bool  # stage C in free B slots instead of a buffer of its own
+    epi_split: int  # column pieces of the C tile in the epilogue (1 unless stealing)
+    smem_bytes: int  # operand ring + C staging, without barriers
+
+
+def operand_stage_bytes(config: MatmulConfig, elem_bytes: int) -> int:
+    return (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * elem_bytes
+
+
+def c_tile_bytes(config: MatmulConfig, elem_bytes: int) -> int:
+    return config.BLOCK_M * config.BLOCK_N * elem_bytes
+
+
+def sequential_smem_bytes(config: MatmulConfig, elem_bytes: int) -> int:
+    """Kernels whose C staging tile is live only after the K loop: the allocator overlaps it with
+    the operand ring, so the larger of the two counts."""
+    return max(config.num_stages * operand_stage_bytes(config, elem_bytes), c_tile_bytes(config, elem_bytes))
+
+
+def check_sequential_fits(
+    kernel: str, config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES
+) -> None:
+    """Raise ValueError, naming the kernel, when a non-overlapped ring does not fit."""
+    if config.num_stages < 2:
+        raise ValueError(
+            f"{kernel}: num_stages (shared-memory buffers) must be >= 2, since one is read by the "
+            f"MMA in flight while the next loads; got {config.num_stages}"
+        )
+    need = sequential_smem_bytes(config, elem_bytes)
+    if need > smem_limit - _SMEM_SLACK_BYTES:
+        raise ValueError(
+            f"{kernel}: {config.short()} needs {need} bytes of shared memory, more than the "
+            f"{smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); "
+            f"use fewer num_stages or a smaller BLOCK_K"
+        )
+
+
+def plan_ring(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> RingPlan:
+    """Own C buffer if it fits next to the ring, else steal B slots; raise if neither fits."""
+    if config.num_stages < 2:
+        raise ValueError(f"tma_persistent_pipelined: num_stages must be >= 2, got {config.num_stages}")
+    budget = smem_limit - _SMEM_SLACK_BYTES
+    stages = config.num_stages
+    b_slot = config.BLOCK_N * config.BLOCK_K * elem_bytes
+    own = stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes)
+    if own <= budget:
+        return RingPlan(num_b_buffers=stages, steal_b=False, epi_split=1, smem_bytes=own)
+    # One C piece [BLOCK_M, BLOCK_N / split] must fit a B slot [BLOCK_K, BLOCK_N].
+    split = max(1, config.BLOCK_M // config.BLOCK_K)
+    stolen = stages * operand_stage_bytes(config, elem_bytes) + (split - 1) * b_slot
+    if split <= 2 and stolen <= budget:
+        return RingPlan(num_b_buffers=stages + split - 1, steal_b=True, epi_split=split, smem_bytes=stolen)
+    raise ValueError(
+        f"tma_persistent_pipelined: {config.short()} needs {min(own, stolen)} bytes of shared memory but "
+        f"a block may have {smem_limit} (less {_SMEM_SLACK_BYTES} for barriers and alignment); "
+        f"use fewer num_stages or a smaller BLOCK_K"
+    )

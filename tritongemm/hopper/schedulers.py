@@ -1,0 +1,137 @@
+"""Persistent tile schedulers: which output tiles one persistent program computes, in which order.
+
+A persistent kernel launches P = min(#SMs, #tiles) programs and each loops over its share of the
+tiles. Both schedulers have the same interface, so a kernel takes the class as a constexpr:
+
+    scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
+    for idx in range(scheduler.get_num_tiles()):
+        pid_m, pid_n = scheduler.get_tile(idx)
+
+The formulas are Gluon copies of `tritongemm.tile_order` (`chunked_tile` + `chunk_bounds`, and
+`grouped_tile` on the strided tile ids of the "persistent" ordering); tests/gpu/test_hopper.py
+records what a kernel computes and compares it with `tile_order.schedule`.
+"""
+
+# No `from __future__ import annotations`: aggregates check field types against real annotations.
+import functools
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.language.core import _aggregate as aggregate
+
+
+@aggregate
+class ChunkedScheduler:
+    """Program p owns the contiguous tile ids [p * cdiv(T, P), (p + 1) * cdiv(T, P)), delinearized
+    along M first, so consecutive steps of one program walk down a column of C and keep reusing its
+    B column-panel. The last programs may get fewer tiles, or none."""
+
+    start: gl.tensor  # first tile id of this program
+    end: gl.tensor  # one past its last tile id
+    num_pid_m: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, start, end, num_pid_m):
+        self.start = start
+        self.end = end
+        self.num_pid_m = num_pid_m
+
+    @gluon.jit
+    def initialize(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+        num_pid_m = gl.cdiv(M, BLOCK_M)
+        num_tiles = num_pid_m * gl.cdiv(N, BLOCK_N)
+        tiles_per_program = gl.cdiv(num_tiles, gl.num_programs(axis=0))
+        start = gl.program_id(axis=0) * tiles_per_program
+        end = gl.minimum(start + tiles_per_program, num_tiles)
+        return ChunkedScheduler(start, end, num_pid_m)
+
+    @gluon.jit
+    def get_num_tiles(self):
+        return gl.maximum(self.end - self.start, 0)
+
+    @gluon.jit
+    def get_tile(self, idx):
+        tile_id = self.start + idx
+        return tile_id % self.num_pid_m, tile_id // self.num_pid_m
+
+
+@functools.cache
+def grouped_scheduler(group_size_m: int):
+    """The strided scheduler for one GROUP_SIZE_M: program p takes tile ids p, p + P, p + 2P, ...,
+    each mapped through the grouped (super-row) order of 03-matrix-multiplication.
+
+    A class per group size, like a C++ template; cached so that each size is one class and so one
+    compiled kernel.
+    """
+    if not isinstance(group_size_m, int) or group_size_m < 1:
+        raise ValueError(f"grouped_scheduler: GROUP_SIZE_M must be an int >= 1, but got {group_size_m!r}")
+    GROUP_SIZE_M = gl.constexpr(group_size_m)
+
+    @aggregate
+    class GroupedScheduler:
+        first_tile: gl.tensor  # = program id
+        num_pid_m: gl.tensor
+        num_pid_in_group: gl.tensor  # GROUP_SIZE_M rows of tiles
+        num_tiles: gl.tensor
+
+        @gluon.constexpr_function
+        def __init__(self, first_tile, num_pid_m, num_pid_in_group, num_tiles):
+            self.first_tile = first_tile
+            self.num_pid_m = num_pid_m
+            self.num_pid_in_group = num_pid_in_group
+            self.num_tiles = num_tiles
+
+        @gluon.jit
+        def initialize(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+            num_pid_m = gl.cdiv(M, BLOCK_M)
+            num_pid_n = gl.cdiv(N, BLOCK_N)
+            return GroupedScheduler(gl.program_id(axis=0), num_pid_m, GROUP_SIZE_M * num_pid_n, num_pid_m * num_pid_n)
+
+        @gluon.jit
+        def get_num_tiles(self):
+            return gl.cdiv(self.num_tiles - self.first_tile, gl.num_programs(axis=0))
+
+        @gluon.jit
+        def get_tile(self, idx):
+            tile_id = self.first_tile + idx * gl.num_programs(axis=0)
+            group_id = tile_id // self.num_pid_in_group
+            first_pid_m = group_id * GROUP_SIZE_M
+            # The last group is shorter when num_pid_m % GROUP_SIZE_M != 0: index within the group
+            # first, then wrap by its real height (the seed's `tile_id % group_size_m` skips that).
+            group_size_m = gl.minimum(self.num_pid_m - first_pid_m, GROUP_SIZE_M)
+            in_group = tile_id % self.num_pid_in_group
+            return first_pid_m + in_group % group_size_m, in_group // group_size_m
+
+    # The JIT cache keys a constexpr class by its repr: one name per group size keeps them apart.
+    GroupedScheduler.__name__ = GroupedScheduler.__qualname__ = f"GroupedScheduler_G{group_size_m}"
+    return GroupedScheduler
+
+
+def scheduler_for(scheduler: str, group_size_m: int):
+    """The scheduler class a `MatmulConfig` asks for (`config.scheduler`, `config.GROUP_SIZE_M`)."""
+    if scheduler == "chunked":
+        return ChunkedScheduler
+    if scheduler == "grouped":
+        return grouped_scheduler(group_size_m)
+    raise ValueError(f"scheduler_for: scheduler must be 'grouped' or 'chunked', but got {scheduler!r}")
+
+
+def sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (132 on an H100 SXM)."""
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def num_persistent_programs(num_tiles: int, device, num_programs: int | None = None) -> int:
+    """P = min(#SMs, #tiles): one program per SM, none idle when tiles are few. `num_programs`
+    overrides the SM count (tests use it to give each program several tiles on small shapes)."""
+    if num_programs is None:
+        num_programs = sm_count(device)
+    if num_programs < 1:
+        raise ValueError(f"num_programs must be >= 1, but got {num_programs}")
+    return max(1, min(num_programs, num_tiles))

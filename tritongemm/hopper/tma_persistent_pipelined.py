@@ -1,0 +1,144 @@
+"""Rung 6: the persistent kernel pipelined across tiles.
+
+Idea: a persistent program knows its next tile, so nothing has to stop between tiles. The first
+NUM_BUFFERS - 1 loads of tile t + 1 are issued during the last MMAs of tile t (the next tile's
+prologue is peeled into this tile's drain), and the TMA store of tile t runs while tile t + 1
+computes: its `store_wait` moves to the next epilogue. Small K gains most, as the per-tile
+prologue/epilogue is a larger share there: on this repo's H100, 8192 x 8192 x 1024 bf16 ran at
+652 TFLOP/s against 600 for rung 5 and 681 for cuBLAS (0.96x; 1.00-1.05x from K = 2048 up).
+
+Overlapping the store keeps the C staging tile alive next to the whole operand ring. When both
+do not fit (128x256x64 fp16 with 4 buffers: 4 x 48 KB + 64 KB > 227 KB), C is staged in B
+slots instead (`STEAL_B`, see pipeline.py): at the epilogue exactly the B slots the next loads
+will fill are free, so the ring gets EPI_SPLIT - 1 extra B slots and the next tile waits for the
+store just before its first new load.
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+from tritongemm.config import MatmulConfig
+from tritongemm.hopper.descriptors import make_descriptors
+from tritongemm.hopper.mma import WGMMA
+from tritongemm.hopper.pipeline import (
+    check_wgmma_tile,
+    issue_loads,
+    issue_mma,
+    plan_ring,
+    require_sm90,
+    store_tile,
+    store_tile_in_b_slots,
+)
+from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
+
+
+@gluon.jit
+def _tma_persistent_pipelined_kernel(
+    # TMA descriptors
+    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
+    c_desc,  # (M, N), block [BLOCK_M, BLOCK_N // EPI_SPLIT]: one epilogue piece
+    # meta-parameters
+    Scheduler: gl.constexpr,  # a class from schedulers.py
+    NUM_BUFFERS: gl.constexpr,
+    STEAL_B: gl.constexpr,  # stage C in free B slots instead of a buffer of its own
+    B_K_MAJOR: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
+    EPI_SPLIT: gl.constexpr = BLOCK_N // c_desc.block_type.shape[1]
+    NUM_B_BUFFERS: gl.constexpr = NUM_BUFFERS + EPI_SPLIT - 1 if STEAL_B else NUM_BUFFERS
+    dtype: gl.constexpr = a_desc.dtype
+    K = a_desc.shape[1]
+    gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
+    gl.static_assert(STEAL_B or EPI_SPLIT == 1, "only the stolen-B epilogue stores C in pieces")
+
+    # 1. Per-program state. Ring and C live for the whole program: their lifetimes now overlap.
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_B_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
+    if not STEAL_B:
+        c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(NUM_BUFFERS):
+        mbarrier.init(ready.index(i), count=1)
+    producer = 0
+    consumer = 0
+    mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
+    scheduler = Scheduler.initialize(c_desc.shape[0], c_desc.shape[1], BLOCK_M, BLOCK_N)
+    num_tiles = scheduler.get_num_tiles()
+
+    # 2. Prologue of the first tile: its first NUM_BUFFERS - 1 K-steps (past K: zero-filled).
+    #    Predicated, so that a program without tiles leaves no copy in flight when it exits.
+    pid_m, pid_n = scheduler.get_tile(0)
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    has_work = num_tiles > 0
+    for ki in gl.static_range(NUM_BUFFERS - 1):
+        k0 = ki * BLOCK_K
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, B_K_MAJOR, has_work)
+
+    for idx in range(num_tiles):
+        # 3. First K-step, loaded one tile ago; then the previous C must have left the B slots
+        #    that the next loads fill.
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+        if STEAL_B:
+            tma.store_wait(pendings=0)
+
+        # 4. Steady state: one load and one MMA per K-step.
+        for k in range((NUM_BUFFERS - 1) * BLOCK_K, K, BLOCK_K):
+            producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+
+        # 5. Drain this tile's last MMAs while the next tile's prologue loads go out.
+        out_m = off_m
+        out_n = off_n
+        has_next = idx + 1 < num_tiles
+        pid_m, pid_n = scheduler.get_tile(gl.minimum(idx + 1, num_tiles - 1))  # stay in range when last
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        for ki in gl.static_range(NUM_BUFFERS - 1):
+            k0 = ki * BLOCK_K
+            producer = issue_loads(
+                producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, B_K_MAJOR, has_next
+            )
+            if ki < NUM_BUFFERS - 2:  # the last of these loads has no MMA left to pair with
+                consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+        mma = mma.wait_num_outstanding(0)
+
+        # 6. Epilogue, overlapped with the next tile's loads (in flight) and MMAs (after it).
+        acc, mma = mma.take_result()
+        if STEAL_B:
+            # Free now: the EPI_SPLIT B slots from `producer` on (NUM_BUFFERS - 1 are loading).
+            store_tile_in_b_slots(acc, c_desc, b_bufs, producer, out_m, out_n)
+        else:
+            tma.store_wait(pendings=0)  # the previous tile's store has read c_smem
+            store_tile(acc, c_desc, c_smem, out_m, out_n)
+
+    tma.store_wait(pendings=0)
+    for i in gl.static_range(NUM_BUFFERS):
+        mbarrier.invalidate(ready.index(i))
+
+
+def launch(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None
+) -> None:
+    """c = a @ b with min(#SMs, #tiles) programs pipelined across their tiles in `config.scheduler`
+    order. `num_programs` replaces the SM count (tests: several tiles per program)."""
+    require_sm90("tma_persistent_pipelined", c.device)
+    check_wgmma_tile("tma_persistent_pipelined", config)
+    M, N = c.shape
+    plan = plan_ring(config, a.element_size())
+    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=plan.epi_split)
+    num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
+    grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
+    _tma_persistent_pipelined_kernel[grid](
+        desc.a, desc.b, desc.c,
+        Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+        NUM_BUFFERS=config.num_stages, STEAL_B=plan.steal_b, B_K_MAJOR=desc.b_k_major,
+        num_warps=config.num_warps,
+    )  # fmt: skip
