@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tritongemm.config import MatmulConfig, default_config
@@ -17,6 +19,14 @@ def max_offset(t: torch.Tensor) -> int:
 def needs_int64(*tensors: torch.Tensor) -> bool:
     """True when a tile offset could pass 2**31 and int32 index math would wrap."""
     return any(max_offset(t) >= _INT32_LIMIT for t in tensors)
+
+
+def alignment_hints(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple[int, ...]:
+    """For (M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn): the power
+    of two up to 8 each is a multiple of, where Triton can't see it itself (1 where it can: it
+    specializes multiples of 16 and the value 1 on its own). The kernels' ALIGN constexpr."""
+    values = (a.shape[0], b.shape[1], a.shape[1], *a.stride(), *b.stride(), *c.stride())
+    return tuple(1 if v % 16 == 0 else math.gcd(v, 8) for v in values)
 
 
 def input_precision(dtype: torch.dtype) -> str:

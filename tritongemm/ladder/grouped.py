@@ -19,34 +19,25 @@ from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_
 from tritongemm.registry import KernelInfo, register
 
 
+# fmt: off
 @triton.jit
 def _grouped_kernel(
     # pointers
-    a_ptr,
-    b_ptr,
-    c_ptr,  # A (M, K), B (K, N), C (M, N)
+    a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (M, N)
     # sizes
-    M,
-    N,
-    K,
+    M, N, K,
     # strides (elements)
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
     # meta-parameters
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
-    INT64: tl.constexpr,
-    TRACE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
+    ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
 ):
+    # fmt: on
     # 1. Which output tile am I? One program id, mapped through the grouped order.
     pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
@@ -58,11 +49,11 @@ def _grouped_kernel(
     acc = dot_tile(
         a_ptr, b_ptr, offs_m, offs_n, M, N, K,
         stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION,
+        BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION, ALIGN=ALIGN,
     )  # fmt: skip
 
     # 3. Store.
-    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
     record_tile(trace_ptr, pid_m, pid_n, num_pid_n, pid, 0, TRACE)
 
 
@@ -93,6 +84,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     common = dict(
         INPUT_PRECISION=_host.input_precision(a.dtype),
         INT64=_host.needs_int64(a, b, c),
+        ALIGN=_host.alignment_hints(a, b, c),
         **_host.trace_args(trace, c),
     )
     if config == "autotune":

@@ -16,33 +16,25 @@ from tritongemm.ladder._tiles import dot_tile, record_tile, store_tile, tile_off
 from tritongemm.registry import KernelInfo, register
 
 
+# fmt: off
 @triton.jit
 def _naive_kernel(
     # pointers
-    a_ptr,
-    b_ptr,
-    c_ptr,  # A (M, K), B (K, N), C (M, N)
+    a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (M, N)
     # sizes
-    M,
-    N,
-    K,
+    M, N, K,
     # strides (elements)
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
     # meta-parameters
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    INPUT_PRECISION: tl.constexpr,
-    INT64: tl.constexpr,
-    TRACE: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
+    ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
 ):
+    # fmt: on
     # 1. Which output tile am I? The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
@@ -52,23 +44,32 @@ def _naive_kernel(
     acc = dot_tile(
         a_ptr, b_ptr, offs_m, offs_n, M, N, K,
         stride_am, stride_ak, stride_bk, stride_bn,
-        BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION,
+        BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION, ALIGN=ALIGN,
     )  # fmt: skip
 
     # 3. Cast to C's dtype and store the in-bounds part.
-    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
     record_tile(trace_ptr, pid_m, pid_n, tl.num_programs(1), pid_m + pid_n * tl.num_programs(0), 0, TRACE)
+
+
+_MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (gridDim.x goes to 2**31 - 1)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
     M, N = c.shape
     grid = (triton.cdiv(M, config.BLOCK_M), triton.cdiv(N, config.BLOCK_N))
+    if grid[1] > _MAX_GRID_Y:  # the launch would fail with a bare "invalid argument"
+        raise ValueError(
+            f"naive: N = {N} makes {grid[1]} column tiles of BLOCK_N = {config.BLOCK_N}, but a CUDA grid's "
+            f"second axis holds at most {_MAX_GRID_Y}; use a larger BLOCK_N or a 1D-grid kernel ('grouped')"
+        )
     _naive_kernel[grid](
         *_host.gemm_args(a, b, c),
         **_host.trace_args(trace, c),
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
         INPUT_PRECISION=_host.input_precision(a.dtype),
         INT64=_host.needs_int64(a, b, c),
+        ALIGN=_host.alignment_hints(a, b, c),
         num_warps=config.num_warps, num_stages=config.num_stages,
     )  # fmt: skip
 

@@ -19,35 +19,26 @@ from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_
 from tritongemm.registry import KernelInfo, register
 
 
+# fmt: off
 @triton.jit
 def _persistent_kernel(
     # pointers
-    a_ptr,
-    b_ptr,
-    c_ptr,  # A (M, K), B (K, N), C (M, N)
+    a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (M, N)
     # sizes
-    M,
-    N,
-    K,
+    M, N, K,
     # strides (elements)
-    stride_am,
-    stride_ak,
-    stride_bk,
-    stride_bn,
-    stride_cm,
-    stride_cn,
+    stride_am, stride_ak,
+    stride_bk, stride_bn,
+    stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, step) when TRACE
     trace_ptr,
     # meta-parameters
-    BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    GROUP_SIZE_M: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     NUM_SMS: tl.constexpr,  # tile-loop stride; the grid is min(NUM_SMS, number of tiles)
-    INPUT_PRECISION: tl.constexpr,
-    INT64: tl.constexpr,
-    TRACE: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
+    ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
 ):
+    # fmt: on
     start_pid = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -70,11 +61,11 @@ def _persistent_kernel(
         acc = dot_tile(
             a_ptr, b_ptr, offs_am, offs_bn, M, N, K,
             stride_am, stride_ak, stride_bk, stride_bn,
-            BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=False, INPUT_PRECISION=INPUT_PRECISION,
+            BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=False, INPUT_PRECISION=INPUT_PRECISION, ALIGN=ALIGN,
         )  # fmt: skip
 
         # 4. Store with the real (unclamped) offsets.
-        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn)
+        store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
         record_tile(trace_ptr, pid_m, pid_n, num_pid_n, start_pid, (tile_id - start_pid) // NUM_SMS, TRACE)
 
 
@@ -88,6 +79,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
         NUM_SMS=num_sms,
         INPUT_PRECISION=_host.input_precision(a.dtype),
         INT64=_host.needs_int64(a, b, c),
+        ALIGN=_host.alignment_hints(a, b, c),
         **config.meta(),
     )
 
