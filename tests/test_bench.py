@@ -112,3 +112,16 @@ def test_cli_lists_kernels(capsys):
 
     assert main(["kernels"]) == 0
     assert '"name": "naive"' in capsys.readouterr().out
+
+
+def test_markdown_pivot_puts_kernels_in_columns():
+    from tritongemm.bench.report import markdown_pivot
+
+    rows = [
+        dict(dtype="float16", layout="nn", m="8", n="8", k="8", kernel=k, config="default", tflops=t, ratio_to_cublas=r,
+             status="ok")
+        for k, t, r in (("cublas", "100", "1.0"), ("naive", "50", "0.5"))
+    ]  # fmt: skip
+    table = markdown_pivot(rows).splitlines()
+    assert table[0] == "| dtype | layout | M x N x K | cuBLAS | naive |"
+    assert table[2] == "| float16 | nn | 8 x 8 x 8 | 100 | 50 (0.50) |"

@@ -1,4 +1,4 @@
-"""The `tritongemm` command: demo, bench and kernels."""
+"""The `tritongemm` command: demo, bench, kernels, and the tools (schedule, l2, explain, predict)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--name", help="base name of the result files (default: the suite's)")
     bench.add_argument("--profile", action="store_true", help="run each kernel once, untimed, for ncu")
     bench.add_argument("--no-plot", action="store_true")
+    bench.add_argument("--markdown", metavar="CSV", help="print a results CSV as a markdown table, and stop")
+
+    from tritongemm import tools
+
+    tools.add_commands(commands)
 
     args = parser.parse_args(argv)
     if args.command == "demo":
@@ -40,6 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         import tritongemm
 
         print(json.dumps(tritongemm.kernels(), indent=1))
+        return 0
+    if args.command in tools.COMMANDS:
+        return tools.run(args)
+    if args.markdown:
+        from tritongemm.bench.report import markdown_pivot, read_rows
+
+        print(markdown_pivot(read_rows(args.markdown)))
         return 0
     if args.suite is None and args.shapes is None:
         parser.error(f"bench: give a suite ({', '.join(sorted(SUITES))}) or --shapes")

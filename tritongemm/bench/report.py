@@ -49,3 +49,30 @@ def format_table(rows: list[Row]) -> str:
             f"{_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
         )
     return "\n".join(lines)
+
+
+def markdown_pivot(rows: list[dict]) -> str:
+    """A markdown table from CSV rows: one line per problem (and config, in sweeps), one column
+    per kernel, each cell `TFLOP/s (ratio to cuBLAS)`."""
+    kernels = list(dict.fromkeys(r["kernel"] for r in rows))
+    sweep = len({r["config"] for r in rows if r["kernel"] != "cublas"}) > 1
+    key = lambda r: (r["dtype"], r["layout"], r["m"], r["n"], r["k"]) + ((r["config"],) if sweep else ())  # noqa: E731
+    cells: dict[tuple, dict[str, str]] = {}
+    baseline: dict[tuple, str] = {}
+    for r in rows:
+        problem = (r["dtype"], r["layout"], r["m"], r["n"], r["k"])
+        if r["kernel"] == "cublas":
+            baseline[problem] = f"{float(r['tflops']):.0f}" if r["tflops"] else r["status"]
+            continue
+        value = f"{float(r['tflops']):.0f} ({float(r['ratio_to_cublas']):.2f})" if r["tflops"] else r["status"]
+        cells.setdefault(key(r), {})[r["kernel"]] = value
+    ours = [k for k in kernels if k != "cublas"]
+    head = ["dtype", "layout", "M x N x K"] + (["config"] if sweep else []) + ["cuBLAS"] + ours
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for k, by_kernel in cells.items():
+        dtype, layout, m, n, kk = k[:5]
+        first = [dtype, layout, f"{m} x {n} x {kk}"] + ([k[5]] if sweep else [])
+        lines.append(
+            "| " + " | ".join(first + [baseline.get(k[:5], "-")] + [by_kernel.get(x, "") for x in ours]) + " |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,92 @@
+"""tools/launch.py and tools/schedule.py: kernel -> ordering, programs per SM, waves, and the
+picture's numbers (which must be tile_order's, the mapping the kernels are tested against)."""
+
+import numpy as np
+import pytest
+
+from tritongemm import tile_order
+from tritongemm.cli import main
+from tritongemm.config import MatmulConfig
+from tritongemm.tools import launch, schedule
+
+# (kernel, scheduler) -> the tile_order ordering it follows
+ORDERINGS = [
+    ("naive", "grouped", "column_major"),
+    ("grouped", "grouped", "grouped"),
+    ("persistent", "grouped", "persistent"),
+    ("persistent", "chunked", "persistent"),  # the triton.language rung has no chunked scheduler
+    ("tma_pipelined", "grouped", "column_major"),
+    ("tma_persistent", "grouped", "persistent"),
+    ("tma_persistent", "chunked", "chunked"),
+    ("tma_persistent_pipelined", "grouped", "persistent"),
+    ("tma_persistent_pipelined", "chunked", "chunked"),
+]
+
+
+@pytest.mark.parametrize("kernel, scheduler, ordering", ORDERINGS)
+def test_kernel_follows_ordering(kernel, scheduler, ordering):
+    assert launch.ordering_of(kernel, scheduler) == ordering
+
+
+# (kernel, config, bytes per element) -> programs one H100 SM holds
+RESIDENT = [
+    ("grouped", MatmulConfig(128, 256, 64, num_warps=8, num_stages=3), 2, 1),  # 145 KB of smem
+    ("grouped", MatmulConfig(128, 128, 64, num_warps=4, num_stages=4), 2, 1),  # 129 KB
+    ("naive", MatmulConfig(64, 64, 64, num_warps=4, num_stages=4), 2, 3),  # 65 KB
+    ("naive", MatmulConfig(64, 64, 32, num_warps=4, num_stages=2), 2, 5),  # registers: 96 x 128 threads
+    ("persistent", MatmulConfig(64, 64, 64, num_warps=4, num_stages=4), 2, 1),  # one program per SM by design
+]
+
+
+@pytest.mark.parametrize("kernel, config, itemsize, expected", RESIDENT)
+def test_programs_per_sm(kernel, config, itemsize, expected):
+    assert launch.programs_per_sm(kernel, config, itemsize) == expected
+
+
+def test_one_tile_kernels_run_in_waves_of_launch_order():
+    config = MatmulConfig(BLOCK_M=16, BLOCK_N=16, GROUP_SIZE_M=2)
+    plan = launch.plan("grouped", 80, 48, config, num_sms=3, resident=2)  # 5 x 3 tiles, 6 in flight
+    expected = tile_order.schedule("grouped", 5, 3, 2).order // 6
+    np.testing.assert_array_equal(plan.wave, expected)
+    assert (plan.num_waves, plan.wave_size) == (3, 6)
+
+
+def test_persistent_waves_are_steps():
+    config = MatmulConfig(BLOCK_M=16, BLOCK_N=16, GROUP_SIZE_M=2, scheduler="chunked")
+    plan = launch.plan("tma_persistent", 80, 48, config, num_sms=4)  # 15 tiles, 4 programs x 4 steps
+    s = tile_order.schedule("chunked", 5, 3, num_programs=4)
+    np.testing.assert_array_equal(plan.wave, s.step)
+    assert (plan.num_waves, plan.wave_size) == (4, 4)
+
+
+@pytest.mark.parametrize("kernel, scheduler, _", ORDERINGS)
+def test_picture_numbers_are_tile_order(kernel, scheduler, _):
+    config = MatmulConfig(BLOCK_M=16, BLOCK_N=16, GROUP_SIZE_M=3, scheduler=scheduler)
+    plan = launch.plan(kernel, 100, 70, config, num_sms=5)
+    s = tile_order.schedule(launch.ordering_of(kernel, scheduler), 7, 5, 3, num_programs=5)
+    labels = schedule.cell_labels(plan)
+    for (i, j), text in np.ndenumerate(labels):
+        if launch.ordering_of(kernel, scheduler) in ("persistent", "chunked"):
+            assert text == f"{s.program[i, j]}/{s.step[i, j]}"
+        else:
+            assert text == str(s.order[i, j])
+
+
+@pytest.mark.parametrize("kernel", launch.KERNELS)
+def test_schedule_command_writes_png(kernel, tmp_path, capsys):
+    out = tmp_path / f"{kernel}.png"
+    argv = f"schedule 512 384 --kernel {kernel} --sms 8 --group-size-m 2 --out {out}".split()
+    assert main(argv) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_large_grid_draws_without_numbers(tmp_path):
+    config = MatmulConfig(BLOCK_M=128, BLOCK_N=256)
+    plan = launch.plan("grouped", 8192, 8192, config)  # 2048 tiles: colour only
+    assert schedule.draw(plan, tmp_path / "big.png").stat().st_size > 0
+
+
+def test_bad_kernel_says_what_is_expected():
+    with pytest.raises(ValueError, match="unknown kernel 'fast'; expected one of"):
+        launch.ordering_of("fast")
