@@ -10,6 +10,8 @@ from cases import DEVICE
 import tritongemm
 from tritongemm import MatmulConfig
 
+pytestmark = pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta state")
+
 
 def t(*shape, dtype=torch.float16):
     return torch.randn(*shape, device=DEVICE).to(dtype)
@@ -52,6 +54,23 @@ BAD_INPUTS = [
      r"out has strides \(0, 1\) for shape \(3, 5\), so several of its elements share memory"),
     ("out_requires_grad", lambda: tritongemm.matmul(a, b, out=t(3, 5).requires_grad_(True)), RuntimeError,
      r"out=... arguments don't support automatic differentiation"),
+    # torch.matmul's own rule: with out=, a result that autograd would need can't be tracked
+    ("out_with_a_requiring_grad", lambda: tritongemm.matmul(t(3, 2).requires_grad_(True), b, out=t(3, 5)), RuntimeError,
+     r"out=\.\.\. arguments don't support automatic differentiation, but a requires grad"),
+    ("out_with_both_requiring_grad", lambda: tritongemm.matmul(t(3, 2).requires_grad_(True), t(2, 5).requires_grad_(True), out=t(3, 5)),
+     RuntimeError, r"but a and b require grad"),
+    ("a_0d", lambda: tritongemm.matmul(torch.tensor(1.0, dtype=torch.float16, device=DEVICE), b), ValueError, r"expected a to be a 2D tensor, but got a 0D tensor of shape \(\)"),
+    ("complex_dtype", lambda: tritongemm.matmul(a, torch.ones(2, 5, dtype=torch.complex64, device=DEVICE)), TypeError,
+     r"b has dtype complex64, but only float16, bfloat16 and float32"),
+    ("a_sparse_coo", lambda: tritongemm.matmul(a.to_sparse(), b), TypeError,
+     r"a has layout torch.sparse_coo, but only dense \(torch.strided\) tensors are supported; pass a.to_dense\(\)"),
+    ("b_sparse_csr", lambda: tritongemm.matmul(a, b.to_sparse_csr()), TypeError, r"b has layout torch.sparse_csr"),
+    ("out_sparse", lambda: tritongemm.matmul(a, b, out=t(3, 5).to_sparse()), TypeError,
+     r"out has layout torch.sparse_coo, but only a dense \(torch.strided\) out is supported"),
+    ("out_negated_view", lambda: tritongemm.matmul(a.float(), b.float(), out=torch.zeros(3, 5, dtype=torch.complex64, device=DEVICE).conj().imag),
+     ValueError, r"out is a negated view"),
+    ("meta_tensors", lambda: tritongemm.matmul(torch.empty(3, 2, device="meta"), torch.empty(2, 5, device="meta")), ValueError,
+     r"expected CUDA tensors, but got tensors on meta"),
 ]  # fmt: skip
 
 
@@ -99,3 +118,67 @@ def test_cpu_tensors_need_the_interpreter(monkeypatch):
 def test_device_mismatch():
     with pytest.raises(ValueError, match=r"same device, but got a on cuda:0 and b on cpu"):
         tritongemm.matmul(torch.randn(3, 2, device="cuda"), torch.randn(2, 5))
+
+
+# ---------------------------------------------------------------------------------------------
+# What is not an error: autograd off, negated views, in-place writes seen by autograd
+# ---------------------------------------------------------------------------------------------
+
+
+def test_out_and_inputs_requiring_grad_are_fine_without_autograd():
+    """As torch.matmul: under no_grad nothing needs tracking, so out= is allowed."""
+    x, w = t(3, 2).requires_grad_(True), t(2, 5).requires_grad_(True)
+    with torch.no_grad():
+        out = tritongemm.matmul(x, w, out=t(3, 5).requires_grad_(True))
+    assert torch.allclose(out.float(), x.detach().float() @ w.detach().float(), rtol=1e-2, atol=1e-2)
+
+
+def test_negated_views_are_read_as_their_values():
+    """x.conj().imag of a complex x is a float32 view with the negative bit: the kernels read raw
+    memory, so matmul must materialize it rather than compute with the unnegated values."""
+    x = torch.randn(4, 3, dtype=torch.complex64, device=DEVICE).conj().imag
+    assert x.is_neg()
+    eye = torch.eye(3, device=DEVICE)
+    assert torch.equal(tritongemm.matmul(x, eye), x.resolve_neg())
+    assert torch.equal(tritongemm.matmul(eye[:, :3], x.T), x.T.resolve_neg())
+
+
+def test_writing_out_counts_as_an_in_place_change_for_autograd():
+    """A tensor autograd saved for backward and then overwritten through out= must make backward
+    raise, as torch's in-place ops do, not silently use the new values."""
+    x = torch.randn(3, 2, device=DEVICE, requires_grad=True)
+    w = torch.randn(2, 5, device=DEVICE)
+    y = x @ w  # saves w for x's gradient
+    version = w._version
+    tritongemm.matmul(torch.randn(2, 4, device=DEVICE), torch.randn(4, 5, device=DEVICE), out=w)
+    assert w._version > version
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU for an out on another device")
+def test_out_on_another_device():
+    with pytest.raises(ValueError, match=r"expected out to be on cuda:0, like the operands, but it is on cpu"):
+        tritongemm.matmul(torch.randn(3, 2, device="cuda"), torch.randn(2, 5, device="cuda"), out=torch.empty(3, 5))
+
+
+_TWO_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= 2
+
+
+@pytest.mark.skipif(not _TWO_GPUS, reason="needs 2 GPUs: tensors on one while the other is the current device")
+@pytest.mark.parametrize("kernel", ["auto", "naive", "persistent"])
+def test_operands_on_a_gpu_that_is_not_the_current_one(kernel):
+    for data_device, current in ((0, 1), (1, 0)):
+        a_ = torch.randn(130, 70, device=f"cuda:{data_device}", dtype=torch.float16)
+        b_ = torch.randn(70, 90, device=f"cuda:{data_device}", dtype=torch.float16)
+        with torch.cuda.device(current):
+            c = tritongemm.matmul(a_, b_, kernel=kernel)
+            torch.cuda.synchronize(data_device)
+        assert c.device == a_.device
+        assert torch.allclose(c.float(), a_.float() @ b_.float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.skipif(not _TWO_GPUS, reason="needs 2 GPUs for operands on different GPUs")
+def test_operands_on_two_gpus():
+    with pytest.raises(ValueError, match=r"same device, but got a on cuda:0 and b on cuda:1"):
+        tritongemm.matmul(torch.randn(3, 2, device="cuda:0"), torch.randn(2, 5, device="cuda:1"))

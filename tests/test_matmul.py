@@ -131,3 +131,11 @@ def test_grouped_autotune():
     out = torch.full((777, 555), float("nan"), dtype=torch.float16, device=DEVICE)
     tritongemm.matmul(a, b, out=out, kernel="grouped", config="autotune")
     assert rel_error(out, reference_matmul(a, b)) <= tolerance(torch.float16, 333)
+
+
+@pytest.mark.parametrize("M, expected", [(1, "grouped"), (16, "grouped"), (17, "persistent")])
+def test_auto_picks_by_shape_on_this_device(M, expected):
+    from tritongemm.api import _resolve_kernel
+
+    a, b = make_operands(Case(M, 40, 32, "tn"), torch.float16)  # a transposed: no TMA kernel takes it
+    assert _resolve_kernel("auto", a, b).name == expected

@@ -23,6 +23,11 @@ def check_operands(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"matmul: expected {name} to be a torch.Tensor, but got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(
+                f"matmul: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported; "
+                f"pass {name}.to_dense()"
+            )
         if t.dim() != 2:
             raise ValueError(
                 f"matmul: expected {name} to be a 2D tensor, but got a {t.dim()}D tensor of shape {tuple(t.shape)}"
@@ -88,6 +93,8 @@ def check_config(kernel: KernelInfo, config) -> None:
 def check_out(out, a: torch.Tensor, b: torch.Tensor) -> None:
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"matmul: expected out to be a torch.Tensor, but got {type(out).__name__}")
+    if out.layout != torch.strided:
+        raise TypeError(f"matmul: out has layout {out.layout}, but only a dense (torch.strided) out is supported")
     expected = (a.shape[0], b.shape[1])
     if tuple(out.shape) != expected:
         raise ValueError(f"matmul: expected out to have shape {expected}, but got {tuple(out.shape)}")
@@ -95,8 +102,18 @@ def check_out(out, a: torch.Tensor, b: torch.Tensor) -> None:
         raise TypeError(f"matmul: expected out to have dtype {_dtype_name(a.dtype)}, but got {_dtype_name(out.dtype)}")
     if out.device != a.device:
         raise ValueError(f"matmul: expected out to be on {a.device}, like the operands, but it is on {out.device}")
-    if out.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError("matmul: out=... arguments don't support automatic differentiation, but out requires grad")
+    # As torch.matmul: with an input that requires grad the result would silently have no grad_fn.
+    needs_grad = [name for name, t in (("out", out), ("a", a), ("b", b)) if t.requires_grad]
+    if needs_grad and torch.is_grad_enabled():
+        raise RuntimeError(
+            "matmul: out=... arguments don't support automatic differentiation, but "
+            f"{' and '.join(needs_grad)} {'requires' if len(needs_grad) == 1 else 'require'} grad"
+        )
+    if out.is_neg():
+        raise ValueError(
+            "matmul: out is a negated view (out.is_neg(), e.g. the .imag of a conjugate), which the kernels "
+            "would write unnegated; pass a tensor without the negative bit"
+        )
     if out.numel() and may_overlap_itself(out):
         raise ValueError(
             f"matmul: out has strides {out.stride()} for shape {tuple(out.shape)}, so several of its elements share "

@@ -9,6 +9,8 @@ GROUP_SIZE_M = 1 is plain row-major order on a 1D grid.
 `config="autotune"` picks among the five configurations of the seed lesson, per (M, N, K).
 """
 
+import threading
+
 import torch
 import triton
 import triton.language as tl
@@ -79,6 +81,11 @@ _autotuned_kernel = triton.autotune(
 )(_grouped_kernel)
 
 
+# triton.autotune keeps the call in progress on the Autotuner (self.nargs, set to None when a call
+# ends), so calls from several threads at once break each other's benchmarking: one at a time.
+_AUTOTUNE_LOCK = threading.Lock()
+
+
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None) -> None:
     M, N = c.shape
     common = dict(
@@ -89,7 +96,8 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     )
     if config == "autotune":
         grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-        _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **common)
+        with _AUTOTUNE_LOCK:
+            _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **common)
         return
     grid = (triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N),)
     _grouped_kernel[grid](*_host.gemm_args(a, b, c), **common, **config.meta())

@@ -1,0 +1,121 @@
+"""The workload scripts/sanitize.sh runs under compute-sanitizer and Triton's ConSan: every kernel
+(or the ones named) on boundary shapes and layouts, each result checked against an fp64
+reference computed on the CPU (so that no cuBLAS kernel runs under the sanitizer). Prints one
+line per kernel and exits 1 on a wrong result.
+
+    PYTHONPATH=. python3 scripts/sanitize_cases.py [--kernel NAME ...] [--consan]
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+import time
+
+import torch
+
+import tritongemm
+from tritongemm import registry
+from tritongemm.config import MatmulConfig
+from tritongemm.reference import rel_error, tolerance
+
+# Without a GPU (a check of this script, not of the kernels) it runs under the interpreter.
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+if DEVICE == "cpu":
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+# One under / at / over a 64-tile on each axis, a single row, a long thin K, primes.
+SHAPES = ((1, 1, 1), (17, 33, 15), (64, 64, 64), (65, 129, 67), (127, 255, 129), (3, 5, 300), (1, 256, 200))
+QUICK_SHAPES = ((17, 33, 15), (127, 255, 129), (3, 5, 300))
+SMALL = MatmulConfig(32, 32, 32, GROUP_SIZE_M=2, num_warps=4, num_stages=3)
+GLUON_SMALL = MatmulConfig(64, 64, 64, GROUP_SIZE_M=2, num_warps=4, num_stages=3)
+
+
+def operand(rows: int, cols: int, dtype, layout: str, gen) -> torch.Tensor:
+    """ "nt": b as the .T of an (N, K) tensor; "offset": rows padded by 5 and a 3-element offset
+    (misaligned for TMA, so the Gluon rungs take their copy path)."""
+    values = torch.randn(rows, cols, generator=gen).to(dtype)
+    if layout == "offset":
+        storage = torch.empty(3 + rows * (cols + 5), dtype=dtype, device=DEVICE)
+        view = storage.as_strided((rows, cols), (cols + 5, 1), 3)
+        return view.copy_(values)
+    return values.to(DEVICE)
+
+
+def check(kernel: str, a, b, config, launch=None) -> str | None:
+    """None if right, else a description of what went wrong."""
+    M, N = a.shape[0], b.shape[1]
+    if launch is None:
+        out = torch.full((M, N), float("nan"), dtype=a.dtype, device=DEVICE)
+        tritongemm.matmul(a, b, out=out, kernel=kernel, config=config)
+    else:
+        out = launch()
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+    err = rel_error(out.cpu(), a.cpu().double() @ b.cpu().double())
+    bound = tolerance(a.dtype, a.shape[1])
+    if err <= bound:
+        return None
+    label = config.short() if config else "default"
+    return f"{kernel} {M}x{N}x{a.shape[1]} {a.dtype} {label}: relative error {err:.3e} > {bound:.3e}"
+
+
+def launch_on_few_programs(info: registry.KernelInfo, a, b, c, config) -> torch.Tensor:
+    info.launch(a, b, c, config, num_programs=3)
+    return c
+
+
+def cases(kernel: str, info: registry.KernelInfo, quick: bool):
+    """(a, b, config, launch) tuples for one kernel; `quick`: fp16, 3 shapes, one layout."""
+    gen = torch.Generator().manual_seed(0)
+    gluon = not info.interpretable
+    dtypes = (torch.float16, torch.bfloat16) if gluon else (torch.float16, torch.float32)
+    small = GLUON_SMALL if gluon else SMALL
+    for dtype in dtypes[:1] if quick else dtypes:
+        for M, N, K in QUICK_SHAPES if quick else SHAPES:
+            for layout in ("nt",) if quick else ("nt", "offset"):
+                a = operand(M, K, dtype, layout, gen)
+                b = operand(N, K, dtype, "nn", gen).T if layout == "nt" else operand(K, N, dtype, layout, gen)
+                for config in (None, small):
+                    yield a, b, config, None
+    if kernel in ("tma_persistent", "tma_persistent_pipelined"):
+        # Several tiles per program: the cross-tile pipeline and barrier phases over many laps.
+        for config in (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1)):
+            a = operand(300, 700, torch.float16, "nn", gen)
+            b = operand(500, 700, torch.float16, "nn", gen).T
+            a_, b_, c = info.prepare(a, b, None)
+            yield a, b, config, functools.partial(launch_on_few_programs, info, a_, b_, c, config)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kernel", action="append", help="run these kernels only (default: all available)")
+    parser.add_argument("--consan", action="store_true", help="give Triton the scratch allocator ConSan needs")
+    parser.add_argument("--quick", action="store_true", help="fp16, 3 shapes, one layout (for the slow tools)")
+    args = parser.parse_args()
+    if args.consan:
+        import triton
+
+        # ConSan keeps its race-tracking state in global scratch memory that Triton asks for.
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=DEVICE, dtype=torch.int8))
+
+    names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"]]
+    failures = []
+    for name in names:
+        start, count, bad = time.perf_counter(), 0, []
+        for a, b, config, launch in cases(name, registry.get(name), args.quick):
+            problem = check(name, a, b, config, launch)
+            count += 1
+            if problem:
+                bad.append(problem)
+        print(f"{name}: {count} launches, {len(bad)} wrong, {time.perf_counter() - start:.1f} s", flush=True)
+        for problem in bad:
+            print("  " + problem)
+        failures += bad
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

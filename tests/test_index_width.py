@@ -1,0 +1,109 @@
+"""Offsets past 2**31: the `triton.language` rungs switch their index math to int64 (INT64, see
+ladder/_host.needs_int64) when a tensor spans that many elements. These tests check the choice
+and the int64 path itself on the CPU; tests/gpu/test_large_index.py runs real > 2**31-element
+operands on an H100.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from cases import DEVICE, LADDER, Case, check_matmul
+
+import tritongemm
+from tritongemm.config import MatmulConfig
+from tritongemm.ladder import _host
+from tritongemm.ladder._tiles import tile_offsets
+from tritongemm.reference import reference_matmul, rel_error, tolerance
+
+SMALL = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
+
+
+def meta(shape, stride) -> torch.Tensor:
+    """A tensor with this geometry and no memory behind it (max_offset reads shapes and strides)."""
+    return torch.empty_strided(shape, stride, device="meta", dtype=torch.float16)
+
+
+@pytest.mark.parametrize(
+    "shape, stride, expected",
+    [
+        ((65536, 32768), (32768, 1), False),  # 2**31 elements: the last offset is 2**31 - 1
+        ((65537, 32768), (32768, 1), True),
+        ((32768, 65537), (1, 32768), True),  # transposed
+        ((3, 100), (2**30 + 8, 1), True),  # 3 rows, 2**30 apart: a huge leading dimension
+        ((2**20, 4096), (0, 1), False),  # stride-0 rows (expand) span no memory
+        ((2**31 + 1, 1), (1, 1), True),  # M itself past 2**31
+    ],
+)
+def test_needs_int64(shape, stride, expected):
+    assert _host.needs_int64(meta(shape, stride)) is expected
+
+
+def test_a_storage_offset_is_not_an_index():
+    """The kernels get data_ptr(), which already includes the storage offset: a small view far
+    into a big buffer needs no int64 index math."""
+    view = torch.empty(0, device="meta", dtype=torch.float16).as_strided((100, 200), (200, 1), 2**32)
+    assert view.storage_offset() == 2**32 and not _host.needs_int64(view)
+
+
+@triton.jit
+def _tile_offsets_kernel(out_m_ptr, out_n_ptr, pid_m, pid_n, BLOCK: tl.constexpr, INT64: tl.constexpr):
+    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK, BLOCK, INT64)
+    tl.store(out_m_ptr + tl.arange(0, BLOCK), offs_m)
+    tl.store(out_n_ptr + tl.arange(0, BLOCK), offs_n)
+
+
+@pytest.mark.parametrize("pid", [2**31 // 64 - 1, 2**31 // 64, 2**32 // 64 + 5])
+def test_tile_offsets_do_not_wrap_with_int64(pid):
+    """pid_m * BLOCK_M itself passes 2**31 when M does (naive's pid_m is a plain int32 program id)."""
+    out_m = torch.zeros(64, dtype=torch.int64, device=DEVICE)
+    out_n = torch.zeros(64, dtype=torch.int64, device=DEVICE)
+    _tile_offsets_kernel[(1,)](out_m, out_n, pid, pid, BLOCK=64, INT64=True)
+    expected = pid * 64 + torch.arange(64, device=DEVICE)
+    assert torch.equal(out_m, expected) and torch.equal(out_n, expected)
+
+
+@pytest.mark.parametrize("kernel", LADDER)
+@pytest.mark.parametrize(
+    "case",
+    [Case(37, 41, 43, "tt", SMALL), Case(17, 33, 17, "padded", SMALL), Case(53, 7, 29, "offset", SMALL)],
+    ids=str,
+)
+def test_int64_path_matches_reference(case, kernel, monkeypatch):
+    """The INT64 variant of every rung, forced on small shapes: same masks, same answers."""
+    calls = []
+
+    def always(*tensors):
+        calls.append(tensors)
+        return True
+
+    monkeypatch.setattr(_host, "needs_int64", always)
+    check_matmul(case, kernel, torch.float32)
+    assert calls, "the launcher no longer asks _host.needs_int64"
+
+
+@pytest.mark.large(gib=6)
+@pytest.mark.parametrize("kernel", LADDER)
+def test_a_k_step_past_2_31_elements(kernel):
+    """A transposed A whose columns are 2**25 elements apart: one BLOCK_K = 64 step along K moves
+    2**31 elements, which wraps in int32 even though every offset the kernel needs is valid.
+    The storage is 2**31 elements (4 GiB) that are never touched but for the 4 x 65 used."""
+    M, K, N, col_stride = 4, 65, 8, 2**25
+    try:
+        storage = torch.empty((K - 1) * col_stride + M, dtype=torch.float16, device=DEVICE)
+    except (RuntimeError, MemoryError) as e:  # a CPU without overcommit, a small GPU
+        pytest.skip(f"could not reserve 4 GiB of address space: {e}")
+    a = storage.as_strided((M, K), (1, col_stride))
+    a.copy_(torch.randn(M, K, device=DEVICE))
+    b = torch.randn(K, N, device=DEVICE, dtype=torch.float16)
+    assert _host.needs_int64(a)
+    c = tritongemm.matmul(a, b, kernel=kernel, config=SMALL.with_(BLOCK_K=64))
+    assert rel_error(c, reference_matmul(a, b)) <= tolerance(torch.float16, K)
+
+
+def test_naive_refuses_a_grid_it_cannot_launch():
+    """CUDA grids hold at most 65535 programs along y, where naive puts the column tiles."""
+    a = torch.randn(1, 16, device=DEVICE)
+    b = torch.empty(16, 65536 * 16 + 1, device=DEVICE)
+    with pytest.raises(ValueError, match=r"naive: N = 1048577 makes 65537 column tiles of BLOCK_N = 16, but a CUDA"):
+        tritongemm.matmul(a, b, kernel="naive", config=MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16))
