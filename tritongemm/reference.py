@@ -8,8 +8,8 @@ import math
 import torch
 
 # Relative Frobenius error allowed at K = 256, per operand dtype. fp16 / bf16 outputs are rounded
-# to 11 / 8 significant bits (unit roundoff 4.9e-4 / 3.9e-3); TF32 rounds fp32 operands to 11
-# bits; exact fp32 accumulates K products in 24 bits.
+# to 11 / 8 significant bits (unit roundoff 4.9e-4 / 3.9e-3); TF32 cuts fp32 operands to 11
+# bits (Triton truncates, cuBLAS may round: up to twice the error); exact fp32 accumulates in 24.
 _BASE_TOLERANCE = {
     torch.float16: 1e-3,
     torch.bfloat16: 8e-3,

@@ -15,6 +15,7 @@ B comes in two layouts, both without a copy:
 """
 
 import functools
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -133,6 +134,12 @@ def prepare_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None)
     """(a, b, c) the TMA kernels can take, for `matmul`: a and b as given where TMA reads them in
     place, else copied into rows padded to 16 bytes; c is `out` where TMA can store to it in place,
     else a fresh padded output that `matmul` copies into out (or returns, made contiguous)."""
+    too_big = [name for name, t in (("a", a), ("b", b)) if max(t.shape) > _TMA_MAX_DIM]
+    if too_big:  # no copy helps: refuse before allocating one
+        raise ValueError(
+            f"TMA kernels: {' and '.join(too_big)} has a dimension of 2**31 or more, past what "
+            "their descriptors take; use kernel='auto' or a triton.language kernel"
+        )
     if _view_reason("a", a) is not None:
         a = _row_aligned_copy(a)
     if _b_view(b)[2] is not None:
@@ -179,9 +186,10 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
         unbound = _build_descriptors(a, b, c, BLOCK_M, BLOCK_N, BLOCK_K, epi_split)
         for d in (unbound.a, unbound.b, unbound.c):
             d.base = None
-        if len(_CACHE) >= _CACHE_SIZE:
-            del _CACHE[next(iter(_CACHE))]  # the oldest
-        _CACHE[key] = unbound
+        with _CACHE_LOCK:  # two threads evicting the same oldest entry would KeyError
+            if len(_CACHE) >= _CACHE_SIZE:
+                _CACHE.pop(next(iter(_CACHE)), None)  # the oldest
+            _CACHE[key] = unbound
     return Descriptors(
         a=_bind(unbound.a, a),
         b=_bind(unbound.b, b.T if unbound.b_k_major else b),
@@ -191,6 +199,7 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
 
 
 _CACHE: dict[tuple, "Descriptors"] = {}
+_CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 64
 
 

@@ -1,4 +1,4 @@
-"""Rung 4: TMA + WGMMA, software-pipelined over K. One program per output tile (2D grid).
+"""Rung 4: TMA + WGMMA, software-pipelined over K. One program per output tile.
 
 Idea: keep the copy engine and the tensor cores busy at the same time. A ring of `num_stages`
 shared-memory buffers is filled by TMA (completion signalled on one mbarrier per slot) while
@@ -45,9 +45,12 @@ def _tma_pipelined_kernel(
     K = a_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
-    # 1. The tile of this program: axis 0 runs fastest, so launch order walks down a column of C.
-    off_m = gl.program_id(axis=0) * BLOCK_M
-    off_n = gl.program_id(axis=1) * BLOCK_N
+    # 1. The tile of this program, in column-major launch order like the naive rung's 2D grid,
+    #    but from a 1D grid: a grid's y axis stops at 65535 programs (N > 16.7M at BLOCK_N = 256).
+    pid = gl.program_id(axis=0)
+    num_pid_m = gl.cdiv(c_desc.shape[0], BLOCK_M)
+    off_m = (pid % num_pid_m) * BLOCK_M
+    off_n = (pid // num_pid_m) * BLOCK_N
 
     # 2. The operand ring and its barriers.
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
@@ -90,7 +93,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     M, N = c.shape
     check_sequential_fits("tma_pipelined", config, a.element_size())
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
-    grid = (triton.cdiv(M, config.BLOCK_M), triton.cdiv(N, config.BLOCK_N))
+    grid = (triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N),)
     _tma_pipelined_kernel[grid](
         desc.a, desc.b, desc.c,
         NUM_BUFFERS=config.num_stages, B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
