@@ -5,7 +5,7 @@ Method (see the device tool's METHOD.md):
   before it is timed, and a wrong result is reported as such and never timed;
 - warm-up (compilation, autotuning) happens in the correctness run, outside the timing;
 - the median of `triton.testing.do_bench`, or of CUDA-graph replays where a launch would take
-  a visible share of the time (problems under ~100 us);
+  a visible share of the time (problems under ~100 us), in interleaved rounds across providers;
 - when one input set fits in L2 (50 MB on H100), the timed function walks through several
   sets so that no provider is timed on a cache-warm repeat of the same operands.
 """
@@ -27,6 +27,7 @@ Provider = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]  # (a, b
 Timer = Callable[[Callable[[], None], bool], float]  # (fn, use_graph) -> ms per call of fn
 
 GRAPH_BELOW_MS = 0.1  # use CUDA-graph replay below this estimated time per GEMM
+ROUNDS = 3  # interleaved timing rounds per provider; the row keeps their median
 _EST_TFLOPS, _EST_TBPS = 600.0, 3.0  # rough H100 rates, only for the graph decision above
 _MAX_SETS = 16
 
@@ -78,8 +79,8 @@ def gpu_timer(fn: Callable[[], None], use_graph: bool) -> float:
     import triton.testing
 
     if use_graph:
-        return triton.testing.do_bench_cudagraph(fn, rep=100, return_mode="median")
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median")
+        return triton.testing.do_bench_cudagraph(fn, rep=50, return_mode="median")
+    return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
 
 
 def cpu_timer(fn: Callable[[], None], use_graph: bool) -> float:
@@ -109,17 +110,23 @@ def measure_problem(
     timer: Timer,
     l2_bytes: int,
     profile: bool = False,
+    rounds: int = ROUNDS,
 ) -> list[Row]:
     """One row per provider for `problem`. A provider is (kernel name, config label, callable);
-    the kernel named "cublas" is the baseline the ratios are taken against."""
+    the kernel named "cublas" is the baseline the ratios are taken against.
+
+    Every provider is checked first; the correct ones are then timed in `rounds` interleaved
+    rounds (cuBLAS, ours, cuBLAS, ours, ...) and keep the median, so a clock or neighbour that
+    drifts during the run shifts everyone alike instead of whoever happened to run then."""
     sets = input_sets(problem, device, l2_bytes)
     references = [reference_matmul(a, b) for a, b, _ in sets]
     bound = tolerance(getattr(torch, problem.dtype), problem.K)
-    use_graph = wants_graph(problem)
-    rows = []
-    for kernel, config, provider in providers:
-        row = Row(device_name, problem.dtype, problem.layout, problem.M, problem.N, problem.K, kernel, config,
-                  None, None, None, None, "ok")  # fmt: skip
+    rows = [
+        Row(device_name, problem.dtype, problem.layout, problem.M, problem.N, problem.K, kernel, config,
+            None, None, None, None, "ok")
+        for kernel, config, _ in providers
+    ]  # fmt: skip
+    for row, (_, _, provider) in zip(rows, providers):
         try:
             errors = []
             for (a, b, out), ref in zip(sets, references):
@@ -129,14 +136,32 @@ def measure_problem(
             row.max_rel_err = max(errors)
             if not row.max_rel_err <= bound:
                 row.status = "wrong"
-            elif not profile:
-                ms = timer(lambda: [provider(a, b, out) for a, b, out in sets], use_graph) / len(sets)  # noqa: B023
-                row.ms, row.tflops = ms, problem.flops / (ms * 1e-3) / 1e12
         except Exception as exc:  # a kernel that fails to compile or launch is a result too
-            row.status = "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        rows.append(row)
+            row.status = _error(exc)
+
+    timed = [(row, provider) for row, (_, _, provider) in zip(rows, providers) if row.status == "ok"]
+    samples: dict[int, list[float]] = {id(row): [] for row, _ in timed}
+    use_graph = wants_graph(problem)
+    for _ in range(0 if profile else rounds):
+        for row, provider in timed:
+            if row.status != "ok":
+                continue
+            try:
+                run_all = lambda: [provider(a, b, out) for a, b, out in sets]  # noqa: B023, E731
+                samples[id(row)].append(timer(run_all, use_graph) / len(sets))
+            except Exception as exc:
+                row.status = _error(exc)
+    for row, _ in timed:
+        if row.status == "ok" and samples[id(row)]:
+            row.ms = statistics.median(samples[id(row)])
+            row.tflops = problem.flops / (row.ms * 1e-3) / 1e12
+
     baseline = next((r.ms for r in rows if r.kernel == "cublas"), None)
     for row in rows:
         if row.ms and baseline:
             row.ratio_to_cublas = baseline / row.ms
     return rows
+
+
+def _error(exc: Exception) -> str:
+    return "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
