@@ -6,21 +6,13 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
+from tritongemm import figures
 from tritongemm.bench.measure import Row
-
-
-def _pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
 
 
 def plot_k_sweep(rows: list[Row], path: Path, title: str) -> Path:
     """One panel per dtype: TFLOP/s vs K, a line per kernel, cuBLAS dashed."""
-    plt = _pyplot()
+    plt = figures.pyplot()
     dtypes = sorted({r.dtype for r in rows})
     fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 4.5), squeeze=False)
     for ax, dtype in zip(axes[0], dtypes):
@@ -39,16 +31,13 @@ def plot_k_sweep(rows: list[Row], path: Path, title: str) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return figures.save(fig, path, dpi=110)
 
 
 def plot_ratios(rows: list[Row], path: Path, title: str, series=lambda r: r.kernel) -> Path:
     """Grouped bars: for every problem, each series' (by default each kernel's) speed as a
     fraction of cuBLAS's."""
-    plt = _pyplot()
+    plt = figures.pyplot()
     problems = list(dict.fromkeys((r.dtype, r.layout, r.m, r.n, r.k) for r in rows))
     kernels = list(dict.fromkeys(series(r) for r in rows if r.kernel != "cublas"))
     ratio = {((r.dtype, r.layout, r.m, r.n, r.k), series(r)): r.ratio_to_cublas for r in rows}
@@ -65,7 +54,4 @@ def plot_ratios(rows: list[Row], path: Path, title: str, series=lambda r: r.kern
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)
     ax.grid(axis="y", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return figures.save(fig, path, dpi=110)

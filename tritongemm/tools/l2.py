@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tritongemm import figures
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import H100, ITEMSIZE, Launch
 
@@ -211,11 +212,7 @@ def format_table(estimates: list[L2Estimate]) -> str:
 def plot(estimates: list[L2Estimate], path: str | Path, title: str | None = None) -> Path:
     """DRAM traffic over the ideal against GROUP_SIZE_M, one line per ordering (kernels that share
     an ordering share the line); orderings without a group size as horizontal lines."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = figures.pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.2))
     series: dict[str, dict[int, float]] = {}
     kernels: dict[str, list[str]] = {}
@@ -244,12 +241,7 @@ def plot(estimates: list[L2Estimate], path: str | Path, title: str | None = None
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
     ax.set_title(title or f"L2 model: {e0.launch.M}x{e0.launch.N}x{e0.K}, {e0.l2_bytes / 2**20:.0f} MB L2", fontsize=10)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return path
+    return figures.save(fig, path, dpi=90)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from tritongemm import figures
 from tritongemm.config import MatmulConfig
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import Launch
@@ -33,10 +34,7 @@ def cell_labels(launch: Launch) -> np.ndarray:
 
 
 def draw(launch: Launch, path: str | Path, title: str | None = None) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = figures.pyplot()
     from matplotlib.patches import Rectangle
 
     m, n = launch.num_pid_m, launch.num_pid_n
@@ -78,12 +76,7 @@ def draw(launch: Launch, path: str | Path, title: str | None = None) -> Path:
     caption = f"{title or launch.describe()}. Number: {what}; colour: wave; wave 0 ({rows.size} tiles) reads "
     caption += f"{a0} A + {b0} B panels"
     ax.set_title(textwrap.fill(caption, width=int(width * 14)), fontsize=9)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
-    return path
+    return figures.save(fig, path, dpi=80)
 
 
 # ----------------------------------------------------------------------------------------------
