@@ -55,7 +55,7 @@ def run_bench(
               "Times are CPU wall-clock and say nothing about GPU speed.")  # fmt: skip
 
     rows: list[Row] = []
-    with _progress(len(plan.problems), enabled=progress) as advance:
+    with _Progress(len(plan.problems), enabled=progress) as advance:
         for problem in plan.problems:
             providers = _providers(plan, problem, tritongemm.matmul)
             rows += measure_problem(
@@ -140,7 +140,7 @@ def _plot(rows: list[Row], plan: _Plan, path: Path, device: str) -> Path:
     return plots.plot_ratios(rows, path, title)
 
 
-class _progress:
+class _Progress:
     """A rich progress bar when rich is installed and output is a terminal; otherwise a line per step."""
 
     def __init__(self, total: int, enabled: bool):
