@@ -8,6 +8,7 @@
 # one lands outside any allocation, where memcheck sees it.
 # Logs go to $OUT (or ./sanitize-logs).
 # Usage: bash scripts/sanitize.sh [memcheck|racecheck|synccheck|consan ...]   (default: all four)
+# SANITIZE_FULL=1 runs racecheck, synccheck and ConSan over every case, as memcheck does.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -22,13 +23,14 @@ start=$SECONDS
 for tool in "${tools[@]}"; do
   if [ "$tool" = consan ]; then
     for kernel in $kernels; do
-      (TRITON_INSTRUMENTATION_MODE=consan timeout "$limit" python3 scripts/sanitize_cases.py --consan --quick \
+      quick=$([ -n "${SANITIZE_FULL:-}" ] || echo --quick)
+      (TRITON_INSTRUMENTATION_MODE=consan timeout "$limit" python3 scripts/sanitize_cases.py --consan $quick \
         --kernel "$kernel" >"$out/consan-$kernel.log" 2>&1
        echo "exit $?" >>"$out/consan-$kernel.log") &
     done
   else
     # --quick for the slow tools: racecheck and synccheck instrument every shared-memory access.
-    quick=$([ "$tool" = memcheck ] || echo --quick)
+    quick=$([ "$tool" = memcheck ] || [ -n "${SANITIZE_FULL:-}" ] || echo --quick)
     (timeout "$limit" compute-sanitizer --tool "$tool" --error-exitcode 99 --print-limit 100 \
       --log-file "$out/$tool.log" python3 scripts/sanitize_cases.py $quick >"$out/$tool.out" 2>&1
      echo "exit $?" >>"$out/$tool.out") &

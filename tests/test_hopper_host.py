@@ -27,7 +27,7 @@ from tritongemm.hopper.descriptors import (
     tma_out_unsupported_reason,
     tma_unsupported_reason,
 )
-from tritongemm.hopper.pipeline import check_sequential_fits, plan_ring
+from tritongemm.hopper.pipeline import barriers_per_slot, check_sequential_fits, plan_ring
 from tritongemm.hopper.schedulers import ChunkedScheduler, grouped_scheduler, scheduler_for
 
 F16 = torch.float16
@@ -286,3 +286,12 @@ def test_wgmma_tile_rules(change, message):
     with pytest.raises(ValueError, match=message):
         check_wgmma_tile("tma_pipelined", BIG_TILE.with_(**change))
     check_wgmma_tile("tma_pipelined", BIG_TILE)
+
+
+def test_consan_gets_a_barrier_each_for_a_and_b(monkeypatch):
+    import triton
+
+    monkeypatch.setattr(triton.knobs.compilation, "instrumentation_mode", "")
+    assert barriers_per_slot() == 1
+    monkeypatch.setattr(triton.knobs.compilation, "instrumentation_mode", "consan")
+    assert barriers_per_slot() == 2

@@ -170,6 +170,33 @@ def test_many_tiles_per_program(kernel, config, scheduler, group, num_programs):
 
 
 # ---------------------------------------------------------------------------------------------
+# Under ConSan, A and B get a barrier each (pipeline.barriers_per_slot): the same pipeline
+# ---------------------------------------------------------------------------------------------
+
+MODULES = {
+    module.__name__.rsplit(".", 1)[1]: module for module in (tma_pipelined, tma_persistent, tma_persistent_pipelined)
+}
+
+
+@pytest.mark.parametrize("config", (SMALL, BIG), ids=lambda c: c.short().replace(" ", ""))
+@pytest.mark.parametrize("kernel", LAUNCH)
+def test_split_barriers_give_the_same_bits(kernel, config, monkeypatch):
+    """The variant ConSan checks computes exactly what users run, bit for bit, over several
+    tiles per program and (BIG) the stolen-B epilogue."""
+    a = make_operand(1000, 700, torch.float16)
+    b = make_operand(700, 1500, torch.float16, transposed=True)
+    launch_kw = {"num_programs": 3} if kernel in PERSISTENT else {}
+    results = []
+    for per_slot in (1, 2):
+        monkeypatch.setattr(MODULES[kernel], "barriers_per_slot", lambda per_slot=per_slot: per_slot)
+        c, _ = make_output(1000, 1500, torch.float16)
+        LAUNCH[kernel](a, b, c, config, **launch_kw)
+        results.append(c)
+    assert rel_error(results[0], reference_matmul(a, b)) <= tolerance(torch.float16, 700)
+    assert torch.equal(results[0], results[1])
+
+
+# ---------------------------------------------------------------------------------------------
 # The Gluon schedulers compute exactly tile_order's formulas
 # ---------------------------------------------------------------------------------------------
 

@@ -19,6 +19,14 @@ after them are free, so C goes there, in EPI_SPLIT column pieces of one slot eac
 C-sized view over adjacent slots as in the seed: when the free slots wrap around the end of the
 ring (slot R - 1, then slot 0) such a view would run past the allocation.
 
+Barriers per slot. On the hardware one barrier per slot is enough: `expect` announces the bytes
+of both tiles and the phase completes when both loads have landed. Triton 3.6's concurrency
+sanitizer (ConSan) models each TMA load as one arrival and ignores `expect`, so it calls that
+barrier over-arrived and reports a deadlock (triton-lang/triton#9046; scripts/consan_probe.py
+shows it on a 10-line kernel). Under ConSan the kernels therefore give A and B a barrier each
+(`barriers_per_slot`): the ring, its phases and every buffer's reuse stay exactly as they are, so
+ConSan checks the same pipeline, and the hardware path is unchanged.
+
 B layout. ``B_K_MAJOR`` means B arrived as the transpose of an (N, K) row-major weight: its TMA
 tiles are [BLOCK_N, BLOCK_K] and the MMA reads a transposed view of them (no copy anywhere).
 """
@@ -27,6 +35,7 @@ import functools
 from dataclasses import dataclass
 
 import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
@@ -39,14 +48,35 @@ from tritongemm.config import MatmulConfig
 
 
 @gluon.jit
+def init_barriers(bars):
+    COUNT: gl.constexpr = bars.shape[0]
+    for i in gl.static_range(COUNT):
+        mbarrier.init(bars.index(i), count=1)  # one arrival a phase: the `expect` of its loads
+
+
+@gluon.jit
+def invalidate_barriers(bars):
+    COUNT: gl.constexpr = bars.shape[0]
+    for i in gl.static_range(COUNT):
+        mbarrier.invalidate(bars.index(i))
+
+
+@gluon.jit
 def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr, pred=True):
     """Request the A and B tiles of K-step `producer` (at column k) into its ring slot."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
+    SPLIT: gl.constexpr = ready.shape[0] > NUM_BUFFERS  # a barrier each for A and B (ConSan)
     slot = producer % NUM_BUFFERS
     bar = ready.index(slot)
-    mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    if SPLIT:
+        mbarrier.expect(bar, a_desc.block_type.nbytes, pred=pred)
+    else:
+        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
     tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(slot), pred)
+    if SPLIT:
+        bar = ready.index(NUM_BUFFERS + slot)
+        mbarrier.expect(bar, b_desc.block_type.nbytes, pred=pred)
     b_slot = b_bufs.index(producer % NUM_B_BUFFERS)
     if B_K_MAJOR:
         tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_slot, pred)
@@ -60,8 +90,12 @@ def issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
     """Wait for K-step `consumer`'s tiles, issue its MMA, then retire the step before it."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]
+    SPLIT: gl.constexpr = ready.shape[0] > NUM_BUFFERS  # B has a barrier of its own (ConSan)
     slot = consumer % NUM_BUFFERS
-    mbarrier.wait(ready.index(slot), (consumer // NUM_BUFFERS) & 1)
+    phase = (consumer // NUM_BUFFERS) & 1
+    mbarrier.wait(ready.index(slot), phase)
+    if SPLIT:
+        mbarrier.wait(ready.index(NUM_BUFFERS + slot), phase)
     b = b_bufs.index(consumer % NUM_B_BUFFERS)
     if B_K_MAJOR:
         b = b.permute((1, 0))  # [BLOCK_N, BLOCK_K] tile -> [BLOCK_K, BLOCK_N] view; WGMMA reads it transposed
@@ -107,6 +141,12 @@ def store_tile_in_b_slots(acc, c_desc, b_bufs, first_slot, off_m, off_n):
 # ----------------------------------------------------------------------------------------------
 # Host side: what the ring costs in shared memory
 # ----------------------------------------------------------------------------------------------
+
+
+def barriers_per_slot() -> int:
+    """2 under Triton's concurrency sanitizer, else 1 (see "Barriers per slot" above). Read from
+    the knob Triton itself consults at each launch (TRITON_INSTRUMENTATION_MODE, cached at import)."""
+    return 2 if triton.knobs.compilation.instrumentation_mode == "consan" else 1
 
 
 def require_sm90(kernel: str, device: torch.device) -> None:

@@ -22,8 +22,11 @@ from tritongemm.config import MatmulConfig
 from tritongemm.hopper.descriptors import make_descriptors
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
+    barriers_per_slot,
     check_sequential_fits,
     check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
     issue_loads,
     issue_mma,
     require_sm90,
@@ -41,6 +44,7 @@ def _tma_persistent_kernel(
     # meta-parameters
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     B_K_MAJOR: gl.constexpr,
     num_warps: gl.constexpr,
 ):
@@ -52,9 +56,8 @@ def _tma_persistent_kernel(
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
     # 1. Per-program state, reused by every tile: barriers, counters, accumulator, schedule.
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUFFERS):
-        mbarrier.init(ready.index(i), count=1)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
     producer = 0
     consumer = 0
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
@@ -85,8 +88,7 @@ def _tma_persistent_kernel(
         store_tile(acc, c_desc, c_smem, off_m, off_n)
         tma.store_wait(pendings=0)
 
-    for i in gl.static_range(NUM_BUFFERS):
-        mbarrier.invalidate(ready.index(i))
+    invalidate_barriers(ready)
 
 
 def launch(
@@ -104,5 +106,6 @@ def launch(
     _tma_persistent_kernel[grid](
         desc.a, desc.b, desc.c,
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
-        NUM_BUFFERS=config.num_stages, B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
+        B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
     )  # fmt: skip

@@ -24,7 +24,10 @@ from tritongemm.config import MatmulConfig
 from tritongemm.hopper.descriptors import make_descriptors
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
+    barriers_per_slot,
     check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
     issue_loads,
     issue_mma,
     plan_ring,
@@ -44,6 +47,7 @@ def _tma_persistent_pipelined_kernel(
     # meta-parameters
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     STEAL_B: gl.constexpr,  # stage C in free B slots instead of a buffer of its own
     B_K_MAJOR: gl.constexpr,
     num_warps: gl.constexpr,
@@ -63,9 +67,8 @@ def _tma_persistent_pipelined_kernel(
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_B_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     if not STEAL_B:
         c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUFFERS):
-        mbarrier.init(ready.index(i), count=1)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
     producer = 0
     consumer = 0
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
@@ -120,8 +123,7 @@ def _tma_persistent_pipelined_kernel(
             store_tile(acc, c_desc, c_smem, out_m, out_n)
 
     tma.store_wait(pendings=0)
-    for i in gl.static_range(NUM_BUFFERS):
-        mbarrier.invalidate(ready.index(i))
+    invalidate_barriers(ready)
 
 
 def launch(
@@ -139,6 +141,7 @@ def launch(
     _tma_persistent_pipelined_kernel[grid](
         desc.a, desc.b, desc.c,
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
-        NUM_BUFFERS=config.num_stages, STEAL_B=plan.steal_b, B_K_MAJOR=desc.b_k_major,
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
+        STEAL_B=plan.steal_b, B_K_MAJOR=desc.b_k_major,
         num_warps=config.num_warps,
     )  # fmt: skip

@@ -18,8 +18,11 @@ from tritongemm.config import MatmulConfig
 from tritongemm.hopper.descriptors import make_descriptors
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
+    barriers_per_slot,
     check_sequential_fits,
     check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
     issue_loads,
     issue_mma,
     require_sm90,
@@ -35,6 +38,7 @@ def _tma_pipelined_kernel(
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
     # meta-parameters
     NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     B_K_MAJOR: gl.constexpr,
     num_warps: gl.constexpr,
 ):
@@ -55,9 +59,8 @@ def _tma_pipelined_kernel(
     # 2. The operand ring and its barriers.
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
-    for i in gl.static_range(NUM_BUFFERS):
-        mbarrier.init(ready.index(i), count=1)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
     producer = 0
     consumer = 0
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
@@ -76,8 +79,7 @@ def _tma_pipelined_kernel(
     for _ in gl.static_range(NUM_BUFFERS - 2):
         consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
     mma = mma.wait_num_outstanding(0)
-    for i in gl.static_range(NUM_BUFFERS):
-        mbarrier.invalidate(ready.index(i))
+    invalidate_barriers(ready)
 
     # 6. Epilogue: allocated after the loop, so the allocator may overlap C with the dead ring.
     c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
@@ -96,5 +98,6 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     grid = (triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N),)
     _tma_pipelined_kernel[grid](
         desc.a, desc.b, desc.c,
-        NUM_BUFFERS=config.num_stages, B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
+        B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
     )  # fmt: skip
