@@ -1,0 +1,108 @@
+"""The Gluon kernels compiled for sm_90 on the CPU: Gluon has no interpreter, but Triton's
+compiler and ptxas need no GPU, only a driver that names the target. So CI catches what would
+otherwise first fail on the H100: a kernel that no longer compiles (a non-constexpr
+`static_range` bound, a layout mismatch), a shared-memory plan that the compiler disagrees with,
+or PTX without the instructions the rung is about (TMA, mbarriers, WGMMA).
+
+Each kernel compiles in a fresh process: the stand-in driver must not reach the other tests.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from tritongemm.hopper import TILES
+from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES, plan_ring, sequential_smem_bytes
+
+KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
+# Every default tile with B row-major; the big tile also with B K-major (a transposed weight) and
+# with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot).
+CASES = [(i, False, 1) for i in range(len(TILES))] + [(0, True, 1), (0, False, 2)]
+
+
+def compile_kernel(kernel: str) -> list[dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_gluon_compile; "
+    code += f"print(json.dumps(test_gluon_compile._compile_all({kernel!r})))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class _Sm90Target:
+    """What JITFunction.run asks the driver while compiling (warmup: nothing is launched)."""
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def get_current_target(self):
+        from triton.backends.compiler import GPUTarget
+
+        return GPUTarget("cuda", 90, 32)
+
+
+def _compile_all(kernel: str) -> list[dict]:
+    from triton.runtime.driver import driver
+
+    driver.set_active(_Sm90Target())
+
+    from tritongemm.hopper import pipeline, tma_persistent, tma_persistent_pipelined, tma_pipelined
+    from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.schedulers import scheduler_for
+
+    results = []
+    for tile, b_k_major, per_slot in CASES:
+        config = TILES[tile]
+        M, N, K = 1000, 1504, 704  # rows of 16-byte multiples, as TMA needs
+        a = torch.empty(M, K, dtype=torch.float16)
+        b = torch.empty(N, K, dtype=torch.float16).T if b_k_major else torch.empty(K, N, dtype=torch.float16)
+        c = torch.empty(M, N, dtype=torch.float16)
+        common = dict(NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=per_slot, num_warps=config.num_warps)
+        scheduler = scheduler_for(config.scheduler, config.GROUP_SIZE_M)
+        tiles = (config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
+        if kernel == "tma_persistent_pipelined":
+            plan = pipeline.plan_ring(config, 2)
+            desc = make_descriptors(a, b, c, *tiles, epi_split=plan.epi_split)
+            fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
+            extra = dict(Scheduler=scheduler, STEAL_B=plan.steal_b)
+        else:
+            desc = make_descriptors(a, b, c, *tiles)
+            persistent = kernel == "tma_persistent"
+            fn = tma_persistent._tma_persistent_kernel if persistent else tma_pipelined._tma_pipelined_kernel
+            extra = dict(Scheduler=scheduler) if persistent else {}
+        compiled = fn.warmup(desc.a, desc.b, desc.c, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
+        ptx = compiled.asm["ptx"]
+        instructions = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
+        results.append(
+            dict(
+                case=[tile, b_k_major, per_slot],
+                b_k_major=desc.b_k_major,
+                shared=compiled.metadata.shared,
+                missing=[name for name in instructions if name not in ptx],
+            )
+        )
+    return results
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_gluon_kernel_compiles_for_sm90(kernel):
+    for result in compile_kernel(kernel):
+        tile, b_k_major, per_slot = result["case"]
+        config = TILES[tile]
+        label = f"{kernel} {config.short()} b_k_major={b_k_major} barriers/slot={per_slot}"
+        assert result["b_k_major"] == b_k_major, label
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        # The plan is what the host checks before launching; the compiler must agree with it.
+        if kernel == "tma_persistent_pipelined":
+            planned = plan_ring(config, 2).smem_bytes
+        else:
+            planned = sequential_smem_bytes(config, 2)
+        assert planned <= result["shared"] <= planned + _SMEM_SLACK_BYTES, f"{label}: {result['shared']} bytes"
+        assert result["shared"] <= H100_SHARED_MEMORY_BYTES, label
