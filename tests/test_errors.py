@@ -166,11 +166,13 @@ _TWO_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= 2
 
 
 @pytest.mark.skipif(not _TWO_GPUS, reason="needs 2 GPUs: tensors on one while the other is the current device")
-@pytest.mark.parametrize("kernel", ["auto", "naive", "persistent"])
+@pytest.mark.parametrize("kernel", [k["name"] for k in tritongemm.kernels() if k["available"]] + ["auto"])
 def test_operands_on_a_gpu_that_is_not_the_current_one(kernel):
+    """The kernel must run on the operands' GPU (its SM count, its stream), not the current one."""
     for data_device, current in ((0, 1), (1, 0)):
-        a_ = torch.randn(130, 70, device=f"cuda:{data_device}", dtype=torch.float16)
-        b_ = torch.randn(70, 90, device=f"cuda:{data_device}", dtype=torch.float16)
+        # K = 72 and N = 96: rows of 16-byte multiples, so the TMA kernels take them as they are.
+        a_ = torch.randn(130, 72, device=f"cuda:{data_device}", dtype=torch.float16)
+        b_ = torch.randn(72, 96, device=f"cuda:{data_device}", dtype=torch.float16)
         with torch.cuda.device(current):
             c = tritongemm.matmul(a_, b_, kernel=kernel)
             torch.cuda.synchronize(data_device)
@@ -182,3 +184,6 @@ def test_operands_on_a_gpu_that_is_not_the_current_one(kernel):
 def test_operands_on_two_gpus():
     with pytest.raises(ValueError, match=r"same device, but got a on cuda:0 and b on cuda:1"):
         tritongemm.matmul(torch.randn(3, 2, device="cuda:0"), torch.randn(2, 5, device="cuda:1"))
+    with pytest.raises(ValueError, match=r"expected out to be on cuda:0, like the operands, but it is on cuda:1"):
+        a, b = torch.randn(3, 2, device="cuda:0"), torch.randn(2, 5, device="cuda:0")
+        tritongemm.matmul(a, b, out=torch.empty(3, 5, device="cuda:1"))
