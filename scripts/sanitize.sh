@@ -9,6 +9,7 @@
 # Logs go to $OUT (or ./sanitize-logs).
 # Usage: bash scripts/sanitize.sh [memcheck|racecheck|synccheck|consan ...]   (default: all four)
 # SANITIZE_FULL=1 runs racecheck, synccheck and ConSan over every case, as memcheck does.
+# SANITIZE_KERNELS="a b" limits ConSan to those kernels (default: every kernel this GPU runs).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1 PYTORCH_NO_CUDA_MEMORY_CACHING=1
@@ -17,7 +18,7 @@ mkdir -p "$out"
 limit=${SANITIZE_TIMEOUT:-240}
 tools=("${@:-memcheck racecheck synccheck consan}")
 read -r -a tools <<<"${tools[*]}"
-kernels=$(python3 -c "import tritongemm; print(' '.join(k['name'] for k in tritongemm.kernels() if k['available']))")
+kernels=${SANITIZE_KERNELS:-$(python3 -c "import tritongemm; print(' '.join(k['name'] for k in tritongemm.kernels() if k['available']))")}
 start=$SECONDS
 
 for tool in "${tools[@]}"; do

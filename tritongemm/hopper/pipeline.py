@@ -23,7 +23,7 @@ Barriers per slot. On the hardware one barrier per slot is enough: `expect` anno
 of both tiles and the phase completes when both loads have landed. Triton 3.6's concurrency
 sanitizer (ConSan) models each TMA load as one arrival and ignores `expect`, so it calls that
 barrier over-arrived and reports a deadlock (triton-lang/triton#9046; scripts/consan_probe.py
-shows it on a 10-line kernel). Under ConSan the kernels therefore give A and B a barrier each
+shows it on a one-barrier kernel). Under ConSan the kernels therefore give A and B a barrier each
 (`barriers_per_slot`): the ring, its phases and every buffer's reuse stay exactly as they are, so
 ConSan checks the same pipeline, and the hardware path is unchanged.
 
@@ -49,6 +49,7 @@ from tritongemm.config import MatmulConfig
 
 @gluon.jit
 def init_barriers(bars):
+    """Initialize every barrier of a [count, 1] allocation, before any load uses one."""
     COUNT: gl.constexpr = bars.shape[0]
     for i in gl.static_range(COUNT):
         mbarrier.init(bars.index(i), count=1)  # one arrival a phase: the `expect` of its loads
@@ -56,9 +57,17 @@ def init_barriers(bars):
 
 @gluon.jit
 def invalidate_barriers(bars):
+    """Retire every barrier once no copy can still arrive on it, so its memory may be reused."""
     COUNT: gl.constexpr = bars.shape[0]
     for i in gl.static_range(COUNT):
         mbarrier.invalidate(bars.index(i))
+
+
+@gluon.constexpr_function
+def _b_has_own_barrier(ready, NUM_BUFFERS):
+    """`ready` holds one barrier per slot, or two under ConSan (A's, then B's)."""
+    assert ready.shape[0] in (NUM_BUFFERS, 2 * NUM_BUFFERS), f"{ready.shape[0]} barriers for {NUM_BUFFERS} slots"
+    return ready.shape[0] == 2 * NUM_BUFFERS
 
 
 @gluon.jit
@@ -66,22 +75,24 @@ def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs
     """Request the A and B tiles of K-step `producer` (at column k) into its ring slot."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
-    SPLIT: gl.constexpr = ready.shape[0] > NUM_BUFFERS  # a barrier each for A and B (ConSan)
+    B_OWN_BARRIER: gl.constexpr = _b_has_own_barrier(ready, NUM_BUFFERS)
+    # Barriers belong to K-steps, not buffers: step i completes on barrier i % NUM_BUFFERS (and
+    # NUM_BUFFERS + that for B), wherever its B tile lands in a ring with stolen slots.
     slot = producer % NUM_BUFFERS
-    bar = ready.index(slot)
-    if SPLIT:
-        mbarrier.expect(bar, a_desc.block_type.nbytes, pred=pred)
+    a_bar = ready.index(slot)
+    if B_OWN_BARRIER:
+        b_bar = ready.index(NUM_BUFFERS + slot)
+        mbarrier.expect(a_bar, a_desc.block_type.nbytes, pred=pred)
+        mbarrier.expect(b_bar, b_desc.block_type.nbytes, pred=pred)
     else:
-        mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_bufs.index(slot), pred)
-    if SPLIT:
-        bar = ready.index(NUM_BUFFERS + slot)
-        mbarrier.expect(bar, b_desc.block_type.nbytes, pred=pred)
+        b_bar = a_bar
+        mbarrier.expect(a_bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+    tma.async_copy_global_to_shared(a_desc, [off_m, k], a_bar, a_bufs.index(slot), pred)
     b_slot = b_bufs.index(producer % NUM_B_BUFFERS)
     if B_K_MAJOR:
-        tma.async_copy_global_to_shared(b_desc, [off_n, k], bar, b_slot, pred)
+        tma.async_copy_global_to_shared(b_desc, [off_n, k], b_bar, b_slot, pred)
     else:
-        tma.async_copy_global_to_shared(b_desc, [k, off_n], bar, b_slot, pred)
+        tma.async_copy_global_to_shared(b_desc, [k, off_n], b_bar, b_slot, pred)
     return producer + 1
 
 
@@ -90,11 +101,10 @@ def issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
     """Wait for K-step `consumer`'s tiles, issue its MMA, then retire the step before it."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]
-    SPLIT: gl.constexpr = ready.shape[0] > NUM_BUFFERS  # B has a barrier of its own (ConSan)
     slot = consumer % NUM_BUFFERS
     phase = (consumer // NUM_BUFFERS) & 1
     mbarrier.wait(ready.index(slot), phase)
-    if SPLIT:
+    if _b_has_own_barrier(ready, NUM_BUFFERS):
         mbarrier.wait(ready.index(NUM_BUFFERS + slot), phase)
     b = b_bufs.index(consumer % NUM_B_BUFFERS)
     if B_K_MAJOR:
@@ -139,7 +149,7 @@ def store_tile_in_b_slots(acc, c_desc, b_bufs, first_slot, off_m, off_n):
 
 
 # ----------------------------------------------------------------------------------------------
-# Host side: what the ring costs in shared memory
+# Host side: what the kernels need from the GPU and the config
 # ----------------------------------------------------------------------------------------------
 
 
@@ -175,10 +185,14 @@ def _capability(device_index: int) -> tuple[int, int]:
     return torch.cuda.get_device_capability(device_index)
 
 
+# ----------------------------------------------------------------------------------------------
+# Host side: what the ring costs in shared memory
+# ----------------------------------------------------------------------------------------------
+
 # Every sm_90 part (H100 SXM/PCIe, H200): 227 KB of shared memory per block once opted in
 # (cudaDevAttrMaxSharedMemoryPerBlockOptin).
 H100_SHARED_MEMORY_BYTES = 232448
-# Barriers (8 B per slot) and the allocator's 1 KB alignment of swizzled buffers.
+# Barriers (8 B per slot, 16 B under ConSan) and the allocator's 1 KB alignment of swizzled buffers.
 _SMEM_SLACK_BYTES = 2048
 
 
