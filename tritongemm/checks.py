@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.registry import KernelInfo, sm_name
 
@@ -63,7 +64,7 @@ def check_device(kernel: KernelInfo, device: torch.device) -> None:
         )
     if device.type != "cuda":
         raise ValueError(f"matmul: expected CUDA tensors, but got tensors on {device}")
-    have = sm_name(torch.cuda.get_device_capability(device))
+    have = sm_name(device_info.capability(device))
     raise ValueError(
         f"matmul: kernel {kernel.name!r} needs a GPU of compute capability {kernel.capability_range()}, "
         f"but {device} is {have}"

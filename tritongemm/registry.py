@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 
 # launch(a, b, c, config): a (M, K), b (K, N), c (M, N), all of one dtype on one device, already
@@ -43,7 +44,7 @@ class KernelInfo:
             return self.interpretable and interpreter_active()
         if device.type != "cuda":
             return False
-        capability = torch.cuda.get_device_capability(device)
+        capability = device_info.capability(device)
         return self.min_capability <= capability <= (self.max_capability or capability)
 
     def capability_range(self) -> str:

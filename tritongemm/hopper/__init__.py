@@ -10,10 +10,10 @@ Importing this package makes no CUDA call; the kernels compile on first launch.
 
 import torch
 
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
 from tritongemm.hopper.descriptors import prepare_operands, tma_unsupported_reason
-from tritongemm.hopper.schedulers import sm_count
 from tritongemm.registry import KernelInfo, register
 
 # Tiles, largest first. Kernel-only bf16 TFLOP/s of tma_persistent_pipelined on the H100 (CUDA
@@ -55,7 +55,7 @@ def _num_tiles(M: int, N: int, config: MatmulConfig) -> int:
 def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
     """The registry's hook. Without a CUDA device (tools, CPU tests) it answers for an H100 SXM."""
     device = torch.device(device)
-    return choose_config(M, N, sm_count(device) if device.type == "cuda" else H100_SMS)
+    return choose_config(M, N, device_info.sm_count(device) if device.type == "cuda" else H100_SMS)
 
 
 _COMMON = dict(

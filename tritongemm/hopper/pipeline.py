@@ -31,7 +31,6 @@ B layout. ``B_K_MAJOR`` means B arrived as the transpose of an (N, K) row-major 
 tiles are [BLOCK_N, BLOCK_K] and the MMA reads a transposed view of them (no copy anywhere).
 """
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -40,6 +39,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 
 # ----------------------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ def barriers_per_slot() -> int:
 def require_sm90(kernel: str, device: torch.device) -> None:
     """WGMMA exists on sm_90 alone (Blackwell has tcgen05 instead): say so before the compiler
     fails obscurely."""
-    major, minor = _capability(device.index if device.index is not None else torch.cuda.current_device())
+    major, minor = device_info.capability(device)
     if (major, minor) != (9, 0):
         raise RuntimeError(f"{kernel}: needs an sm_90 (Hopper) GPU for WGMMA, but {device} is sm_{major}{minor}")
 
@@ -178,11 +178,6 @@ def check_wgmma_tile(kernel: str, config: MatmulConfig) -> None:
         )
     if config.BLOCK_N > 256:
         raise ValueError(f"{kernel}: BLOCK_N must be <= 256 (the widest WGMMA), but got {config.BLOCK_N}")
-
-
-@functools.cache
-def _capability(device_index: int) -> tuple[int, int]:
-    return torch.cuda.get_device_capability(device_index)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -15,10 +15,11 @@ records what a kernel computes and compares it with `tile_order.schedule`.
 # No `from __future__ import annotations`: aggregates check field types against real annotations.
 import functools
 
-import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.language.core import _aggregate as aggregate
+
+from tritongemm import device_info
 
 
 @aggregate
@@ -117,21 +118,11 @@ def scheduler_for(scheduler: str, group_size_m: int):
     raise ValueError(f"scheduler_for: scheduler must be 'grouped' or 'chunked', but got {scheduler!r}")
 
 
-def sm_count(device: torch.device) -> int:
-    """Streaming multiprocessors of a CUDA device (132 on an H100 SXM)."""
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
 def num_persistent_programs(num_tiles: int, device, num_programs: int | None = None) -> int:
     """P = min(#SMs, #tiles): one program per SM, none idle when tiles are few. `num_programs`
     overrides the SM count (tests use it to give each program several tiles on small shapes)."""
     if num_programs is None:
-        num_programs = sm_count(device)
+        num_programs = device_info.sm_count(device)
     if num_programs < 1:
         raise ValueError(f"num_programs must be >= 1, but got {num_programs}")
     return max(1, min(num_programs, num_tiles))

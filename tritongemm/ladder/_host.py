@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig, default_config
 
 _INT32_LIMIT = 2**31
@@ -60,7 +61,7 @@ def sm_count(device: torch.device) -> int:
     """Programs a persistent kernel launches at most: one per SM on a GPU. The interpreter has no
     SMs; 4 'virtual SMs' keep several tiles per program in the small CPU test shapes."""
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return device_info.sm_count(device)
     return 4
 
 
