@@ -6,7 +6,7 @@ in the kernel source.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -41,10 +41,20 @@ class MatmulConfig:
             raise ValueError(f"MatmulConfig: scheduler must be one of {SCHEDULERS}, but got {self.scheduler!r}")
 
     def meta(self) -> dict:
-        """The tile meta-parameters as keyword arguments for a ``@triton.jit`` launch."""
-        d = asdict(self)
-        del d["scheduler"]
-        return d
+        """The tile meta-parameters as keyword arguments for a ``@triton.jit`` launch (per call:
+        a plain dict, as `dataclasses.asdict` deep-copies every field)."""
+        return dict(
+            BLOCK_M=self.BLOCK_M,
+            BLOCK_N=self.BLOCK_N,
+            BLOCK_K=self.BLOCK_K,
+            GROUP_SIZE_M=self.GROUP_SIZE_M,
+            num_warps=self.num_warps,
+            num_stages=self.num_stages,
+        )
+
+    def num_tiles(self, M: int, N: int) -> int:
+        """Output tiles of an M x N result (partial tiles count)."""
+        return -(-M // self.BLOCK_M) * -(-N // self.BLOCK_N)
 
     def short(self) -> str:
         """A compact label for tables, e.g. ``128x256x64 g8 w8 s3``."""
@@ -66,6 +76,12 @@ def _is_power_of_two(value) -> bool:
 INTERPRETER_CONFIG = MatmulConfig(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=4, num_warps=4, num_stages=1)
 
 
+FP32_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+BIG_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+MID_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+SMALL_CONFIG = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+
+
 def default_config(dtype: torch.dtype, M: int, N: int, K: int, *, num_sms: int, interpret: bool) -> MatmulConfig:
     """A config for the `triton.language` rungs on Hopper-class GPUs (or the interpreter).
 
@@ -76,15 +92,9 @@ def default_config(dtype: torch.dtype, M: int, N: int, K: int, *, num_sms: int, 
     if interpret:
         return INTERPRETER_CONFIG
     if dtype == torch.float32:
-        return MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
-    big = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
-    if _num_tiles(M, N, big) >= num_sms:
-        return big
-    mid = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
-    if M > 64 and _num_tiles(M, N, mid) >= num_sms // 2:
-        return mid
-    return MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
-
-
-def _num_tiles(M: int, N: int, config: MatmulConfig) -> int:
-    return -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
+        return FP32_CONFIG
+    if BIG_CONFIG.num_tiles(M, N) >= num_sms:
+        return BIG_CONFIG
+    if M > 64 and MID_CONFIG.num_tiles(M, N) >= num_sms // 2:
+        return MID_CONFIG
+    return SMALL_CONFIG

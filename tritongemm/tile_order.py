@@ -50,17 +50,9 @@ def column_major_tile(pid, num_pid_m):
     return pid % num_pid_m, pid // num_pid_m
 
 
-def chunked_tile(pid, num_pid_m):
-    """Tile of the Gluon row-major persistent scheduler: each program owns a contiguous chunk of
-    tile ids, delinearized along M first (so a chunk walks down a column of C)."""
-    return pid % num_pid_m, pid // num_pid_m
-
-
-def chunk_bounds(program, num_programs, num_tiles):
-    """[start, end) of the tile ids that ``program`` owns under the chunked scheduler."""
-    per_program = cdiv(num_tiles, num_programs)
-    start = program * per_program
-    return start, np.minimum(start + per_program, num_tiles)
+# The chunked persistent scheduler gives each program a contiguous range of tile ids and
+# delinearizes them the same way, along M first, so a program's chunk walks down a column of C.
+chunked_tile = column_major_tile
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,9 @@ def choose_config(M: int, N: int, num_sms: int) -> MatmulConfig:
     """The largest tile that gives at least 90% of the SMs a tile, else the one with the most
     tiles (pure: CPU-testable). K does not enter: every K-step costs the same per tile."""
     for config in TILES:
-        if _num_tiles(M, N, config) >= _MIN_BUSY_SMS * num_sms:
+        if config.num_tiles(M, N) >= _MIN_BUSY_SMS * num_sms:
             return config
     return TILES[-1]
-
-
-def _num_tiles(M: int, N: int, config: MatmulConfig) -> int:
-    return -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
 
 
 def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:

@@ -124,7 +124,7 @@ def empty_output(M: int, N: int, dtype: torch.dtype, device: torch.device) -> to
     """An uninitialized (M, N) output the TMA kernels can store to for any N: contiguous when
     N * element size is a multiple of 16 bytes, else a view of storage whose rows are padded to
     16 bytes (the padding is overwritten with junk by the stores)."""
-    per_chunk = _TMA_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    per_chunk = _TMA_ALIGN_BYTES // dtype.itemsize
     padded_n = -(-N // per_chunk) * per_chunk
     storage = torch.empty((M, padded_n), dtype=dtype, device=device)
     return storage if padded_n == N else storage[:, :N]

@@ -31,6 +31,7 @@ B layout. ``B_K_MAJOR`` means B arrived as the transpose of an (N, K) row-major 
 tiles are [BLOCK_N, BLOCK_K] and the MMA reads a transposed view of them (no copy anywhere).
 """
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -233,6 +234,7 @@ def check_sequential_fits(
         )
 
 
+@functools.cache  # a function of a frozen config: asked on every launch of rung 6
 def plan_ring(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> RingPlan:
     """Own C buffer if it fits next to the ring, else steal B slots; raise if neither fits."""
     if config.num_stages < 2:

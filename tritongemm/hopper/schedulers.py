@@ -7,7 +7,7 @@ tiles. Both schedulers have the same interface, so a kernel takes the class as a
     for idx in range(scheduler.get_num_tiles()):
         pid_m, pid_n = scheduler.get_tile(idx)
 
-The formulas are Gluon copies of `tritongemm.tile_order` (`chunked_tile` + `chunk_bounds`, and
+The formulas are Gluon copies of `tritongemm.tile_order` (the "chunked" ordering, and
 `grouped_tile` on the strided tile ids of the "persistent" ordering); tests/gpu/test_hopper.py
 records what a kernel computes and compares it with `tile_order.schedule`.
 """

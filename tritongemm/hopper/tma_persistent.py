@@ -13,7 +13,6 @@ each tile: the next tile's loads may not land in C's bytes before the store has 
 """
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
@@ -101,7 +100,7 @@ def launch(
     M, N = c.shape
     check_sequential_fits("tma_persistent", config, a.element_size())
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
-    num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
+    num_tiles = config.num_tiles(M, N)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
     _tma_persistent_kernel[grid](
         desc.a, desc.b, desc.c,

@@ -15,7 +15,6 @@ store just before its first new load.
 """
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
@@ -136,7 +135,7 @@ def launch(
     M, N = c.shape
     plan = plan_ring(config, a.element_size())
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=plan.epi_split)
-    num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
+    num_tiles = config.num_tiles(M, N)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
     _tma_persistent_pipelined_kernel[grid](
         desc.a, desc.b, desc.c,

@@ -9,7 +9,6 @@ its own prologue, drain and store, which small K cannot amortize.
 """
 
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
@@ -95,7 +94,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     M, N = c.shape
     check_sequential_fits("tma_pipelined", config, a.element_size())
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
-    grid = (triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N),)
+    grid = (config.num_tiles(M, N),)
     _tma_pipelined_kernel[grid](
         desc.a, desc.b, desc.c,
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),

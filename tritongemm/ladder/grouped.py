@@ -99,7 +99,7 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
         with _AUTOTUNE_LOCK:
             _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **common)
         return
-    grid = (triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N),)
+    grid = (config.num_tiles(M, N),)
     _grouped_kernel[grid](*_host.gemm_args(a, b, c), **common, **config.meta())
 
 

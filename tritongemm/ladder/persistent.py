@@ -71,7 +71,7 @@ def _persistent_kernel(
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
     M, N = c.shape
-    num_tiles = triton.cdiv(M, config.BLOCK_M) * triton.cdiv(N, config.BLOCK_N)
+    num_tiles = config.num_tiles(M, N)
     num_sms = _host.sm_count(c.device)
     _persistent_kernel[(min(num_sms, num_tiles),)](
         *_host.gemm_args(a, b, c),
