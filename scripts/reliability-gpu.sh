@@ -38,7 +38,7 @@ if has pytest || has fuzz; then
   python3 - "$logs/fuzz" <<'EOF' | tee "$logs/fuzz-summary.txt"
 import collections, glob, json, sys
 rows = [json.loads(line) for f in glob.glob(f"{sys.argv[1]}/*.jsonl") for line in open(f)]
-by = collections.Counter((eval(r["case"].split("kernel=")[1].split(",")[0]), r["ok"]) for r in rows)
+by = collections.Counter((r["kernel"], r["ok"]) for r in rows)
 print(f"fuzz: {len(rows)} cases, {sum(r['ok'] for r in rows)} passed, {sum(not r['ok'] for r in rows)} failed")
 for kernel in sorted({k for k, _ in by}):
     print(f"  {kernel}: {by[kernel, True]} passed, {by[kernel, False]} failed")

@@ -293,7 +293,8 @@ FUZZ_LOG = os.environ.get("FUZZ_LOG")
 def _log(case: FuzzCase, error: str | None, seconds: float) -> None:
     if FUZZ_LOG:
         os.makedirs(FUZZ_LOG, exist_ok=True)
-        line = json.dumps({"case": repr(case), "ok": error is None, "error": error, "seconds": round(seconds, 3)})
+        record = {"case": repr(case), "kernel": case.kernel, "dtype": case.dtype}
+        line = json.dumps(record | {"ok": error is None, "error": error, "seconds": round(seconds, 3)})
         with open(os.path.join(FUZZ_LOG, f"cases-{os.getpid()}.jsonl"), "a") as f:
             f.write(line + "\n")
 
