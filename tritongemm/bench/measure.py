@@ -62,8 +62,7 @@ def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device) 
 def input_sets(problem: Problem, device, l2_bytes: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(a, b, out) triples: enough of them that cycling through all spans twice the L2."""
     dtype = getattr(torch, problem.dtype)
-    set_bytes = (problem.M * problem.K + problem.K * problem.N + problem.M * problem.N) * dtype.itemsize
-    count = min(_MAX_SETS, max(1, math.ceil(2 * l2_bytes / max(set_bytes, 1))))
+    count = min(_MAX_SETS, max(1, math.ceil(2 * l2_bytes / max(problem.bytes, 1))))
     ta, tb = problem.layout[0] == "t", problem.layout[1] == "t"
     return [
         (
@@ -95,9 +94,7 @@ def cpu_timer(fn: Callable[[], None], use_graph: bool) -> float:
 
 
 def wants_graph(problem: Problem) -> bool:
-    itemsize = getattr(torch, problem.dtype).itemsize
-    moved = (problem.M * problem.K + problem.K * problem.N + problem.M * problem.N) * itemsize
-    estimate_ms = max(problem.flops / (_EST_TFLOPS * 1e12), moved / (_EST_TBPS * 1e12)) * 1e3
+    estimate_ms = max(problem.flops / (_EST_TFLOPS * 1e12), problem.bytes / (_EST_TBPS * 1e12)) * 1e3
     return estimate_ms < GRAPH_BELOW_MS
 
 

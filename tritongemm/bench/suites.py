@@ -6,6 +6,8 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+import torch
+
 from tritongemm.config import MatmulConfig
 
 LAYOUTS = ("nn", "nt", "tn", "tt")  # n: operand stored as its shape says; t: a transposed view
@@ -22,6 +24,12 @@ class Problem:
     @property
     def flops(self) -> int:
         return 2 * self.M * self.N * self.K
+
+    @property
+    def bytes(self) -> int:
+        """a, b and c once each: the least a GEMM moves."""
+        itemsize = getattr(torch, self.dtype).itemsize
+        return (self.M * self.K + self.K * self.N + self.M * self.N) * itemsize
 
     def label(self) -> str:
         return f"{self.M}x{self.N}x{self.K}"
