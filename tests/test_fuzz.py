@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 
 import tritongemm
 from tritongemm.config import INTERPRETER_CONFIG, MatmulConfig
+from tritongemm.plan import Plan
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 _IS_SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
@@ -349,14 +350,14 @@ def test_repro_line_replays_the_same_case():
 
 def test_a_wrong_result_is_caught_with_its_reproduction(monkeypatch):
     """The checks fire: a kernel that skips the last column of C fails, naming the case."""
-    real = tritongemm.api._matmul
+    real = Plan.run
 
-    def drop_last_column(a, b, out, info, config):
-        result = real(a, b, out, info, config)
+    def drop_last_column(plan, a, b, out):
+        result = real(plan, a, b, out)
         result[:, -1:] = math.nan if out is not None else 0
         return result
 
-    monkeypatch.setattr(tritongemm.api, "_matmul", drop_last_column)
+    monkeypatch.setattr(Plan, "run", drop_last_column)
     case = FuzzCase("naive", "float32", 9, 9, 9, out=Layout(pad=3), config=MatmulConfig(16, 16, 16))
     with pytest.raises(AssertionError, match=r"not written[\s\S]*reproduce: FUZZ_CASE="):
         check(case)

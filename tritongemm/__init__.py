@@ -8,8 +8,10 @@ pipelines, all behind one API.
     >>> c = tritongemm.matmul(a, b, kernel="grouped")   # one rung of the ladder
 """
 
+from tritongemm import ops  # noqa: F401  registers torch.ops.tritongemm.*
 from tritongemm.api import kernels, matmul
 from tritongemm.config import MatmulConfig
+from tritongemm.plan import PLANS as plans
 
-__all__ = ["matmul", "kernels", "MatmulConfig"]
+__all__ = ["matmul", "kernels", "MatmulConfig", "plans"]
 __version__ = "0.1.0"

@@ -29,9 +29,16 @@ def check_operands(a, b) -> None:
                 f"matmul: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported; "
                 f"pass {name}.to_dense()"
             )
-        if t.dim() != 2:
+        if name == "a" and t.dim() < 2:
             raise ValueError(
-                f"matmul: expected {name} to be a 2D tensor, but got a {t.dim()}D tensor of shape {tuple(t.shape)}"
+                "matmul: expected a to have 2 or more dimensions, (..., M, K), but got a "
+                f"{t.dim()}D tensor of shape {tuple(t.shape)}"
+            )
+        if name == "b" and t.dim() != 2:
+            batched = f" (with a of shape {tuple(a.shape)}); batched GEMM, a 3D b, is not supported yet"
+            raise ValueError(
+                f"matmul: expected b to be a 2D tensor (K, N), but got a {t.dim()}D tensor of shape "
+                f"{tuple(t.shape)}{batched if t.dim() > 2 else ''}"
             )
         if t.dtype not in SUPPORTED_DTYPES:
             raise TypeError(
@@ -46,7 +53,7 @@ def check_operands(a, b) -> None:
         raise ValueError(
             f"matmul: expected a and b to be on the same device, but got a on {a.device} and b on {b.device}"
         )
-    if a.shape[1] != b.shape[0]:
+    if a.shape[-1] != b.shape[0]:
         raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(a)} and {_shape(b)})")
 
 
@@ -91,25 +98,14 @@ def check_config(kernel: KernelInfo, config) -> None:
     raise TypeError(f"matmul: expected config to be None, a MatmulConfig or 'autotune', but got {config!r}")
 
 
-def check_out(out, a: torch.Tensor, b: torch.Tensor) -> None:
-    if not isinstance(out, torch.Tensor):
-        raise TypeError(f"matmul: expected out to be a torch.Tensor, but got {type(out).__name__}")
-    if out.layout != torch.strided:
-        raise TypeError(f"matmul: out has layout {out.layout}, but only a dense (torch.strided) out is supported")
-    expected = (a.shape[0], b.shape[1])
-    if tuple(out.shape) != expected:
-        raise ValueError(f"matmul: expected out to have shape {expected}, but got {tuple(out.shape)}")
+def check_out(out, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, ...] | None = None) -> None:
+    """What the problem's geometry decides about out (checked once per launch plan). `shape`: the
+    result's, when a is N-D; else (M, N)."""
+    check_out_shape(out, shape or (a.shape[0], b.shape[1]))
     if out.dtype != a.dtype:
         raise TypeError(f"matmul: expected out to have dtype {_dtype_name(a.dtype)}, but got {_dtype_name(out.dtype)}")
     if out.device != a.device:
         raise ValueError(f"matmul: expected out to be on {a.device}, like the operands, but it is on {out.device}")
-    # As torch.matmul: with an input that requires grad the result would silently have no grad_fn.
-    needs_grad = [name for name, t in (("out", out), ("a", a), ("b", b)) if t.requires_grad]
-    if needs_grad and torch.is_grad_enabled():
-        raise RuntimeError(
-            "matmul: out=... arguments don't support automatic differentiation, but "
-            f"{' and '.join(needs_grad)} {'requires' if len(needs_grad) == 1 else 'require'} grad"
-        )
     if out.is_neg():
         raise ValueError(
             "matmul: out is a negated view (out.is_neg(), e.g. the .imag of a conjugate), which the kernels "
@@ -119,6 +115,26 @@ def check_out(out, a: torch.Tensor, b: torch.Tensor) -> None:
         raise ValueError(
             f"matmul: out has strides {out.stride()} for shape {tuple(out.shape)}, so several of its elements share "
             f"memory; expected an out whose elements are all distinct"
+        )
+
+
+def check_out_shape(out, expected: tuple[int, ...]) -> None:
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"matmul: expected out to be a torch.Tensor, but got {type(out).__name__}")
+    if out.layout != torch.strided:
+        raise TypeError(f"matmul: out has layout {out.layout}, but only a dense (torch.strided) out is supported")
+    if tuple(out.shape) != tuple(expected):
+        raise ValueError(f"matmul: expected out to have shape {tuple(expected)}, but got {tuple(out.shape)}")
+
+
+def check_out_call(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
+    """What only this call's tensors decide about out (checked on every call): autograd and aliasing."""
+    # As torch.matmul: with an input that requires grad the result would silently have no grad_fn.
+    if torch.is_grad_enabled() and (out.requires_grad or a.requires_grad or b.requires_grad):
+        needs_grad = [name for name, t in (("out", out), ("a", a), ("b", b)) if t.requires_grad]
+        raise RuntimeError(
+            "matmul: out=... arguments don't support automatic differentiation, but "
+            f"{' and '.join(needs_grad)} {'requires' if len(needs_grad) == 1 else 'require'} grad"
         )
     for name, t in (("a", a), ("b", b)):
         if overlaps(out, t):

@@ -6,6 +6,7 @@ in the kernel source.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import torch
@@ -65,6 +66,22 @@ class MatmulConfig:
 
     def with_(self, **changes) -> MatmulConfig:
         return replace(self, **changes)
+
+    @classmethod
+    def parse(cls, label: str) -> MatmulConfig:
+        """The inverse of `short()`: how a config travels through a torch operator, whose
+        arguments can be strings but not Python objects."""
+        match = _LABEL.fullmatch(label.strip()) if isinstance(label, str) else None
+        if match is None:
+            raise ValueError(
+                f"MatmulConfig.parse: expected a label like '128x256x64 g8 w8 s3' (MatmulConfig.short()), "
+                f"but got {label!r}"
+            )
+        m, n, k, group, warps, stages, scheduler = match.groups()
+        return cls(int(m), int(n), int(k), int(group), int(warps), int(stages), scheduler or "grouped")
+
+
+_LABEL = re.compile(r"(\d+)x(\d+)x(\d+) g(\d+) w(\d+) s(\d+)(?: (grouped|chunked))?")
 
 
 def _is_power_of_two(value) -> bool:

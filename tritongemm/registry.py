@@ -17,6 +17,17 @@ from tritongemm.config import MatmulConfig
 # launch(a, b, c, config): a (M, K), b (K, N), c (M, N), all of one dtype on one device, already
 # validated by the API, with M, N, K > 0. Writes every element of c.
 Launcher = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, MatmulConfig], None]
+# plan(a, b, c, config) -> launch(a, b, c): the same, split in two: everything that depends only
+# on the geometry (checks, grid, meta-parameters, compilation) done once, and a launcher for any
+# tensors of that geometry (same shapes, strides, dtype, device and 16-byte alignment).
+Planner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, MatmulConfig], Callable[..., None]]
+
+
+def plain_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None):
+    """The preparation of kernels without layout rules: operands as given, out or a new c."""
+    if out is not None:
+        return lambda a, b, out: (a, b, out)
+    return lambda a, b, out: (a, b, new_output(a, b))
 
 
 @dataclass(frozen=True)
@@ -28,14 +39,16 @@ class KernelInfo:
     interpretable: bool  # runs under TRITON_INTERPRET=1 on CPU tensors
     min_capability: tuple[int, int]  # oldest CUDA compute capability it compiles for
     launch: Launcher
+    plan: Planner
     default_config: Callable[[torch.dtype, int, int, int, torch.device], MatmulConfig]
     # Why this kernel can't take these operands as they are (None = it can), e.g. TMA alignment;
     # kernel="auto" passes such operands over to a kernel that can.
     unsupported_reason: Callable[[torch.Tensor, torch.Tensor], str | None] = lambda a, b: None
-    # prepare(a, b, out) -> (a, b, c): what `launch` gets. A kernel with layout rules returns
-    # copies of the operands that break them, and a c of its own when it can't write to out
-    # (None: no out given), which `matmul` then copies into out.
-    prepare: Callable = lambda a, b, out: (a, b, out if out is not None else new_output(a, b))
+    # plan_operands(a, b, out) -> prepare(a, b, out) -> (a, b, c): what `launch` gets, decided once
+    # per geometry. A kernel with layout rules prepares copies of the operands that break them,
+    # and a c of its own when it can't write to out (None: no out given), which `matmul` then
+    # copies into out.
+    plan_operands: Callable = plain_operands
     # Newest capability it runs on, for instructions a later architecture dropped (WGMMA: sm_90 only).
     max_capability: tuple[int, int] | None = None
 
@@ -67,7 +80,7 @@ class KernelInfo:
 
 
 def new_output(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return torch.empty((a.shape[0], b.shape[1]), dtype=a.dtype, device=a.device)
+    return a.new_empty((a.shape[0], b.shape[1]))  # 1 us less than torch.empty(..., dtype=, device=)
 
 
 def sm_name(capability: tuple[int, int]) -> str:

@@ -13,7 +13,7 @@ import torch
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
-from tritongemm.hopper.descriptors import prepare_operands, tma_unsupported_reason
+from tritongemm.hopper.descriptors import plan_operands, tma_unsupported_reason
 from tritongemm.registry import KernelInfo, register
 
 # Tiles, largest first. Kernel-only bf16 TFLOP/s of tma_persistent_pipelined on the H100 (CUDA
@@ -61,7 +61,7 @@ _COMMON = dict(
     max_capability=(9, 0),  # ... and WGMMA is Hopper's alone: Blackwell has tcgen05 instead
     default_config=default_config,
     unsupported_reason=tma_unsupported_reason,
-    prepare=prepare_operands,
+    plan_operands=plan_operands,
 )
 
 register(
@@ -70,6 +70,7 @@ register(
         rung=4,
         idea="TMA loads into a ring of smem buffers on mbarriers, async WGMMA, loads issued ahead",
         launch=tma_pipelined.launch,
+        plan=tma_pipelined.plan,
         **_COMMON,
     )
 )
@@ -79,6 +80,7 @@ register(
         rung=5,
         idea="persistent programs over a tile scheduler, reusing barriers and MMA state",
         launch=tma_persistent.launch,
+        plan=tma_persistent.plan,
         **_COMMON,
     )
 )
@@ -88,6 +90,7 @@ register(
         rung=6,
         idea="next tile's loads issued during this tile's drain; TMA store overlaps the next tile",
         launch=tma_persistent_pipelined.launch,
+        plan=tma_persistent_pipelined.plan,
         **_COMMON,
     )
 )

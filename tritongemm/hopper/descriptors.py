@@ -15,12 +15,13 @@ B comes in two layouts, both without a copy:
 """
 
 import functools
-import threading
 from dataclasses import dataclass
 
 import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from tritongemm.fast_launch import compile_launch
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 _TMA_ALIGN_BYTES = 16
@@ -124,29 +125,46 @@ def empty_output(M: int, N: int, dtype: torch.dtype, device: torch.device) -> to
     """An uninitialized (M, N) output the TMA kernels can store to for any N: contiguous when
     N * element size is a multiple of 16 bytes, else a view of storage whose rows are padded to
     16 bytes (the padding is overwritten with junk by the stores)."""
-    per_chunk = _TMA_ALIGN_BYTES // dtype.itemsize
-    padded_n = -(-N // per_chunk) * per_chunk
+    padded_n = _padded_columns(N, dtype)
     storage = torch.empty((M, padded_n), dtype=dtype, device=device)
     return storage if padded_n == N else storage[:, :N]
 
 
-def prepare_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None):
-    """(a, b, c) the TMA kernels can take, for `matmul`: a and b as given where TMA reads them in
-    place, else copied into rows padded to 16 bytes; c is `out` where TMA can store to it in place,
-    else a fresh padded output that `matmul` copies into out (or returns, made contiguous)."""
+def _padded_columns(N: int, dtype: torch.dtype) -> int:
+    per_chunk = _TMA_ALIGN_BYTES // dtype.itemsize
+    return -(-N // per_chunk) * per_chunk
+
+
+def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None):
+    """`prepare(a, b, out) -> (a, b, c)` for operands of this geometry, for `matmul`: a and b as
+    given where TMA reads them in place, else copied into rows padded to 16 bytes; c is `out`
+    where TMA can store to it in place, else a fresh padded output that `matmul` copies into out
+    (or returns, made contiguous). Decided here once; the returned function only does it."""
     too_big = [name for name, t in (("a", a), ("b", b)) if max(t.shape) > _TMA_MAX_DIM]
     if too_big:  # no copy helps: refuse before allocating one
         raise ValueError(
             f"TMA kernels: {' and '.join(too_big)} has a dimension of 2**31 or more, past what "
             "their descriptors take; use kernel='auto' or a triton.language kernel"
         )
-    if _view_reason("a", a) is not None:
-        a = _row_aligned_copy(a)
-    if _b_view(b)[2] is not None:
-        b = _row_aligned_copy(b)
-    if out is not None and tma_out_unsupported_reason(out) is None:
-        return a, b, out
-    return a, b, empty_output(a.shape[0], b.shape[1], a.dtype, a.device)
+    copy_a = _view_reason("a", a) is not None
+    copy_b = _b_view(b)[2] is not None
+    out_in_place = out is not None and tma_out_unsupported_reason(out) is None
+    M, N = a.shape[0], b.shape[1]
+    padded_n = _padded_columns(N, a.dtype)
+
+    def prepare(a, b, out):
+        if out_in_place:
+            c = out
+        else:  # empty_output's, by a.new_empty: 1 us less per call than torch.empty(..., dtype=, device=)
+            c = a.new_empty((M, padded_n))
+            c = c if padded_n == N else c[:, :N]
+        if copy_a:
+            a = _row_aligned_copy(a)
+        if copy_b:
+            b = _row_aligned_copy(b)
+        return a, b, c
+
+    return prepare
 
 
 def _row_aligned_copy(t: torch.Tensor) -> torch.Tensor:
@@ -176,44 +194,6 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
     c is only checked for what the descriptor needs: the caller owns whatever lies between N and
     the next 16 bytes of each row (see `tma_out_unsupported_reason`).
     """
-    # A descriptor is a function of address, shape, strides and block alone, so launches on the
-    # same geometry (a training step, a benchmark loop) reuse a checked one: building and checking
-    # costs ~40 us of Python, as long as a 4096 x 4096 x 1024 GEMM runs. The cache keeps no
-    # tensor alive: its descriptors are bound to this call's tensors by shallow copies.
-    key = (BLOCK_M, BLOCK_N, BLOCK_K, epi_split, *(_geometry(t) for t in (a, b, c)))
-    unbound = _CACHE.get(key)
-    if unbound is None:
-        unbound = _build_descriptors(a, b, c, BLOCK_M, BLOCK_N, BLOCK_K, epi_split)
-        for d in (unbound.a, unbound.b, unbound.c):
-            d.base = None
-        with _CACHE_LOCK:  # two threads evicting the same oldest entry would KeyError
-            if len(_CACHE) >= _CACHE_SIZE:
-                _CACHE.pop(next(iter(_CACHE)), None)  # the oldest
-            _CACHE[key] = unbound
-    return Descriptors(
-        a=_bind(unbound.a, a),
-        b=_bind(unbound.b, b.T if unbound.b_k_major else b),
-        c=_bind(unbound.c, c),
-        b_k_major=unbound.b_k_major,
-    )
-
-
-_CACHE: dict[tuple, "Descriptors"] = {}
-_CACHE_LOCK = threading.Lock()
-_CACHE_SIZE = 64
-
-
-def _geometry(t: torch.Tensor) -> tuple:
-    return t.data_ptr(), t.dtype, t.shape, t.stride()
-
-
-def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:
-    bound = object.__new__(TensorDescriptor)  # no __post_init__: it ran when `unbound` was built
-    bound.__dict__.update(unbound.__dict__, base=t)
-    return bound
-
-
-def _build_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_split: int) -> Descriptors:
     reason = tma_unsupported_reason(a, b, c)
     if reason is not None:
         raise ValueError(f"TMA kernels: {reason}")
@@ -224,3 +204,25 @@ def _build_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_sp
         c=_descriptor(c, (BLOCK_M, BLOCK_N // epi_split)),
         b_k_major=b_k_major,
     )
+
+
+def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, device: torch.device):
+    """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *constexprs) for this geometry
+    and return `launch(a, b, c)` for tensors of the same geometry.
+
+    A descriptor is its tensor's address, shape, strides and block: only the address changes from
+    call to call, so each call encodes the plan's descriptors at the new tensors' addresses
+    (fast_launch.CompiledLaunch.with_descriptors), 0.56 us each on the H100 machine, where
+    building and checking one from scratch took about 40 us. An encoded descriptor cache keyed
+    by data pointer would save those 0.56 us at the price of a key space without bound.
+    """
+    compiled = compile_launch(kernel, grid, (desc.a, desc.b, desc.c), constexprs, device)
+    # A K-major b's descriptor describes b.T: the same data pointer and dtype, which is all that a
+    # launch reads from a descriptor's tensor (its shape and strides are the plan's), so b serves.
+    return compiled.with_descriptors((desc.a, desc.b, desc.c), _bind)
+
+
+def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:
+    bound = object.__new__(TensorDescriptor)  # no __post_init__: it ran when `unbound` was built
+    bound.__dict__.update(unbound.__dict__, base=t)
+    return bound

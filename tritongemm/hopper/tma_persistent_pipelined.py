@@ -20,7 +20,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper.descriptors import make_descriptors
+from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
     barriers_per_slot,
@@ -125,22 +125,27 @@ def _tma_persistent_pipelined_kernel(
     invalidate_barriers(ready)
 
 
-def launch(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None
-) -> None:
-    """c = a @ b with min(#SMs, #tiles) programs pipelined across their tiles in `config.scheduler`
-    order. `num_programs` replaces the SM count (tests: several tiles per program)."""
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None):
+    """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) programs pipelined across
+    their tiles in `config.scheduler` order, checked and compiled once (descriptors.planned_launch).
+    `num_programs` replaces the SM count (tests: several tiles per program)."""
     require_sm90("tma_persistent_pipelined", c.device)
     check_wgmma_tile("tma_persistent_pipelined", config)
     M, N = c.shape
-    plan = plan_ring(config, a.element_size())
-    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=plan.epi_split)
+    ring = plan_ring(config, a.element_size())
+    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=ring.epi_split)
     num_tiles = config.num_tiles(M, N)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
-    _tma_persistent_pipelined_kernel[grid](
-        desc.a, desc.b, desc.c,
+    constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        STEAL_B=plan.steal_b, B_K_MAJOR=desc.b_k_major,
+        STEAL_B=ring.steal_b, B_K_MAJOR=desc.b_k_major,
         num_warps=config.num_warps,
     )  # fmt: skip
+    return planned_launch(_tma_persistent_pipelined_kernel, grid, desc, constexprs, c.device)
+
+
+def launch(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None
+) -> None:
+    plan(a, b, c, config, num_programs=num_programs)(a, b, c)

@@ -14,7 +14,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper.descriptors import make_descriptors
+from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
     barriers_per_slot,
@@ -87,16 +87,21 @@ def _tma_pipelined_kernel(
     tma.store_wait(pendings=0)
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig) -> None:
-    """c = a @ b with one program per BLOCK_M x BLOCK_N tile of c (see module docstring)."""
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig):
+    """`launch(a, b, c)` for tensors of this geometry: one program per BLOCK_M x BLOCK_N tile of c
+    (see module docstring), checked and compiled once (descriptors.planned_launch)."""
     require_sm90("tma_pipelined", c.device)
     check_wgmma_tile("tma_pipelined", config)
     M, N = c.shape
     check_sequential_fits("tma_pipelined", config, a.element_size())
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
     grid = (config.num_tiles(M, N),)
-    _tma_pipelined_kernel[grid](
-        desc.a, desc.b, desc.c,
+    constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
     )  # fmt: skip
+    return planned_launch(_tma_pipelined_kernel, grid, desc, constexprs, c.device)
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig) -> None:
+    plan(a, b, c, config)(a, b, c)

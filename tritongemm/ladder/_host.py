@@ -8,6 +8,7 @@ import torch
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig, default_config
+from tritongemm.fast_launch import compile_launch
 
 _INT32_LIMIT = 2**31
 
@@ -50,11 +51,28 @@ def gemm_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
     )  # fmt: skip
 
 
-def trace_args(trace: torch.Tensor | None, c: torch.Tensor) -> dict:
-    """Kernel keywords for the optional tile trace (see _tiles.record_tile)."""
+def planned_launch(kernel, grid, a, b, c, constexprs: dict, trace: torch.Tensor | None = None):
+    """Compile a ladder kernel for this geometry and return `launch(a, b, c)` for tensors of the
+    same geometry (see fast_launch). Every ladder kernel takes `gemm_args`, then `trace_ptr`
+    (the optional tile trace of _tiles.record_tile; c, never written, when off)."""
+    sizes_and_strides = gemm_args(a, b, c)[3:]
+    trace_ptr = c if trace is None else trace
+    compiled = compile_launch(
+        kernel, grid, (*gemm_args(a, b, c), trace_ptr), {**constexprs, "TRACE": trace is not None}, c.device
+    )
     if trace is None:
-        return {"trace_ptr": c, "TRACE": False}
-    return {"trace_ptr": trace, "TRACE": True}
+        return lambda a, b, c: compiled(a, b, c, *sizes_and_strides, c)
+    return lambda a, b, c: compiled(a, b, c, *sizes_and_strides, trace)
+
+
+def common_constexprs(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> dict:
+    """The meta-parameters every ladder kernel takes besides its tile: precision, index width and
+    alignment facts."""
+    return dict(
+        INPUT_PRECISION=input_precision(a.dtype),
+        INT64=needs_int64(a, b, c),
+        ALIGN=alignment_hints(a, b, c),
+    )
 
 
 def sm_count(device: torch.device) -> int:

@@ -86,21 +86,26 @@ _autotuned_kernel = triton.autotune(
 _AUTOTUNE_LOCK = threading.Lock()
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None) -> None:
-    M, N = c.shape
-    common = dict(
-        INPUT_PRECISION=_host.input_precision(a.dtype),
-        INT64=_host.needs_int64(a, b, c),
-        ALIGN=_host.alignment_hints(a, b, c),
-        **_host.trace_args(trace, c),
-    )
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None):
+    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch);
+    with config="autotune" the autotuner still chooses per call."""
     if config == "autotune":
-        grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-        with _AUTOTUNE_LOCK:
-            _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **common)
-        return
-    grid = (config.num_tiles(M, N),)
-    _grouped_kernel[grid](*_host.gemm_args(a, b, c), **common, **config.meta())
+        return lambda a, b, c: _launch_autotuned(a, b, c, trace)
+    grid = (config.num_tiles(*c.shape),)
+    constexprs = {**_host.common_constexprs(a, b, c), **config.meta()}
+    return _host.planned_launch(_grouped_kernel, grid, a, b, c, constexprs, trace)
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None) -> None:
+    plan(a, b, c, config, trace)(a, b, c)
+
+
+def _launch_autotuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, trace) -> None:
+    M, N = c.shape
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    trace_args = dict(trace_ptr=c if trace is None else trace, TRACE=trace is not None)
+    with _AUTOTUNE_LOCK:
+        _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **trace_args, **_host.common_constexprs(a, b, c))
 
 
 register(
@@ -112,6 +117,7 @@ register(
         interpretable=True,
         min_capability=(8, 0),
         launch=launch,
+        plan=plan,
         default_config=_host.ladder_default_config,
     )
 )

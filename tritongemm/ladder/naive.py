@@ -55,7 +55,8 @@ def _naive_kernel(
 _MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (gridDim.x goes to 2**31 - 1)
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None):
+    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch)."""
     M, N = c.shape
     grid = (triton.cdiv(M, config.BLOCK_M), triton.cdiv(N, config.BLOCK_N))
     if grid[1] > _MAX_GRID_Y:  # the launch would fail with a bare "invalid argument"
@@ -63,15 +64,14 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
             f"naive: N = {N} makes {grid[1]} column tiles of BLOCK_N = {config.BLOCK_N}, but a CUDA grid's "
             f"second axis holds at most {_MAX_GRID_Y}; use a larger BLOCK_N or a 1D-grid kernel ('grouped')"
         )
-    _naive_kernel[grid](
-        *_host.gemm_args(a, b, c),
-        **_host.trace_args(trace, c),
-        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
-        INPUT_PRECISION=_host.input_precision(a.dtype),
-        INT64=_host.needs_int64(a, b, c),
-        ALIGN=_host.alignment_hints(a, b, c),
-        num_warps=config.num_warps, num_stages=config.num_stages,
-    )  # fmt: skip
+    tile = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K)
+    options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
+    constexprs = {**tile, **_host.common_constexprs(a, b, c), **options}
+    return _host.planned_launch(_naive_kernel, grid, a, b, c, constexprs, trace)
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
+    plan(a, b, c, config, trace)(a, b, c)
 
 
 register(
@@ -83,6 +83,7 @@ register(
         interpretable=True,
         min_capability=(8, 0),
         launch=launch,
+        plan=plan,
         default_config=_host.ladder_default_config,
     )
 )

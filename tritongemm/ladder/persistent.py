@@ -69,19 +69,16 @@ def _persistent_kernel(
         record_tile(trace_ptr, pid_m, pid_n, num_pid_n, start_pid, (tile_id - start_pid) // NUM_SMS, TRACE)
 
 
-def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
-    M, N = c.shape
-    num_tiles = config.num_tiles(M, N)
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None):
+    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch)."""
     num_sms = _host.sm_count(c.device)
-    _persistent_kernel[(min(num_sms, num_tiles),)](
-        *_host.gemm_args(a, b, c),
-        **_host.trace_args(trace, c),
-        NUM_SMS=num_sms,
-        INPUT_PRECISION=_host.input_precision(a.dtype),
-        INT64=_host.needs_int64(a, b, c),
-        ALIGN=_host.alignment_hints(a, b, c),
-        **config.meta(),
-    )
+    grid = (min(num_sms, config.num_tiles(*c.shape)),)
+    constexprs = {"NUM_SMS": num_sms, **_host.common_constexprs(a, b, c), **config.meta()}
+    return _host.planned_launch(_persistent_kernel, grid, a, b, c, constexprs, trace)
+
+
+def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
+    plan(a, b, c, config, trace)(a, b, c)
 
 
 register(
@@ -93,6 +90,7 @@ register(
         interpretable=True,
         min_capability=(8, 0),
         launch=launch,
+        plan=plan,
         default_config=_host.ladder_default_config,
     )
 )

@@ -1,0 +1,212 @@
+"""Launch plans: one per problem, found again for the same problem, never for another.
+
+Each case changes one fact of a problem that the plan depends on and checks that the cache
+misses (a different stride, alignment, dtype, device, offset pointer, out, kernel, config, TF32
+switch), that it hits when only the data moves, that it stays bounded, shares safely between
+threads and keeps no tensor alive. On the CPU the kernels run under the interpreter; on a GPU the
+same tests run the compiled kernels through the direct launch path.
+"""
+
+import gc
+import threading
+import weakref
+
+import pytest
+import torch
+from cases import DEVICE, ON_GPU
+
+import tritongemm
+from tritongemm.config import MatmulConfig
+from tritongemm.fast_launch import split_parameters
+from tritongemm.plan import PlanCache, problem_key
+from tritongemm.reference import reference_matmul, rel_error, tolerance
+
+SMALL = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
+F16, F32 = torch.float16, torch.float32
+
+
+def rand(*shape, dtype=F16, offset=0):
+    """A random (rows, cols) tensor whose data starts `offset` elements into its storage."""
+    storage = torch.randn(offset + shape[0] * shape[1], device=DEVICE).to(dtype)
+    return storage[offset:].view(shape)
+
+
+def key(a, b, out=None, kernel="grouped", config=SMALL):
+    return problem_key(a, b, out, kernel, config)
+
+
+BASE = dict(a=lambda: rand(24, 40), b=lambda: rand(40, 16))
+# (id, how the second problem differs from (24 x 40) @ (40 x 16) fp16, contiguous, aligned)
+MISSES = [
+    ("stride", lambda: (rand(40, 24).T, rand(40, 16))),
+    ("padded_rows", lambda: (rand(24, 48)[:, :40], rand(40, 16))),
+    ("offset_pointer", lambda: (rand(24, 40, offset=3), rand(40, 16))),
+    ("offset_pointer_b", lambda: (rand(24, 40), rand(40, 16, offset=1))),
+    ("dtype", lambda: (rand(24, 40, dtype=F32), rand(40, 16, dtype=F32))),
+    ("shape_m", lambda: (rand(25, 40), rand(40, 16))),
+    ("shape_n", lambda: (rand(24, 40), rand(40, 17))),
+    ("negated_view", lambda: (torch._neg_view(rand(24, 40)), rand(40, 16))),
+]
+
+
+@pytest.mark.parametrize("name, second", MISSES, ids=[m[0] for m in MISSES])
+def test_a_changed_fact_misses(name, second):
+    first = key(BASE["a"](), BASE["b"]())
+    assert key(*second()) != first
+
+
+def test_moved_data_hits():
+    """Same geometry, other memory (a new activation of the same shape): the same plan."""
+    assert key(rand(24, 40), rand(40, 16)) == key(rand(24, 40), rand(40, 16))
+    # 16-byte alignment is what counts, not the address: 8 fp16 elements in is aligned again.
+    assert key(rand(24, 40, offset=8), rand(40, 16)) == key(rand(24, 40), rand(40, 16))
+
+
+def test_out_kernel_config_and_tf32_are_in_the_key():
+    a, b = rand(24, 40), rand(40, 16)
+    plain = key(a, b)
+    assert key(a, b, out=torch.empty(24, 16, device=DEVICE, dtype=F16)) != plain
+    assert key(a, b, out=torch.empty(16, 24, device=DEVICE, dtype=F16).T) != key(
+        a, b, out=torch.empty(24, 16, device=DEVICE, dtype=F16)
+    )
+    assert key(a, b, kernel="naive") != plain
+    assert key(a, b, config=SMALL.with_(BLOCK_K=32)) != plain
+    a32, b32 = rand(24, 40, dtype=F32), rand(40, 16, dtype=F32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ieee = key(a32, b32)
+    torch.backends.cuda.matmul.allow_tf32 = True  # the conftest fixture restores it
+    assert key(a32, b32) != ieee
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs for operands on two devices")
+def test_device_is_in_the_key():
+    a, b = rand(24, 40), rand(40, 16)
+    assert key(a, b) != key(a.to("cuda:1"), b.to("cuda:1"))
+    assert key(a, b) != key(a, b.to("cuda:1"))
+
+
+def run(cache, a, b, out=None, kernel="grouped", config=SMALL):
+    return cache.lookup(a, b, out, kernel, config).run(a, b, out)
+
+
+def test_a_hit_computes_the_new_data():
+    cache = PlanCache()
+    for _ in range(3):
+        a, b = rand(24, 40), rand(40, 16)
+        assert rel_error(run(cache, a, b), reference_matmul(a, b)) <= tolerance(F16, 40)
+    assert cache.info() | {"capacity": 0} == dict(size=1, capacity=0, hits=2, misses=1, evictions=0)
+
+
+def test_a_misaligned_second_call_gets_its_own_plan_and_the_right_answer():
+    """The TMA kernels copy a misaligned operand; a plan built for an aligned one must not be
+    reused for it (nor the other way round)."""
+    cache = PlanCache()
+    kernel, config = ("tma_persistent_pipelined", None) if _on_hopper() else ("grouped", SMALL)
+    for offset in (0, 3, 0, 5):
+        a, b = rand(64, 40, offset=offset), rand(40, 48)
+        c = run(cache, a, b, kernel=kernel, config=config)
+        assert rel_error(c, reference_matmul(a, b)) <= tolerance(F16, 40), offset
+    assert cache.info()["misses"] == 2 and cache.info()["hits"] == 2
+
+
+def test_the_cache_is_bounded_lru():
+    cache = PlanCache(capacity=2)
+    a = rand(8, 8)
+    for n in (8, 16, 8, 24):  # 8 is used again before 24 arrives, so 16 is the one evicted
+        run(cache, a, rand(8, n))
+    assert cache.info()["size"] == 2 and cache.info()["evictions"] == 1
+    run(cache, a, rand(8, 8))
+    assert cache.info()["hits"] == 2  # 8 stayed
+    run(cache, a, rand(8, 16))
+    assert cache.info()["misses"] == 4  # 16 did not
+
+
+def test_plans_keep_no_tensor_alive():
+    cache = PlanCache()
+    a, b = rand(24, 40), rand(40, 16)
+    out = torch.empty(24, 16, device=DEVICE, dtype=F16)
+    run(cache, a, b, out)
+    alive = [weakref.ref(t) for t in (a, b, out)]
+    del a, b, out
+    gc.collect()
+    assert all(ref() is None for ref in alive)
+
+
+def test_threads_share_the_cache():
+    """Four threads looking plans up (and, on a GPU, launching them) at once. The interpreter is
+    not thread-safe, so on the CPU the plans run afterwards, one at a time."""
+    cache = PlanCache(capacity=3)
+    errors, done = [], []
+
+    def worker(seed):
+        try:
+            for i in range(4):
+                n = 8 * (1 + (seed + i) % 4)  # four geometries over three slots: hits, misses, evictions
+                a, b = rand(16, 24), rand(24, n)
+                plan = cache.lookup(a, b, None, "grouped", SMALL)
+                done.append((plan, a, b, plan.run(a, b, None) if ON_GPU else None))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for plan, a, b, c in done:
+        c = plan.run(a, b, None) if c is None else c
+        assert rel_error(c, reference_matmul(a, b)) <= tolerance(F16, 24)
+    info = cache.info()
+    assert info["size"] <= 3 and info["hits"] + info["misses"] == 16
+
+
+def test_bad_input_is_still_refused_after_a_good_call():
+    a, b = rand(24, 40), rand(40, 16)
+    tritongemm.matmul(a, b, kernel="grouped", config=SMALL)
+    with pytest.raises(ValueError, match="shapes cannot be multiplied"):
+        tritongemm.matmul(a, rand(41, 16), kernel="grouped", config=SMALL)
+    out = torch.empty(24, 16, device=DEVICE, dtype=F16)
+    tritongemm.matmul(a, b, out=out, kernel="grouped", config=SMALL)
+    with pytest.raises(ValueError, match="out overlaps the memory of input a"):
+        tritongemm.matmul(a[:, :16], b[:16], out=a[:, 16:32], kernel="grouped", config=SMALL)
+    with pytest.raises(TypeError, match="expected config to be None, a MatmulConfig or 'autotune'"):
+        tritongemm.matmul(a, b, config={"BLOCK_M": 16})  # unhashable: no key, the checks answer
+
+
+def test_every_kernel_passes_runtime_arguments_first():
+    """The direct launch appends the constexprs after the runtime arguments (fast_launch)."""
+    from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
+    from tritongemm.ladder import grouped, naive, persistent
+
+    ladder = [naive._naive_kernel, grouped._grouped_kernel, persistent._persistent_kernel]
+    for kernel in ladder:
+        assert split_parameters(kernel)[0][-1] == "trace_ptr"  # _host.planned_launch's order
+    gluon = [
+        tma_pipelined._tma_pipelined_kernel,
+        tma_persistent._tma_persistent_kernel,
+        tma_persistent_pipelined._tma_persistent_pipelined_kernel,
+    ]
+    for kernel in gluon:
+        assert split_parameters(kernel)[0] == ["a_desc", "b_desc", "c_desc"]  # descriptors.planned_launch's
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the direct launch path exists for compiled kernels only")
+@pytest.mark.parametrize("kernel", ["naive", "grouped", "persistent", "tma_pipelined", "tma_persistent_pipelined"])
+def test_gpu_plans_launch_directly(kernel):
+    if kernel.startswith("tma") and not _on_hopper():
+        pytest.skip("needs an sm_90 GPU")
+    cache = PlanCache()
+    a, b = rand(300, 200), rand(136, 200).T
+    c = run(cache, a, b, kernel=kernel, config=None)
+    assert rel_error(c, reference_matmul(a, b)) <= tolerance(F16, 200)
+    plan = cache.lookup(a, b, None, kernel, None)
+    compiled = plan.launch.__closure__  # the rung's launcher closes over its CompiledLaunch
+    launches = [cell.cell_contents for cell in compiled if hasattr(cell.cell_contents, "direct")]
+    assert launches and all(launch.direct for launch in launches)
+    if kernel.startswith("tma"):  # and the descriptors are encoded from the plan's fields
+        assert all(launch.encodes_descriptors for launch in launches)
+
+
+def _on_hopper() -> bool:
+    return ON_GPU and torch.cuda.get_device_capability() == (9, 0)

@@ -1,0 +1,229 @@
+"""tritongemm inside PyTorch: N-D activations, the `torch.ops.tritongemm.mm` operator (opcheck,
+fake shapes, autograd) and `torch.compile(fullgraph=True)` of code that calls `matmul`.
+
+On the CPU the kernels run under the interpreter in fp32 and compile uses the "aot_eager"
+backend; on a GPU the same tests run in fp16 and bf16 with the default backend (Inductor), plus
+`mode="reduce-overhead"` (CUDA graphs).
+"""
+
+import pytest
+import torch
+from cases import DEVICE, ON_GPU
+
+import tritongemm
+from tritongemm.config import MatmulConfig
+from tritongemm.reference import reference_matmul, rel_error, tolerance
+
+DTYPES = (torch.float16, torch.bfloat16) if ON_GPU else (torch.float32,)
+BACKEND = "inductor" if ON_GPU else "aot_eager"
+SMALL = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
+KERNEL = "auto" if ON_GPU else "grouped"  # the interpreter runs tl kernels; a GPU runs what auto picks
+
+
+def rand(*shape, dtype=torch.float32, requires_grad=False):
+    return torch.randn(*shape, device=DEVICE).to(dtype).requires_grad_(requires_grad)
+
+
+def check(result, a, b, dtype):
+    expected = reference_matmul(a.reshape(-1, a.shape[-1]), b).view(*a.shape[:-1], b.shape[1])
+    assert result.shape == expected.shape and result.dtype == dtype
+    assert rel_error(result, expected) <= tolerance(dtype, a.shape[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# N-D activations, as torch.matmul takes them
+# ---------------------------------------------------------------------------------------------
+
+ND_SHAPES = [(2, 7, 24), (3, 1, 5, 24), (1, 24), (4, 0, 24)]
+
+
+@pytest.mark.parametrize("shape", ND_SHAPES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_nd_a(shape, dtype):
+    a, b = rand(*shape, dtype=dtype), rand(24, 40, dtype=dtype)
+    check(tritongemm.matmul(a, b, kernel=KERNEL), a, b, dtype)
+
+
+def test_nd_folds_without_a_copy():
+    a, b = rand(2, 7, 24), rand(24, 40)
+    seen = []
+    real = tritongemm.plans.lookup
+
+    def spy(x, *args):
+        seen.append(x)
+        return real(x, *args)
+
+    tritongemm.plans.lookup, saved = spy, real
+    try:
+        tritongemm.matmul(a, b, kernel=KERNEL)
+    finally:
+        tritongemm.plans.lookup = saved
+    assert seen[0].data_ptr() == a.data_ptr() and seen[0].shape == (14, 24)
+
+
+def test_nd_with_unfoldable_strides_matches_torch():
+    a = rand(7, 2, 24).transpose(0, 1)  # (2, 7, 24) whose batch and M do not fold into one stride
+    b = rand(24, 40)
+    check(tritongemm.matmul(a, b, kernel=KERNEL), a, b, torch.float32)
+
+
+def test_nd_out():
+    a, b = rand(2, 7, 24), rand(24, 40)
+    out = torch.full((2, 7, 40), float("nan"), device=DEVICE)
+    assert tritongemm.matmul(a, b, out=out, kernel=KERNEL) is out
+    check(out, a, b, torch.float32)
+    strided = torch.full((7, 2, 40), float("nan"), device=DEVICE).transpose(0, 1)  # does not fold
+    assert tritongemm.matmul(a, b, out=strided, kernel=KERNEL) is strided
+    check(strided, a, b, torch.float32)
+    with pytest.raises(ValueError, match=r"expected out to have shape \(2, 7, 40\), but got \(14, 40\)"):
+        tritongemm.matmul(a, b, out=torch.empty(14, 40, device=DEVICE), kernel=KERNEL)
+
+
+def test_nd_gradients():
+    a, b = rand(2, 5, 24, requires_grad=True), rand(24, 40, requires_grad=True)
+    grad = rand(2, 5, 40)
+    tritongemm.matmul(a, b, kernel=KERNEL).backward(grad)
+    a64, b64 = a.detach().double().requires_grad_(True), b.detach().double().requires_grad_(True)
+    torch.matmul(a64, b64).backward(grad.double())
+    assert rel_error(a.grad, a64.grad) <= tolerance(torch.float32, 40)
+    assert rel_error(b.grad, b64.grad) <= tolerance(torch.float32, 10)
+
+
+def test_batched_b_is_refused_naming_the_shapes():
+    with pytest.raises(ValueError, match=r"b to be a 2D tensor \(K, N\), but got a 3D tensor of shape \(2, 24, 40\)"):
+        tritongemm.matmul(rand(2, 7, 24), rand(2, 24, 40))
+
+
+# ---------------------------------------------------------------------------------------------
+# The operator
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_operator_is_registered_on_import():
+    assert str(torch.ops.tritongemm.mm.default._schema) == (
+        'tritongemm::mm(Tensor a, Tensor b, str kernel_name="auto", str? config=None) -> Tensor'
+    )
+
+
+OPCHECK_CASES = [((9, 24), (24, 40)), ((2, 5, 24), (24, 40)), ((40, 24), (40, 24))]
+
+
+@pytest.mark.parametrize("a_shape, b_shape", OPCHECK_CASES, ids=str)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_opcheck(a_shape, b_shape, dtype):
+    a = rand(*a_shape, dtype=dtype, requires_grad=True)
+    b = rand(*b_shape, dtype=dtype, requires_grad=True)
+    if a_shape == b_shape:  # b as the transposed view of an (N, K) nn.Linear weight
+        b = b.detach().T.requires_grad_(True)
+    torch.library.opcheck(torch.ops.tritongemm.mm.default, (a, b), {"kernel_name": KERNEL})
+
+
+@pytest.mark.parametrize("a_shape", [(9, 24), (2, 5, 24), (3, 0, 24)], ids=str)
+def test_fake_shapes(a_shape):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a, b = torch.empty(a_shape, device=DEVICE), torch.empty(24, 40, device=DEVICE)
+        c = torch.ops.tritongemm.mm(a, b)
+        assert c.shape == (*a_shape[:-1], 40) and c.dtype == a.dtype and c.is_contiguous()
+        with pytest.raises(ValueError, match="shapes cannot be multiplied"):
+            torch.ops.tritongemm.mm(a, torch.empty(23, 40, device=DEVICE))
+        with pytest.raises(ValueError, match="unknown kernel 'fastest'"):
+            torch.ops.tritongemm.mm(a, b, "fastest")
+
+
+def test_operator_takes_a_config_label():
+    a, b = rand(9, 24), rand(24, 40)
+    check(torch.ops.tritongemm.mm(a, b, "grouped", SMALL.short()), a, b, torch.float32)
+    with pytest.raises(ValueError, match="MatmulConfig.parse: expected a label like"):
+        torch.ops.tritongemm.mm(a, b, "grouped", "big")
+
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile(fullgraph=True)
+# ---------------------------------------------------------------------------------------------
+
+
+def counted(fn, **options):
+    """torch.compile(fn, fullgraph=True) and a counter of the graphs Dynamo compiled."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    counter = CompileCounterWithBackend(BACKEND)
+    return torch.compile(fn, backend=counter, fullgraph=True, **options), counter
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def layer(x, w, bias):
+    """What a model does around a GEMM: a weight used transposed, a bias, an activation."""
+    return torch.relu(tritongemm.matmul(x, w.T, kernel=KERNEL, config=None) + bias)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compile_fullgraph_matches_eager(dtype):
+    x, w, bias = rand(2, 9, 24, dtype=dtype), rand(40, 24, dtype=dtype), rand(40, dtype=dtype)
+    compiled, counter = counted(layer)
+    expected = layer(x, w, bias)
+    assert rel_error(compiled(x, w, bias), expected.double()) <= tolerance(dtype, 24)
+    assert counter.frame_count == 1
+
+
+def test_compile_with_config_and_out():
+    def fn(x, w, out):
+        return tritongemm.matmul(x, w, out=out, kernel="grouped", config=SMALL)
+
+    x, w = rand(9, 24), rand(24, 40)
+    out = torch.empty(9, 40, device=DEVICE)
+    compiled, _ = counted(fn)
+    assert compiled(x, w, out) is out
+    check(out, x, w, torch.float32)
+
+
+def test_compile_dynamic_m_compiles_once():
+    compiled, counter = counted(layer, dynamic=True)
+    w, bias = rand(40, 24), rand(40)
+    for m in (3, 9, 17, 33):
+        x = rand(m, 24)
+        torch.testing.assert_close(compiled(x, w, bias), layer(x, w, bias))
+    assert counter.frame_count == 1
+
+
+def test_compile_changing_m_does_not_recompile_per_m():
+    """Without dynamic=True, Dynamo recompiles once with M symbolic, then never again."""
+    compiled, counter = counted(layer)
+    w, bias = rand(40, 24), rand(40)
+    for m in (3, 9, 17, 33, 65):
+        x = rand(m, 24)
+        torch.testing.assert_close(compiled(x, w, bias), layer(x, w, bias))
+    assert counter.frame_count <= 2
+
+
+def test_compile_backward():
+    def loss(x, w):
+        return tritongemm.matmul(x, w.T, kernel=KERNEL).square().sum()
+
+    x, w = rand(2, 9, 24, requires_grad=True), rand(40, 24, requires_grad=True)
+    compiled, counter = counted(loss)
+    compiled(x, w).backward()
+    got = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    loss(x, w).backward()
+    for g, expected in zip(got, (x.grad, w.grad)):
+        torch.testing.assert_close(g, expected, rtol=1e-4, atol=1e-4)
+    assert counter.frame_count == 1
+
+
+@pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compile_reduce_overhead(dtype):
+    compiled = torch.compile(layer, mode="reduce-overhead", fullgraph=True)
+    w, bias = rand(256, 512, dtype=dtype), rand(256, dtype=dtype)
+    for step in range(4):  # warm-up, recording, then replays
+        x = rand(64, 512, dtype=dtype)
+        result = compiled(x, w, bias).clone()
+        assert rel_error(result, layer(x, w, bias).double()) <= tolerance(dtype, 512), step

@@ -1,0 +1,173 @@
+"""Launching a compiled Triton or Gluon kernel without Triton's per-call work.
+
+`kernel[grid](*args)` binds the arguments, computes their specialization (which integers are
+multiples of 16, which pointers are aligned) and looks the compiled kernel up, on every call:
+14-26 us of Python on the H100 machine, where the compiled kernel's own launcher takes 5.5 us
+(triton 3.6, a 13-argument ladder kernel). A launch plan knows the specialization once, since it
+is built per problem geometry: `compile_launch` compiles the kernel for one call's arguments and
+returns a `CompiledLaunch` that launches the same binary for later tensors of that geometry.
+
+Triton's launcher API is internal and moves between releases, so everything that touches it
+lives here, and a launcher that rejects our arguments makes this plan fall back to
+`kernel[grid](...)` for good (right, only slower), as does the interpreter, which compiles nothing.
+"""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Callable
+
+import torch
+import triton
+from triton import knobs
+
+
+class CompiledLaunch:
+    """`launch(*runtime_args)`: the kernel compiled for one problem geometry, launched on the
+    current stream with new runtime arguments (the non-constexpr parameters, in order).
+
+    The caller guarantees every runtime argument specializes as the ones it was compiled with did
+    (same sizes and strides, pointers with the same 16-byte alignment): the plan key does.
+    """
+
+    def __init__(self, jit_fn, grid: tuple[int, ...], constexprs: dict, options: dict, compiled, device_index: int):
+        self._jit_fn = jit_fn
+        self._grid = tuple(grid) + (1,) * (3 - len(grid))
+        self._jit_kwargs = {**constexprs, **options}  # what the fallback path passes by name
+        self._constexpr_tail = tuple(constexprs.values())  # in parameter order; Triton's launcher takes them, unused
+        self._compiled = compiled
+        self._device_index = device_index
+        self.direct = compiled is not None  # False: every call goes through kernel[grid](...)
+        self.encodes_descriptors = False  # with_descriptors encodes TMA descriptors itself
+
+    def __call__(self, *runtime_args) -> None:
+        if not self.direct:
+            self._jit_fn[self._grid](*runtime_args, **self._jit_kwargs)
+            return
+        compiled = self._compiled
+        stream = torch._C._cuda_getCurrentRawStream(self._device_index)
+        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
+        metadata = compiled.launch_metadata(self._grid, stream, *runtime_args) if _hooked(enter) else None
+        args = (*runtime_args, *self._constexpr_tail)
+        grid_x, grid_y, grid_z = self._grid
+        try:
+            compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, metadata,
+                         enter, leave, *args)  # fmt: skip
+        except TypeError as exc:  # the launcher parses its arguments before launching anything
+            self.direct = False
+            warnings.warn(
+                f"tritongemm: this Triton's kernel launcher did not take a direct launch ({exc}); "
+                "falling back to kernel[grid](...), which costs more host time per call",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            self(*runtime_args)
+
+    def with_descriptors(self, descriptors: tuple, rebase) -> Callable[..., None]:
+        """`launch(*tensors)` for a kernel whose runtime arguments are TMA `descriptors`, each
+        moved onto the corresponding tensor of the call (same geometry, new address).
+
+        Triton's launcher turns each host descriptor into a CUtensorMap on every call, in Python
+        (about 1.5 us a descriptor on the H100 machine, plus the copy `rebase` makes); encoding
+        it here from the plan's fixed fields costs the driver call alone (0.56 us). Where this
+        Triton's launcher is not the one that was measured, descriptors take Triton's own path.
+        """
+        unbound = tuple(rebase(d, None) for d in descriptors)  # the plan must not keep tensors alive
+        encode = self._descriptor_encoding(descriptors)
+        self.encodes_descriptors = encode is not None
+        if encode is None:
+            return lambda *tensors: self(*map(rebase, unbound, tensors))
+        raw, specs = encode
+        compiled = self._compiled
+        grid_x, grid_y, grid_z = self._grid
+        fill = triton.runtime.driver.active.utils.fill_tma_descriptor
+        head = (compiled.function, compiled.run.launch_cooperative_grid, compiled.run.launch_pdl, None, None,
+                compiled.packed_metadata, None)  # fmt: skip
+
+        def launch(*tensors) -> None:
+            enter = knobs.runtime.launch_enter_hook
+            # A profiler wants launch metadata: Triton's own path provides it.
+            if _hooked(enter) or not self.encodes_descriptors:
+                self(*map(rebase, unbound, tensors))
+                return
+            args = []
+            for t, (fields, shape_and_strides) in zip(tensors, specs):
+                args.append(fill(t.data_ptr(), *fields))
+                args.extend(shape_and_strides)
+            stream = torch._C._cuda_getCurrentRawStream(self._device_index)
+            try:
+                raw(grid_x, grid_y, grid_z, stream, *head, enter, knobs.runtime.launch_exit_hook,
+                    *args, *self._constexpr_tail)  # fmt: skip
+            except TypeError as exc:  # parsed before anything launches: take Triton's path from now on
+                self.encodes_descriptors = False
+                warnings.warn(f"tritongemm: direct TMA launch refused ({exc}); using Triton's", RuntimeWarning, 2)
+                self(*map(rebase, unbound, tensors))
+
+        return launch
+
+    def _descriptor_encoding(self, descriptors):
+        """(raw launcher, per descriptor (encode fields, shape + strides)), or None where this
+        Triton's launcher does not have the shape of triton 3.6's (backends/nvidia/driver.py:
+        a `wrap_handle_tensordesc` closure around the compiled `launch`, no scratch buffers)."""
+        compiled = self._compiled
+        if compiled is None:
+            return None
+        launcher = compiled.run
+        wrapper = getattr(launcher, "launch", None)
+        names = getattr(getattr(wrapper, "__code__", None), "co_freevars", ())
+        cells = dict(zip(names, (cell.cell_contents for cell in getattr(wrapper, "__closure__", None) or ())))
+        raw, metadata = cells.get("launcher"), cells.get("tensordesc_meta")
+        scratch = getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)
+        if raw is None or scratch or not metadata or len(metadata) != len(descriptors):
+            return None
+        try:
+            from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+        except ImportError:
+            return None
+        specs = []
+        for desc, meta in zip(descriptors, metadata):
+            if meta is None or meta.get("fp4_padded"):
+                return None
+            shape, strides = list(desc.shape), list(desc.strides)
+            padding = 1 if desc.padding == "nan" else 0
+            fields = (meta["swizzle"], meta["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+                      meta["block_size"], shape, strides, padding)  # fmt: skip
+            specs.append((fields, (*shape, *strides)))
+        return raw, tuple(specs)
+
+
+def compile_launch(jit_fn, grid: tuple[int, ...], args: tuple, kwargs: dict, device: torch.device) -> CompiledLaunch:
+    """Compile `jit_fn` for `jit_fn[grid](*args, **kwargs)` on `device` (or find it compiled) and
+    return its launcher. `args` are the runtime arguments, in the kernel's parameter order;
+    `kwargs` the constexprs and launch options (num_warps, ...)."""
+    runtime, constexpr_names = split_parameters(jit_fn)
+    constexprs = {name: kwargs[name] for name in constexpr_names if name in kwargs}
+    options = {name: value for name, value in kwargs.items() if name not in constexprs}
+    compiled = None
+    # The direct path passes the runtime arguments, then every constexpr in order (Triton's
+    # launcher parses and ignores them): true of every kernel here, checked so a new one can't break it.
+    if device.type == "cuda" and len(args) == len(runtime) and len(constexprs) == len(constexpr_names):
+        with torch.cuda.device(device):
+            compiled = jit_fn.warmup(*args, grid=grid, **kwargs)
+            if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
+                compiled = compiled.result()
+            compiled.run  # noqa: B018  loads the binary on this device (the property does)
+    return CompiledLaunch(jit_fn, grid, constexprs, options, compiled, device.index or 0)
+
+
+def split_parameters(jit_fn) -> tuple[list[str], list[str]]:
+    """A kernel's parameters as (runtime, constexpr) names, when every runtime one comes first;
+    raises ValueError otherwise. Read from the Python signature, so it holds for interpreted
+    kernels too."""
+    names = list(inspect.signature(jit_fn.fn).parameters.values())
+    is_constexpr = ["constexpr" in str(p.annotation) for p in names]
+    first = is_constexpr.index(True) if True in is_constexpr else len(names)
+    if not all(is_constexpr[first:]):
+        raise ValueError(f"{jit_fn.fn.__name__}: a runtime parameter follows a constexpr one")
+    return [p.name for p in names[:first]], [p.name for p in names[first:]]
+
+
+def _hooked(hook) -> bool:
+    """Whether a launch hook (a profiler's) is installed: then the launcher wants metadata."""
+    return hook is not None and bool(getattr(hook, "calls", True))

@@ -1,0 +1,175 @@
+"""Launch plans: everything a `matmul` call needs that depends only on its problem, built once.
+
+The first call for a problem validates it, chooses the kernel and config, decides which operands
+need a copy, and compiles the kernel for the problem's specialization; the `Plan` it builds goes
+into a bounded LRU cache under the problem's key, and every later call with that key looks the
+plan up and launches. On a cache hit nothing is checked, chosen or compiled again: the key holds
+every fact those decisions read, so a problem that differs in any of them misses.
+
+The key: the kernel and config asked for; each operand's dtype, device, shape and strides (and
+out's, when given); whether each data pointer is 16-byte aligned (Triton specializes on it, TMA
+requires it); whether an operand is a negated view; and, for fp32, torch's TF32 switch. What is
+not in it is either checked on every call (out's aliasing, autograd flags) or the same for every
+problem with this key (a fresh output's layout). ConSan's instrumentation mode is read when a
+plan is built: it is set in the environment before a sanitizer run starts, as scripts/sanitize.sh does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import torch
+
+from tritongemm import checks, registry
+from tritongemm.config import MatmulConfig
+
+# A problem is a geometry, not a pointer: a training step or a decoder has a few dozen. 512 keeps
+# every plan of a large model's layers, for several batch sizes, and bounds a shape-sweeping
+# program's memory; a miss costs one plan build (checks and a descriptor build, no recompile).
+CAPACITY = 512
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernel: str  # the kernel that runs ("auto" resolved; "zeros" for an empty problem)
+    config: MatmulConfig | str | None
+    resolve_neg: tuple[bool, bool]  # materialize a negated view of a / b first
+    prepare: object  # (a, b, out) -> (a, b, c): the registry's plan_operands, decided
+    launch: object  # (a, b, c) -> None, compiled for this geometry
+    device_index: int | None  # the CUDA device the launch must run on; None on the CPU
+    compact: bool  # the kernel's c is a row-padded view: return c.contiguous() when out is None
+
+    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+        if self.resolve_neg[0]:
+            a = a.resolve_neg()
+        if self.resolve_neg[1]:
+            b = b.resolve_neg()
+        a, b, c = self.prepare(a, b, out)
+        if self.device_index is None or torch.cuda.current_device() == self.device_index:
+            self.launch(a, b, c)
+        else:
+            with torch.cuda.device(self.device_index):
+                self.launch(a, b, c)
+        if out is None:
+            return c.contiguous() if self.compact else c
+        if c is not out:
+            out.copy_(c)
+        else:  # written behind autograd's back: bump the version as an in-place op would, so that a
+            torch.autograd.graph.increment_version(out)  # backward that saved `out` raises, not misleads
+        return out
+
+
+def problem_key(a, b, out, kernel, config) -> tuple:
+    """Every fact a plan's decisions read (see the module docstring). Raises for operands that
+    are not strided tensors; the caller then lets `build_plan` give the proper error."""
+    a_facts = (a.dtype, a.device, a.shape, a.stride(), a.data_ptr() % 16 == 0, a.is_neg())
+    b_facts = (b.dtype, b.device, b.shape, b.stride(), b.data_ptr() % 16 == 0, b.is_neg())
+    out_facts = None if out is None else (out.dtype, out.device, out.shape, out.stride(), out.data_ptr() % 16 == 0)
+    tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    return kernel, config, a_facts, b_facts, out_facts, tf32
+
+
+def build_plan(a, b, out, kernel, config) -> Plan:
+    """Validate the problem (raising before anything launches), choose, and compile."""
+    checks.check_operands(a, b)
+    if not isinstance(kernel, str):
+        raise TypeError(f"matmul: expected kernel to be a str, but got {type(kernel).__name__}")
+    if out is not None:
+        checks.check_out(out, a, b)  # what the geometry decides; the caller checks aliasing per call
+    resolve_neg = (a.is_neg(), b.is_neg())
+    a, b = a.resolve_neg(), b.resolve_neg()
+    info = _choose_kernel(kernel, a, b)
+    checks.check_config(info, config)
+    M, K = a.shape
+    N = b.shape[1]
+    device_index = a.device.index if a.is_cuda else None
+    if M == 0 or N == 0 or K == 0:  # nothing to launch: an empty result, or zeros when K = 0
+        prepare = registry.plain_operands(a, b, out)
+        return Plan("zeros", None, resolve_neg, prepare, _zero_fill, device_index, False)
+    if config is None:
+        config = info.default_config(a.dtype, M, N, K, a.device)
+    prepare = info.plan_operands(a, b, out)
+    pa, pb, c = prepare(a, b, out)  # this call's own operands, to plan (and compile) on
+    with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
+        launch = info.plan(pa, pb, c, config)
+    return Plan(info.name, config, resolve_neg, prepare, launch, device_index, not c.is_contiguous())
+
+
+def _zero_fill(a, b, c) -> None:
+    c.zero_()
+
+
+# kernel="auto" takes the first of these that runs on the device, computes the dtype and accepts
+# the operands as laid out (Gluon/TMA kernels refuse misaligned or non-unit-stride operands).
+# Order from the committed H100 benchmarks (BENCHMARKS.md).
+AUTO_ORDER = ("tma_persistent_pipelined", "persistent", "grouped", "naive")
+# Decode-sized M (a few tokens) is one row of mostly-padding tiles and memory-bound: the grouped
+# kernel measured 0.63-0.93x cuBLAS at M = 1 and 16 on the llm suite, the TMA kernels 0.56-0.79x
+# and the persistent one 0.34-0.41x (H100, fp16 and bf16).
+SKINNY_M = 16
+AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
+
+
+def _choose_kernel(name: str, a: torch.Tensor, b: torch.Tensor) -> registry.KernelInfo:
+    if name != "auto":
+        info = registry.get(name)
+        checks.check_kernel_dtype(info, a.dtype)
+        checks.check_device(info, a.device)
+        return info
+    order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
+    candidates = [registry.get(n) for n in order]
+    for info in candidates:
+        if info.available_on(a.device) and a.dtype in info.dtypes and info.unsupported_reason(a, b) is None:
+            return info
+    checks.check_device(candidates[-1], a.device)  # raises the most helpful error
+    raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
+
+
+class PlanCache:
+    """A bounded, thread-safe LRU map from problem keys to plans."""
+
+    def __init__(self, capacity: int = CAPACITY):
+        self.capacity = capacity
+        self._plans: OrderedDict[tuple, Plan] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.evictions = 0
+
+    def lookup(self, a, b, out, kernel, config) -> Plan:
+        """The plan for this call's problem, built (and validated) on a miss."""
+        try:
+            key = problem_key(a, b, out, kernel, config)
+            with self._lock:
+                plan = self._plans.get(key)
+                if plan is not None:
+                    self._plans.move_to_end(key)
+                    self.hits += 1
+                    return plan
+        except (AttributeError, RuntimeError, TypeError):  # not a strided tensor, an unhashable config
+            key = None
+        plan = build_plan(a, b, out, kernel, config)  # outside the lock: it may compile for seconds
+        if key is None:
+            return plan
+        with self._lock:
+            self.misses += 1
+            self._plans[key] = plan
+            self._plans.move_to_end(key)
+            while len(self._plans) > self.capacity:
+                self._plans.popitem(last=False)
+                self.evictions += 1
+        return plan
+
+    def info(self) -> dict:
+        with self._lock:
+            return dict(size=len(self._plans), capacity=self.capacity, hits=self.hits, misses=self.misses,
+                        evictions=self.evictions)  # fmt: skip
+
+    def clear(self) -> None:
+        with self._lock:
+            self._plans.clear()
+            self.hits = self.misses = self.evictions = 0
+
+
+PLANS = PlanCache()
