@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Reproduce the committed H100 results: bash scripts/bench-h100.sh [suite ...]
-# (default: every suite). Results land in results/h100/ (CSV, JSON, PNG); logs in $OUT if set.
+# (default: every suite). A suite named NAME-eager runs `bench NAME --timing eager` (NAME-eager.csv);
+# `overhead` is the eager host-cost benchmark (overhead.csv). Results land in results/h100/ (CSV,
+# JSON, PNG); logs in $OUT if set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 log=${OUT:-results/h100}
 mkdir -p results/h100 "$log"
-for suite in "${@:-ladder ksweep group configs llm}"; do
+for suite in "${@:-ladder ksweep group configs llm llm-eager overhead}"; do
   for s in $suite; do
-    python3 -m tritongemm bench "$s" --out-dir results/h100 2>&1 | tee "$log/bench-$s.log" | grep -v '^\s*$' | tail -80
+    case $s in
+      *-eager) args=("${s%-eager}" --timing eager) ;;
+      *) args=("$s") ;;
+    esac
+    python3 -m tritongemm bench "${args[@]}" --out-dir results/h100 2>&1 | tee "$log/bench-$s.log" | grep -v '^\s*$' | tail -80
   done
 done

@@ -1,13 +1,15 @@
 """The benchmark harness's own logic, on the CPU: suites, FLOP arithmetic, the result schema,
-plots, and a wrong kernel reported as failed and never timed."""
+plots, a wrong kernel reported as failed and never timed, eager timing and the overhead suite."""
 
+import csv
 import json
+import time
 
 import pytest
 import torch
 
 from tritongemm.bench import SUITES, _plan, run_bench
-from tritongemm.bench.measure import Row, measure_problem, wants_graph
+from tritongemm.bench.measure import Row, eager_timer, measure_problem, wants_graph
 from tritongemm.bench.report import COLUMNS, read_rows
 from tritongemm.bench.suites import Problem, parse_shapes
 
@@ -16,7 +18,7 @@ REQUIRED_COLUMNS = {"device", "dtype", "layout", "m", "n", "k", "kernel", "confi
 
 
 def test_suites_cover_what_the_seeds_measured():
-    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm"}
+    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm"}  # and `overhead`, measured apart
     assert [p.K for p in SUITES["ksweep"].problems if p.dtype == "float16"] == [512, 1024, 2048, 4096, 8192, 16384]
     assert {p.dtype for p in SUITES["ksweep"].problems} == {"float16", "bfloat16"}
     assert [c.GROUP_SIZE_M for c in SUITES["group"].configs] == [1, 2, 4, 6, 8]
@@ -125,3 +127,59 @@ def test_markdown_pivot_puts_kernels_in_columns():
     table = markdown_pivot(rows).splitlines()
     assert table[0] == "| dtype | layout | M x N x K | cuBLAS | naive |"
     assert table[2] == "| float16 | nn | 8 x 8 x 8 | 100 | 50 (0.50) |"
+
+
+def test_eager_timer_times_one_call_of_a_batch():
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.001)
+
+    ms = eager_timer(fn)
+    assert 1.0 <= ms < 5.0
+    assert len(calls) >= 4 * 20  # calibration, then three batches of >= 20 ms
+
+
+def test_eager_run_writes_eager_rows(tmp_path):
+    rows = run_bench(shapes="48,40,80", dtypes=("float16",), kernels=("naive",), timing="eager", out_dir=tmp_path,
+                     plot=False, progress=False)  # fmt: skip
+    assert {r.kernel for r in rows} == {"cublas", "naive"}
+    assert all(r.status == "ok" and r.timing == "eager" and r.ms > 0 for r in rows)
+    (path,) = tmp_path.glob("*-eager.csv")  # custom-eager.csv, or custom-cpu-smoke-eager.csv on a CPU
+    assert {r["timing"] for r in read_rows(path)} == {"eager"}
+    with pytest.raises(ValueError, match="expected timing to be one of .* but got 'wall'"):
+        run_bench(shapes="8,8,8", timing="wall", out_dir=None)
+
+
+def test_old_csv_without_timing_reads_as_graph(tmp_path):
+    from tritongemm.bench.report import markdown_pivot
+
+    path = tmp_path / "old.csv"
+    old_columns = [c for c in COLUMNS if c != "timing"]
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=old_columns)
+        writer.writeheader()
+        for kernel, tflops, ratio in (("cublas", "100", "1.0"), ("naive", "50", "0.5")):
+            writer.writerow(dict(device="gpu", dtype="float16", layout="nn", m=8, n=8, k=8, kernel=kernel,
+                                 config="default", ms=1, tflops=tflops, ratio_to_cublas=ratio, max_rel_err=0,
+                                 status="ok"))  # fmt: skip
+    rows = read_rows(path)
+    assert [r["timing"] for r in rows] == ["graph", "graph"] and list(rows[0]) == COLUMNS
+    assert markdown_pivot(rows).splitlines()[2] == "| float16 | nn | 8 x 8 x 8 | 100 | 50 (0.50) |"
+
+
+def test_overhead_suite_writes_its_csv(tmp_path, capsys):
+    from tritongemm.cli import main
+
+    assert main(["bench", "overhead", "--out-dir", str(tmp_path), "--kernels", "auto,naive"]) == 0
+    assert "us/call" in capsys.readouterr().out
+    with (tmp_path / "overhead.csv").open() as f:
+        reader = csv.DictReader(f)
+        rows = list(reader)
+    assert reader.fieldnames == ["device", "dtype", "m", "n", "k", "kernel", "us_per_call", "torch_us_per_call"]
+    problems = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows}
+    assert {r["kernel"] for r in rows} == {"auto", "naive"} and len(rows) == 2 * len(problems)
+    assert all(float(r["us_per_call"]) > 0 and float(r["torch_us_per_call"]) > 0 for r in rows)
+    assert "environment" in json.loads((tmp_path / "overhead.json").read_text())
+    assert (tmp_path / "overhead.png").stat().st_size > 10_000

@@ -18,16 +18,24 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("demo", help="run every available kernel on a real problem, check it and time it vs cuBLAS")
     commands.add_parser("kernels", help="list the kernels of the ladder and where they run")
 
+    from tritongemm.bench.measure import TIMINGS
     from tritongemm.bench.suites import LAYOUTS, SUITES
 
     bench = commands.add_parser("bench", help="benchmark kernels against cuBLAS (tables, CSV/JSON, plots)")
-    bench.add_argument("suite", nargs="?", choices=sorted(SUITES), help="a named suite")
+    bench.add_argument(
+        "suite", nargs="?", choices=sorted(SUITES) + ["overhead"],
+        help="a named suite; overhead: host cost of one eager call on launch-bound problems, vs torch.matmul",
+    )  # fmt: skip
     bench.add_argument("--shapes", help="instead of a suite: 'M,N,K;M,N,K;...'")
     bench.add_argument("--dtypes", type=_csv, help="e.g. float16,bfloat16 (default: the suite's, or both)")
     bench.add_argument("--kernels", type=_csv, help="e.g. grouped,persistent (default: all available)")
     bench.add_argument("--layout", choices=LAYOUTS, default="nn", help="with --shapes: n = as is, t = transposed view")
     bench.add_argument("--out-dir", default="results", help="where the CSV, JSON and PNG go (default: results)")
-    bench.add_argument("--name", help="base name of the result files (default: the suite's)")
+    bench.add_argument("--name", help="base name of the result files (default: the suite's, plus -eager if eager)")
+    bench.add_argument(
+        "--timing", choices=TIMINGS, default="graph",
+        help="graph: the kernel alone (default); eager: back-to-back calls without out=, host time included",
+    )  # fmt: skip
     bench.add_argument("--profile", action="store_true", help="run each kernel once, untimed, for ncu")
     bench.add_argument("--no-plot", action="store_true")
     bench.add_argument("--markdown", metavar="CSV", help="print a results CSV as a markdown table, and stop")
@@ -54,7 +62,15 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown_pivot(read_rows(args.markdown)))
         return 0
     if args.suite is None and args.shapes is None:
-        parser.error(f"bench: give a suite ({', '.join(sorted(SUITES))}) or --shapes")
+        parser.error(f"bench: give a suite ({', '.join(sorted(SUITES))}, overhead) or --shapes")
+    if args.suite == "overhead":
+        given = [f"--{k}" for k in ("shapes", "dtypes", "name", "profile") if getattr(args, k)]
+        if given:
+            parser.error(f"bench overhead: has its own problems and file names, so {', '.join(given)} do not apply")
+        from tritongemm.bench.overhead import run_overhead
+
+        run_overhead(kernels=args.kernels, out_dir=args.out_dir, plot=not args.no_plot)
+        return 0
     from tritongemm.bench import run_bench
 
     run_bench(
@@ -63,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         dtypes=args.dtypes,
         kernels=args.kernels,
         layout=args.layout,
+        timing=args.timing,
         out_dir=args.out_dir,
         name=args.name,
         profile=args.profile,

@@ -2,10 +2,12 @@
 
 from tritongemm.bench import run_bench
 rows = run_bench(suite="ksweep", out_dir="results/h100")
+rows = run_bench(suite="llm", timing="eager")  # a user's back-to-back calls -> results/llm-eager.csv
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 from dataclasses import dataclass
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from tritongemm.bench.measure import Row, cpu_timer, gpu_timer, measure_problem
+from tritongemm.bench.measure import TIMINGS, Row, cpu_timer, eager_timer, gpu_timer, measure_problem, runnable_kernels
 from tritongemm.bench.suites import LAYOUTS, SUITES, Problem, Suite, parse_shapes, problems
 
 # Without a GPU the harness still runs end to end, on the interpreter and tiny shapes.
@@ -28,6 +30,7 @@ def run_bench(
     dtypes: tuple[str, ...] | None = None,
     kernels: tuple[str, ...] | None = None,
     layout: str = "nn",
+    timing: str = "graph",
     out_dir: str | Path | None = "results",
     name: str | None = None,
     profile: bool = False,
@@ -36,10 +39,13 @@ def run_bench(
 ) -> list[Row]:
     """Run a named suite, or the given shapes, for every (or the given) kernels plus cuBLAS.
 
-    Prints the table and returns the rows. Writes `out_dir/name.csv`, `.json` and a `.png` plot,
-    unless out_dir is None or `profile` is set (then each kernel runs once, checked but not
-    timed, for Nsight Compute to capture).
+    `timing` "graph" times the kernels alone; "eager" times back-to-back user calls without out=
+    (see measure.py). Prints the table and returns the rows. Writes `out_dir/name.csv`, `.json`
+    and a `.png` plot (name: the suite's, plus "-eager" for eager timing), unless out_dir is None
+    or `profile` is set (then each kernel runs once, checked but not timed, for Nsight Compute).
     """
+    if timing not in TIMINGS:
+        raise ValueError(f"bench: expected timing to be one of {TIMINGS}, but got {timing!r}")
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -53,19 +59,23 @@ def run_bench(
     if not on_gpu:
         print("No CUDA GPU: running an interpreter smoke test on tiny shapes instead of the suite. "
               "Times are CPU wall-clock and say nothing about GPU speed.")  # fmt: skip
+    if timing == "eager":
+        print("Timing eager: wall clock per back-to-back call without out=, host overhead and allocation included.")
+    timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
 
     rows: list[Row] = []
     with _Progress(len(plan.problems), enabled=progress) as advance:
         for problem in plan.problems:
-            providers = _providers(plan, problem, tritongemm.matmul)
+            providers = _providers(plan, problem, tritongemm.matmul, eager=timing == "eager")
             rows += measure_problem(
                 problem,
                 providers,
                 device=device,
                 device_name=env["device"],
-                timer=gpu_timer if on_gpu else cpu_timer,
+                timer=timer,
                 l2_bytes=env["l2_bytes"],
                 profile=profile,
+                timing=timing,
             )
             advance(problem.label() + " " + problem.dtype)
 
@@ -73,10 +83,10 @@ def run_bench(
     if profile or out_dir is None:
         return rows
     out_dir = Path(out_dir)
-    base = name or plan.name
+    base = name or plan.name + ("-eager" if timing == "eager" else "")
     paths = write_results(rows, env, out_dir, base)
     if plot and rows:
-        paths += (_plot(rows, plan, out_dir / f"{base}.png", env["device"]),)
+        paths += (_plot(rows, plan, out_dir / f"{base}.png", env["device"], timing),)
     print("wrote " + ", ".join(str(p) for p in paths))
     return rows
 
@@ -112,27 +122,29 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
     return _Plan(suite or "custom", probs, kernels, configs)
 
 
-def _providers(plan: _Plan, problem: Problem, matmul) -> list:
+def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     """cuBLAS first, then each kernel (x each config of a sweep) that runs this problem here."""
-    from tritongemm import registry
-
-    dtype = getattr(torch, problem.dtype)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    names = plan.kernels or [k.name for k in registry.all_kernels()]
-    runnable = [n for n in names if registry.get(n).available_on(device) and dtype in registry.get(n).dtypes]
-    providers = [("cublas", "torch.matmul", lambda a, b, out: torch.matmul(a, b, out=out))]
+    runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
+    providers = [("cublas", "torch.matmul", _provider(torch.matmul, eager))]
     for kernel, config in itertools.product(runnable, plan.configs or (None,)):
         label = config.short() if config else "default"
-        providers.append(
-            (kernel, label, lambda a, b, out, k=kernel, c=config: matmul(a, b, out=out, kernel=k, config=c))
-        )
+        providers.append((kernel, label, _provider(matmul, eager, kernel=kernel, config=config)))
     return providers
 
 
-def _plot(rows: list[Row], plan: _Plan, path: Path, device: str) -> Path:
+def _provider(fn, eager: bool, **kwargs):
+    """Eager: `fn(a, b, **kwargs)` exactly as a user calls it, a new output each time (a partial,
+    so the harness adds no Python frame). Otherwise (a, b, out) -> `fn(a, b, out=out, **kwargs)`."""
+    if eager:
+        return functools.partial(fn, **kwargs)
+    return lambda a, b, out: fn(a, b, out=out, **kwargs)
+
+
+def _plot(rows: list[Row], plan: _Plan, path: Path, device: str, timing: str) -> Path:
     from tritongemm.bench import plots
 
-    title = f"tritongemm {plan.name} on {device}"
+    title = f"tritongemm {plan.name} on {device}" + (", eager calls (host time included)" if timing == "eager" else "")
     if plan.name == "ksweep":
         return plots.plot_k_sweep(rows, path, title)
     if plan.configs:

@@ -8,6 +8,10 @@ Method (see the device tool's METHOD.md):
   a visible share of the time (problems under ~100 us), in interleaved rounds across providers;
 - when one input set fits in L2 (50 MB on H100), the timed function walks through several
   sets so that no provider is timed on a cache-warm repeat of the same operands.
+
+That is timing "graph": the kernel alone. Timing "eager" is what a PyTorch user's loop gets:
+providers are called without out= (they allocate their output), back to back, and timed by the
+wall clock around a synchronized batch, so host overhead, allocation and launch count too.
 """
 
 from __future__ import annotations
@@ -23,11 +27,13 @@ import torch
 from tritongemm.bench.suites import Problem
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
-Provider = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], object]  # (a, b, out) -> None
+Provider = Callable[..., object]  # graph: (a, b, out) writes a @ b into out; eager: (a, b) -> a new a @ b
 Timer = Callable[[Callable[[], None], bool], float]  # (fn, use_graph) -> ms per call of fn
 
+TIMINGS = ("graph", "eager")  # kernel only; or a user's back-to-back calls, host time included
 GRAPH_BELOW_MS = 0.1  # use CUDA-graph replay below this estimated time per GEMM
 ROUNDS = 3  # interleaved timing rounds per provider; the row keeps their median
+EAGER_BATCH_MS = 20.0  # an eager batch lasts at least this long: the two synchronizations vanish in it
 _EST_TFLOPS, _EST_TBPS = 600.0, 3.0  # rough H100 rates, only for the graph decision above
 _MAX_SETS = 16
 
@@ -47,6 +53,7 @@ class Row:
     ratio_to_cublas: float | None
     max_rel_err: float | None
     status: str  # "ok", "wrong" (failed the check, not timed) or "error: ..." (raised)
+    timing: str = "graph"  # one of TIMINGS; results written before it existed are "graph"
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -93,6 +100,36 @@ def cpu_timer(fn: Callable[[], None], use_graph: bool) -> float:
     return statistics.median(samples)
 
 
+def eager_timer(fn: Callable[[], None], use_graph: bool = False, *, rounds: int = ROUNDS) -> float:
+    """Wall-clock ms per call of `fn` called back to back, as a user's loop calls it: batches of n
+    calls (n grown until a batch lasts EAGER_BATCH_MS) between two synchronizations, median of
+    `rounds` batches. do_bench would time GPU events and hide the host; graphs are never used."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else lambda: None
+    n, seconds = 1, _batch(fn, 1, sync)  # also the warm-up
+    while seconds < EAGER_BATCH_MS * 1e-3:
+        n = min(100 * n, max(2 * n, math.ceil(1.2 * n * EAGER_BATCH_MS * 1e-3 / max(seconds, 1e-7))))
+        seconds = _batch(fn, n, sync)
+    return statistics.median(_batch(fn, n, sync) / n * 1e3 for _ in range(rounds))
+
+
+def _batch(fn: Callable[[], None], n: int, sync: Callable[[], None]) -> float:
+    sync()
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    sync()
+    return time.perf_counter() - start
+
+
+def runnable_kernels(dtype: torch.dtype, device, names=None) -> list[str]:
+    """The kernels among `names` (default: all, in ladder order) that run `dtype` on `device`."""
+    from tritongemm import registry
+
+    names = names or [k.name for k in registry.all_kernels()]
+    device = torch.device(device)
+    return [n for n in names if registry.get(n).available_on(device) and dtype in registry.get(n).dtypes]
+
+
 def wants_graph(problem: Problem) -> bool:
     estimate_ms = max(problem.flops / (_EST_TFLOPS * 1e12), problem.bytes / (_EST_TBPS * 1e12)) * 1e3
     return estimate_ms < GRAPH_BELOW_MS
@@ -108,9 +145,11 @@ def measure_problem(
     l2_bytes: int,
     profile: bool = False,
     rounds: int = ROUNDS,
+    timing: str = "graph",
 ) -> list[Row]:
     """One row per provider for `problem`. A provider is (kernel name, config label, callable);
-    the kernel named "cublas" is the baseline the ratios are taken against.
+    the kernel named "cublas" is the baseline the ratios are taken against. With timing "eager"
+    the callables take (a, b) and return a new tensor: what is checked is what is timed.
 
     Every provider is checked first; the correct ones are then timed in `rounds` interleaved
     rounds (cuBLAS, ours, cuBLAS, ours, ...) and keep the median, so a clock or neighbour that
@@ -118,23 +157,27 @@ def measure_problem(
     sets = input_sets(problem, device, l2_bytes)
     references = [reference_matmul(a, b) for a, b, _ in sets]
     bound = tolerance(getattr(torch, problem.dtype), problem.K)
+    eager = timing == "eager"
     rows = [
         Row(device_name, problem.dtype, problem.layout, problem.M, problem.N, problem.K, kernel, config,
-            None, None, None, None, "ok")
+            None, None, None, None, "ok", timing)
         for kernel, config, _ in providers
     ]  # fmt: skip
     for row, (_, _, provider) in zip(rows, providers):
         try:
             errors = []
             for (a, b, out), ref in zip(sets, references):
-                out.fill_(float("nan"))
-                provider(a, b, out)
-                errors.append(rel_error(out, ref))
+                if eager:
+                    result = provider(a, b)
+                else:
+                    result = out.fill_(float("nan"))
+                    provider(a, b, out)
+                errors.append(rel_error(result, ref))
             row.max_rel_err = max(errors)
             if not row.max_rel_err <= bound:
                 row.status = "wrong"
         except Exception as exc:  # a kernel that fails to compile or launch is a result too
-            row.status = _error(exc)
+            row.status = describe_error(exc)
 
     timed = [(row, provider) for row, (_, _, provider) in zip(rows, providers) if row.status == "ok"]
     samples: dict[int, list[float]] = {id(row): [] for row, _ in timed}
@@ -144,10 +187,10 @@ def measure_problem(
             if row.status != "ok":
                 continue
             try:
-                run_all = lambda: [provider(a, b, out) for a, b, out in sets]  # noqa: B023, E731
+                run_all = _user_loop(provider, sets) if eager else _kernel_loop(provider, sets)
                 samples[id(row)].append(timer(run_all, use_graph) / len(sets))
             except Exception as exc:
-                row.status = _error(exc)
+                row.status = describe_error(exc)
     for row, _ in timed:
         if row.status == "ok" and samples[id(row)]:
             row.ms = statistics.median(samples[id(row)])
@@ -160,5 +203,20 @@ def measure_problem(
     return rows
 
 
-def _error(exc: Exception) -> str:
+def _kernel_loop(provider: Provider, sets) -> Callable[[], None]:
+    return lambda: [provider(a, b, out) for a, b, out in sets]
+
+
+def _user_loop(provider: Provider, sets) -> Callable[[], None]:
+    """Each result is dropped before the next call, as in a user's loop, so the caching
+    allocator hands the same block back instead of holding one output per input set."""
+
+    def run() -> None:
+        for a, b, _ in sets:
+            provider(a, b)
+
+    return run
+
+
+def describe_error(exc: Exception) -> str:
     return "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]

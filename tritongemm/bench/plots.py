@@ -1,5 +1,5 @@
-"""PNG pictures of benchmark rows: TFLOP/s against K per kernel (with cuBLAS), and per-shape
-bars of the ratio to cuBLAS."""
+"""PNG pictures of benchmark rows: TFLOP/s against K per kernel (with cuBLAS), per-shape bars of
+the ratio to cuBLAS, and per-shape bars of the time of one eager call (`bench overhead`)."""
 
 from __future__ import annotations
 
@@ -53,5 +53,32 @@ def plot_ratios(rows: list[Row], path: Path, title: str, series=lambda r: r.kern
     ax.set_ylabel("speed / cuBLAS speed")
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)
+    ax.grid(axis="y", alpha=0.3)
+    return figures.save(fig, path, dpi=110)
+
+
+def plot_overhead(rows: list, path: Path, title: str) -> Path:
+    """Grouped bars: for every problem, microseconds per eager call of torch.matmul (black) and of
+    tritongemm with each kernel. `rows` are bench.overhead.OverheadRow."""
+    plt = figures.pyplot()
+    key = lambda r: (r.dtype, r.layout, r.m, r.n, r.k)  # noqa: E731
+    problems = list(dict.fromkeys(key(r) for r in rows))
+    kernels = list(dict.fromkeys(r.kernel for r in rows))
+    us = {(key(r), r.kernel): r.us_per_call for r in rows} | {(key(r), None): r.torch_us_per_call for r in rows}
+    series = [(None, "torch.matmul")] + [(k, f"tritongemm {k}") for k in kernels]
+    fig, ax = plt.subplots(figsize=(max(8, 0.22 * len(problems) * len(series)), 5))
+    width = 0.8 / len(series)
+    for i, (kernel, label) in enumerate(series):
+        xs = [p + i * width for p in range(len(problems))]
+        ys = [us.get((problem, kernel)) or float("nan") for problem in problems]
+        ax.bar(xs, ys, width=width, label=label, **(dict(color="black") if kernel is None else {}))
+    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(problems))])
+    ax.set_xticklabels([f"{m}x{n}x{k}\n{d} {lay}" for d, lay, m, n, k in problems], fontsize=7)
+    times = [t for t in us.values() if t]
+    if times and max(times) > 30 * min(times):  # the interpreter smoke run: ms against us
+        ax.set_yscale("log")
+    ax.set_ylabel("us per call (eager, lower is better)")
+    ax.set_title(title)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
     return figures.save(fig, path, dpi=110)

@@ -12,12 +12,13 @@ from tritongemm.bench.measure import Row
 COLUMNS = list(Row.__dataclass_fields__)
 
 
-def write_results(rows: list[Row], env: dict, out_dir: Path, name: str) -> tuple[Path, Path]:
-    """`name`.csv (one row per measurement) and `name`.json (the environment and the rows)."""
+def write_results(rows: list, env: dict, out_dir: Path, name: str, columns: list[str] = COLUMNS) -> tuple[Path, Path]:
+    """`name`.csv (one row per measurement, `columns` of each row's as_dict()) and `name`.json
+    (the environment and the whole rows)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out_dir / f"{name}.csv", out_dir / f"{name}.json"
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(r.as_dict() for r in rows)
     json_path.write_text(json.dumps({"environment": env, "rows": [r.as_dict() for r in rows]}, indent=1) + "\n")
@@ -25,8 +26,12 @@ def write_results(rows: list[Row], env: dict, out_dir: Path, name: str) -> tuple
 
 
 def read_rows(csv_path: Path) -> list[dict]:
+    """The rows of a results CSV; those written before the timing column existed were "graph"."""
     with Path(csv_path).open() as f:
-        return list(csv.DictReader(f))
+        rows = list(csv.DictReader(f))
+    for r in rows:
+        r.setdefault("timing", "graph")
+    return rows
 
 
 def _fmt(value, spec: str) -> str:
@@ -47,6 +52,24 @@ def format_table(rows: list[Row]) -> str:
         lines.append(
             f"{r.dtype:<9} {r.layout:<6} {shape:>18} {r.kernel:<25} {r.config[:26]:<26} {_fmt(r.ms, '9.4f')} "
             f"{_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
+        )
+    return "\n".join(lines)
+
+
+def format_overhead_table(rows: list) -> str:
+    """`bench overhead`'s table: one line per (problem, kernel), torch.matmul's time beside ours."""
+    header = f"{'dtype':<9} {'layout':<6} {'shape':>16} {'kernel':<25} {'us/call':>9} {'torch us':>9} {'vs torch':>8} {'rel err':>8}  status"  # noqa: E501
+    lines = [header, "-" * len(header)]
+    previous = None
+    for r in rows:
+        problem = (r.dtype, r.layout, r.m, r.n, r.k)
+        if previous is not None and problem != previous:
+            lines.append("")
+        previous = problem
+        ratio = r.torch_us_per_call / r.us_per_call if r.us_per_call and r.torch_us_per_call else None
+        lines.append(
+            f"{r.dtype:<9} {r.layout:<6} {f'{r.m}x{r.n}x{r.k}':>16} {r.kernel:<25} {_fmt(r.us_per_call, '9.1f')} "
+            f"{_fmt(r.torch_us_per_call, '9.1f')} {_fmt(ratio, '8.2f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
         )
     return "\n".join(lines)
 

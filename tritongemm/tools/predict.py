@@ -263,7 +263,10 @@ def read_measurements(paths, gpu: GPU = H100) -> list[Measured]:
     for path in paths:
         with Path(path).open() as f:
             for r in csv.DictReader(f):
-                if r["status"] != "ok" or not r["ms"] or r["kernel"] not in PROVIDERS or r["dtype"] not in ITEMSIZE:
+                # Kernel-only rows: not the eager ones (host time included), nor overhead.csv's.
+                if r.get("status") != "ok" or (r.get("timing") or "graph") != "graph" or not r.get("ms"):
+                    continue
+                if r["kernel"] not in PROVIDERS or r["dtype"] not in ITEMSIZE:
                     continue
                 M, N, K = int(r["m"]), int(r["n"]), int(r["k"])
                 config = parse_config_label(r["config"])
