@@ -48,7 +48,10 @@ class CompiledLaunch:
         compiled = self._compiled
         stream = torch._C._cuda_getCurrentRawStream(self._device_index)
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        metadata = compiled.launch_metadata(self._grid, stream, *runtime_args) if _hooked(enter) else None
+        if _hooked(enter) or _hooked(leave):  # a profiler's: it reads the launch metadata
+            metadata = compiled.launch_metadata(self._grid, stream, *runtime_args)
+        else:  # None spares the launcher two calls of an empty hook chain
+            metadata = enter = leave = None
         args = (*runtime_args, *self._constexpr_tail)
         grid_x, grid_y, grid_z = self._grid
         try:
@@ -86,9 +89,9 @@ class CompiledLaunch:
                 compiled.packed_metadata, None)  # fmt: skip
 
         def launch(*tensors) -> None:
-            enter = knobs.runtime.launch_enter_hook
             # A profiler wants launch metadata: Triton's own path provides it.
-            if _hooked(enter) or not self.encodes_descriptors:
+            hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
+            if hooked or not self.encodes_descriptors:
                 self(*map(rebase, unbound, tensors))
                 return
             args = []
@@ -96,9 +99,8 @@ class CompiledLaunch:
                 args.append(fill(t.data_ptr(), *fields))
                 args.extend(shape_and_strides)
             stream = torch._C._cuda_getCurrentRawStream(self._device_index)
-            try:
-                raw(grid_x, grid_y, grid_z, stream, *head, enter, knobs.runtime.launch_exit_hook,
-                    *args, *self._constexpr_tail)  # fmt: skip
+            try:  # no hooks: None, as above
+                raw(grid_x, grid_y, grid_z, stream, *head, None, None, *args, *self._constexpr_tail)
             except TypeError as exc:  # parsed before anything launches: take Triton's path from now on
                 self.encodes_descriptors = False
                 warnings.warn(f"tritongemm: direct TMA launch refused ({exc}); using Triton's", RuntimeWarning, 2)

@@ -48,7 +48,8 @@ class Plan:
         if self.resolve_neg[1]:
             b = b.resolve_neg()
         a, b, c = self.prepare(a, b, out)
-        if self.device_index is None or torch.cuda.current_device() == self.device_index:
+        # torch.cuda.current_device() without its lazy-init check: building the plan initialized CUDA.
+        if self.device_index is None or torch._C._cuda_getDevice() == self.device_index:
             self.launch(a, b, c)
         else:
             with torch.cuda.device(self.device_index):
