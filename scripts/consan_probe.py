@@ -28,6 +28,8 @@ def run_variant(variant: str) -> None:
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    from tritongemm.hopper.gluon_compat import tma_load, tma_store
+
     @gluon.jit
     def probe(a_desc, b_desc, out_desc, VARIANT: gl.constexpr):
         a = gl.allocate_shared_memory(a_desc.dtype, a_desc.block_type.shape, a_desc.layout)
@@ -37,24 +39,24 @@ def run_variant(variant: str) -> None:
         mbarrier.init(bars.index(1), count=1)
         if VARIANT == "one":
             mbarrier.expect(bars.index(0), a_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [0, 0], bars.index(0), a)
+            tma_load(a_desc, [0, 0], bars.index(0), a)
             mbarrier.wait(bars.index(0), 0)
         elif VARIANT == "two":
             mbarrier.expect(bars.index(0), a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [0, 0], bars.index(0), a)
-            tma.async_copy_global_to_shared(b_desc, [0, 0], bars.index(0), b)
+            tma_load(a_desc, [0, 0], bars.index(0), a)
+            tma_load(b_desc, [0, 0], bars.index(0), b)
             mbarrier.wait(bars.index(0), 0)
         else:
             mbarrier.expect(bars.index(0), a_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(a_desc, [0, 0], bars.index(0), a)
+            tma_load(a_desc, [0, 0], bars.index(0), a)
             mbarrier.expect(bars.index(1), b_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(b_desc, [0, 0], bars.index(1), b)
+            tma_load(b_desc, [0, 0], bars.index(1), b)
             mbarrier.wait(bars.index(0), 0)
             mbarrier.wait(bars.index(1), 0)
         mbarrier.invalidate(bars.index(0))
         mbarrier.invalidate(bars.index(1))
-        tma.async_copy_shared_to_global(out_desc, [0, 0], a)
-        tma.async_copy_shared_to_global(out_desc, [64, 0], b)
+        tma_store(out_desc, [0, 0], a)
+        tma_store(out_desc, [64, 0], b)
         tma.store_wait(pendings=0)
 
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device="cuda", dtype=torch.int8))

@@ -187,3 +187,29 @@ def test_operands_on_two_gpus():
     with pytest.raises(ValueError, match=r"expected out to be on cuda:0, like the operands, but it is on cuda:1"):
         a, b = torch.randn(3, 2, device="cuda:0"), torch.randn(2, 5, device="cuda:0")
         tritongemm.matmul(a, b, out=torch.empty(3, 5, device="cuda:1"))
+
+
+CPU_ONLY = [
+    # The interpreter computes bf16 dots on raw bit patterns: refused, never computed wrongly.
+    ("bf16_auto", lambda: tritongemm.matmul(t(3, 2, dtype=torch.bfloat16), t(2, 5, dtype=torch.bfloat16)), TypeError,
+     r"the operands are bfloat16 CPU tensors, but the Triton interpreter computes bfloat16 dots wrongly .* takes "
+     r"float16, float32 only; use a CUDA GPU for bfloat16, or convert with \.to\(torch\.float32\)"),
+    ("bf16_named", lambda: tritongemm.matmul(t(3, 2, dtype=torch.bfloat16), t(2, 5, dtype=torch.bfloat16), kernel="grouped"),
+     TypeError, r"bfloat16 CPU tensors"),
+    ("autotune_on_cpu", lambda: tritongemm.matmul(a, b, kernel="grouped", config="autotune"), ValueError,
+     r"config='autotune' times each candidate config on a GPU, but the operands are CPU tensors; pass config=None"),
+]  # fmt: skip
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CPU tensors under the interpreter only")
+@pytest.mark.parametrize("call, exc, pattern", [c[1:] for c in CPU_ONLY], ids=[c[0] for c in CPU_ONLY])
+def test_bad_input_on_the_cpu_raises(call, exc, pattern):
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_kernels_say_what_runs_where():
+    listed = {k["name"]: k for k in tritongemm.kernels("cpu")}
+    assert listed["grouped"]["interpreter_dtypes"] == ["float16", "float32"]
+    assert listed["tma_pipelined"]["interpreter_dtypes"] == [] and not listed["tma_pipelined"]["available"]
+    assert "Gluon" in listed["tma_pipelined"]["unavailable"]

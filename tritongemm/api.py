@@ -68,11 +68,14 @@ def matmul(
 
 def kernels(device: torch.device | str | None = None) -> list[dict]:
     """The ladder, bottom to top: each kernel's name, idea, dtypes, needs, and whether it runs on
-    `device` (default: the current CUDA device, else the CPU)."""
+    `device` (default: the current CUDA device, else the CPU), with the reason when it does not."""
     if device is None:
         device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(device)
-    return [info.describe() | {"available": info.available_on(device)} for info in registry.all_kernels()]
+    return [
+        info.describe() | {"available": info.available_on(device), "unavailable": info.unavailable_reason(device)}
+        for info in registry.all_kernels()
+    ]
 
 
 def _matmul_nd(a: torch.Tensor, b, out, kernel, config) -> torch.Tensor:

@@ -58,7 +58,8 @@ def check_operands(a, b) -> None:
 
 
 def check_device(kernel: KernelInfo, device: torch.device) -> None:
-    if kernel.available_on(device):
+    reason = kernel.unavailable_reason(device)
+    if reason is None:
         return
     if device.type == "cpu" and kernel.interpretable:
         raise ValueError(
@@ -78,21 +79,33 @@ def check_device(kernel: KernelInfo, device: torch.device) -> None:
     )
 
 
-def check_kernel_dtype(kernel: KernelInfo, dtype: torch.dtype) -> None:
+def check_kernel_dtype(kernel: KernelInfo, dtype: torch.dtype, device: torch.device) -> None:
     if dtype not in kernel.dtypes:
         supported = ", ".join(_dtype_name(d) for d in kernel.dtypes)
         raise TypeError(
             f"matmul: kernel {kernel.name!r} supports {supported}, but the operands are {_dtype_name(dtype)}"
         )
+    if dtype not in kernel.dtypes_on(device):
+        supported = ", ".join(_dtype_name(d) for d in kernel.dtypes_on(device))
+        raise TypeError(
+            f"matmul: the operands are {_dtype_name(dtype)} CPU tensors, but the Triton interpreter computes "
+            f"{_dtype_name(dtype)} dots wrongly (on raw bit patterns), so the CPU takes {supported} only; "
+            f"use a CUDA GPU for {_dtype_name(dtype)}, or convert with .to(torch.float32)"
+        )
 
 
-def check_config(kernel: KernelInfo, config) -> None:
+def check_config(kernel: KernelInfo, config, device: torch.device) -> None:
     if config is None or isinstance(config, MatmulConfig):
         return
     if config == "autotune":
         if kernel.name != "grouped":
             raise ValueError(
                 f"matmul: config='autotune' is available for kernel 'grouped' only, but kernel is {kernel.name!r}"
+            )
+        if device.type != "cuda":
+            raise ValueError(
+                "matmul: config='autotune' times each candidate config on a GPU, but the operands are "
+                f"{device.type.upper()} tensors; pass config=None (the default tile) or a MatmulConfig"
             )
         return
     raise TypeError(f"matmul: expected config to be None, a MatmulConfig or 'autotune', but got {config!r}")

@@ -22,6 +22,11 @@ import torch
 import triton
 from triton import knobs
 
+# Triton releases whose compiled launcher takes the argument layout `with_descriptors` passes it
+# (checked on the GPU: tests/test_plan.py). 3.9's takes another (argument annotations, a kernel
+# signature, the kernel arguments as one tuple); those releases take Triton's own descriptor path.
+_RAW_LAUNCHER_LAYOUT = ("3.6.",)
+
 
 class CompiledLaunch:
     """`launch(*runtime_args)`: the kernel compiled for one problem geometry, launched on the
@@ -113,7 +118,7 @@ class CompiledLaunch:
         Triton's launcher does not have the shape of triton 3.6's (backends/nvidia/driver.py:
         a `wrap_handle_tensordesc` closure around the compiled `launch`, no scratch buffers)."""
         compiled = self._compiled
-        if compiled is None:
+        if compiled is None or not triton.__version__.startswith(_RAW_LAUNCHER_LAYOUT):
             return None
         launcher = compiled.run
         wrapper = getattr(launcher, "launch", None)

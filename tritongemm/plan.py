@@ -83,7 +83,7 @@ def build_plan(a, b, out, kernel, config) -> Plan:
     resolve_neg = (a.is_neg(), b.is_neg())
     a, b = a.resolve_neg(), b.resolve_neg()
     info = _choose_kernel(kernel, a, b)
-    checks.check_config(info, config)
+    checks.check_config(info, config, a.device)
     M, K = a.shape
     N = b.shape[1]
     device_index = a.device.index if a.is_cuda else None
@@ -117,15 +117,20 @@ AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
 def _choose_kernel(name: str, a: torch.Tensor, b: torch.Tensor) -> registry.KernelInfo:
     if name != "auto":
         info = registry.get(name)
-        checks.check_kernel_dtype(info, a.dtype)
         checks.check_device(info, a.device)
+        checks.check_kernel_dtype(info, a.dtype, a.device)
         return info
     order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
     candidates = [registry.get(n) for n in order]
     for info in candidates:
-        if info.available_on(a.device) and a.dtype in info.dtypes and info.unsupported_reason(a, b) is None:
+        if (
+            info.available_on(a.device)
+            and a.dtype in info.dtypes_on(a.device)
+            and info.unsupported_reason(a, b) is None
+        ):
             return info
     checks.check_device(candidates[-1], a.device)  # raises the most helpful error
+    checks.check_kernel_dtype(candidates[-1], a.dtype, a.device)
     raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
 
 

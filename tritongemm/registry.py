@@ -53,12 +53,29 @@ class KernelInfo:
     max_capability: tuple[int, int] | None = None
 
     def available_on(self, device: torch.device) -> bool:
+        return self.unavailable_reason(device) is None
+
+    def unavailable_reason(self, device: torch.device) -> str | None:
+        """Why this kernel does not run on `device` (None: it does), in words for a person."""
+        device = torch.device(device)
         if device.type == "cpu":
-            return self.interpretable and interpreter_active()
+            if not self.interpretable:
+                return "Gluon kernel: needs a CUDA GPU (Gluon has no interpreter)"
+            if not interpreter_active():
+                return "CPU tensors run under the Triton interpreter only: set TRITON_INTERPRET=1 before importing"
+            return None
         if device.type != "cuda":
-            return False
+            return f"runs on CUDA tensors, not on {device.type}"
         capability = device_info.capability(device)
-        return self.min_capability <= capability <= (self.max_capability or capability)
+        if not self.min_capability <= capability <= (self.max_capability or capability):
+            return f"needs compute capability {self.capability_range()}, this GPU is {sm_name(capability)}"
+        return None
+
+    def dtypes_on(self, device: torch.device) -> tuple[torch.dtype, ...]:
+        """The operand dtypes it computes correctly on `device`: on the CPU, the interpreter's."""
+        if torch.device(device).type == "cpu":
+            return tuple(d for d in self.dtypes if d in INTERPRETER_DTYPES)
+        return self.dtypes
 
     def capability_range(self) -> str:
         low = sm_name(self.min_capability)
@@ -75,8 +92,16 @@ class KernelInfo:
             "idea": self.idea,
             "dtypes": [str(d).removeprefix("torch.") for d in self.dtypes],
             "interpreter": self.interpretable,
+            "interpreter_dtypes": [str(d).removeprefix("torch.") for d in self.dtypes if d in INTERPRETER_DTYPES]
+            if self.interpretable
+            else [],
             "gpu": self.capability_range(),
         }
+
+
+# Triton's interpreter (3.6 to 3.9) has no bf16: it computes a bf16 tl.dot on the raw bit
+# patterns, relative error ~1e10. CPU tensors of that dtype are refused, never computed wrongly.
+INTERPRETER_DTYPES = (torch.float16, torch.float32)
 
 
 def new_output(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

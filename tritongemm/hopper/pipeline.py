@@ -38,10 +38,11 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
+from tritongemm.hopper.gluon_compat import reinterpret, tma_load, tma_store
 
 # ----------------------------------------------------------------------------------------------
 # Device side
@@ -88,12 +89,12 @@ def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs
     else:
         b_bar = a_bar
         mbarrier.expect(a_bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma.async_copy_global_to_shared(a_desc, [off_m, k], a_bar, a_bufs.index(slot), pred)
+    tma_load(a_desc, [off_m, k], a_bar, a_bufs.index(slot), pred)
     b_slot = b_bufs.index(producer % NUM_B_BUFFERS)
     if B_K_MAJOR:
-        tma.async_copy_global_to_shared(b_desc, [off_n, k], b_bar, b_slot, pred)
+        tma_load(b_desc, [off_n, k], b_bar, b_slot, pred)
     else:
-        tma.async_copy_global_to_shared(b_desc, [k, off_n], b_bar, b_slot, pred)
+        tma_load(b_desc, [k, off_n], b_bar, b_slot, pred)
     return producer + 1
 
 
@@ -121,7 +122,7 @@ def store_tile(acc, c_desc, c_smem, off_m, off_n):
     (`tma.store_wait`) before `c_smem` is written again."""
     c_smem.store(acc.to(c_desc.dtype))
     fence_async_shared()  # order the register->smem writes before the async proxy reads them
-    tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_smem)
+    tma_store(c_desc, [off_m, off_n], c_smem)
 
 
 @gluon.jit
@@ -137,15 +138,15 @@ def store_tile_in_b_slots(acc, c_desc, b_bufs, first_slot, off_m, off_n):
     EPI_SPLIT: gl.constexpr = acc.shape[1] // PIECE[1]
     c = acc.to(c_desc.dtype)
     if EPI_SPLIT == 1:
-        c_smem = b_bufs.index(first_slot % NUM_B_BUFFERS)._reinterpret(c_desc.dtype, PIECE, c_desc.layout)
+        c_smem = reinterpret(b_bufs.index(first_slot % NUM_B_BUFFERS), c_desc.dtype, PIECE, c_desc.layout)
         store_tile(c, c_desc, c_smem, off_m, off_n)
     else:
         gl.static_assert(EPI_SPLIT == 2, "the stolen-B epilogue splits a tile in at most 2 pieces")
         # [BLOCK_M, BLOCK_N] -> [BLOCK_M, BLOCK_N/2, 2]: the split is a register renaming, no data moves.
         left, right = gl.split(gl.permute(gl.reshape(c, [PIECE[0], 2, PIECE[1]]), (0, 2, 1)))
-        c_left = b_bufs.index(first_slot % NUM_B_BUFFERS)._reinterpret(c_desc.dtype, PIECE, c_desc.layout)
+        c_left = reinterpret(b_bufs.index(first_slot % NUM_B_BUFFERS), c_desc.dtype, PIECE, c_desc.layout)
         store_tile(left, c_desc, c_left, off_m, off_n)
-        c_right = b_bufs.index((first_slot + 1) % NUM_B_BUFFERS)._reinterpret(c_desc.dtype, PIECE, c_desc.layout)
+        c_right = reinterpret(b_bufs.index((first_slot + 1) % NUM_B_BUFFERS), c_desc.dtype, PIECE, c_desc.layout)
         store_tile(right, c_desc, c_right, off_m, off_n + PIECE[1])
 
 
