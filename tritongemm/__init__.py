@@ -8,10 +8,14 @@ pipelines, all behind one API.
     >>> c = tritongemm.matmul(a, b, kernel="grouped")   # one rung of the ladder
 """
 
-from tritongemm import ops  # noqa: F401  registers torch.ops.tritongemm.*
-from tritongemm.api import kernels, matmul
-from tritongemm.config import MatmulConfig
-from tritongemm.plan import PLANS as plans
+from tritongemm import versions
+
+versions.check()
+
+from tritongemm import ops  # noqa: E402, F401  registers torch.ops.tritongemm.*
+from tritongemm.api import kernels, matmul  # noqa: E402
+from tritongemm.config import MatmulConfig  # noqa: E402
+from tritongemm.plan import PLANS as plans  # noqa: E402
 
 __all__ = ["matmul", "kernels", "MatmulConfig", "plans"]
 __version__ = "0.1.0"
