@@ -109,10 +109,10 @@ def test_ratio_plot_is_written(tmp_path):
     assert plot_ratios(rows, tmp_path / "r.png", "t").stat().st_size > 10_000
 
 
-def test_cli_lists_kernels(capsys):
+def test_cli_lists_kernels_as_json(capsys):
     from tritongemm.cli import main
 
-    assert main(["kernels"]) == 0
+    assert main(["kernels", "--json"]) == 0
     assert '"name": "naive"' in capsys.readouterr().out
 
 

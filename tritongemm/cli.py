@@ -1,58 +1,122 @@
-"""The `tritongemm` command: demo, bench, kernels, and the tools (schedule, l2, explain, predict)."""
+"""The `tritongemm` command: demo, bench, kernels, and the tools (schedule, l2, explain, predict).
+
+A mistake in the arguments gets one line on stderr, naming the argument and the form it expects,
+and exit status 2: argparse's checks and the `type=` functions below while parsing, then each
+command's checks of its arguments taken together, before any work starts. An error during the
+work is not a mistake in the arguments and keeps its traceback.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from pathlib import Path
 
-
-def _csv(text: str) -> tuple[str, ...]:
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+DTYPE_SPELLINGS = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tritongemm", description="GEMM kernels in Triton and Gluon.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    from tritongemm.bench import use_interpreter_without_gpu
 
-    commands.add_parser("demo", help="run every available kernel on a real problem, check it and time it vs cuBLAS")
-    commands.add_parser("kernels", help="list the kernels of the ladder and where they run")
+    use_interpreter_without_gpu()  # before anything imports the kernels: --kernels' check does
+    try:
+        args = _parser().parse_args(argv)
+    except _UsageError as exc:
+        return _usage_error(str(exc))
+    try:
+        _check(args)
+    except (ValueError, TypeError) as exc:  # from the checks alone: nothing has run yet
+        return _usage_error(f"tritongemm: error: {exc}")
+    return _run(args)
 
+
+def _parser() -> argparse.ArgumentParser:
+    from tritongemm import tools
+    from tritongemm.bench import CPU_MAX_VOLUME
     from tritongemm.bench.measure import TIMINGS
     from tritongemm.bench.suites import LAYOUTS, SUITES
+
+    parser = _Parser(prog="tritongemm", description="GEMM kernels in Triton and Gluon.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    demo_help = "run every available kernel on a real problem, check it and time it vs torch.matmul (cuBLAS on a GPU)"
+    commands.add_parser("demo", help=demo_help)
+    listing = commands.add_parser("kernels", help="list the kernels of the ladder and where they run")
+    listing.add_argument("--json", action="store_true", help="the list as JSON, for programs")
 
     bench = commands.add_parser("bench", help="benchmark kernels against cuBLAS (tables, CSV/JSON, plots)")
     bench.add_argument(
         "suite", nargs="?", choices=sorted(SUITES) + ["overhead"],
         help="a named suite; overhead: host cost of one eager call on launch-bound problems, vs torch.matmul",
     )  # fmt: skip
-    bench.add_argument("--shapes", help="instead of a suite: 'M,N,K;M,N,K;...'")
-    bench.add_argument("--dtypes", type=_csv, help="e.g. float16,bfloat16 (default: the suite's, or both)")
-    bench.add_argument("--kernels", type=_csv, help="e.g. grouped,persistent (default: all available)")
-    bench.add_argument("--layout", choices=LAYOUTS, default="nn", help="with --shapes: n = as is, t = transposed view")
+    bench.add_argument(
+        "--shapes", type=shapes,
+        help=f"instead of a suite: 'M,N,K;M,N,K;...' (without a GPU: M*N*K <= {CPU_MAX_VOLUME}, for the interpreter)",
+    )  # fmt: skip
+    bench.add_argument("--dtypes", type=dtypes, help="e.g. float16,bfloat16 (default: the suite's, or both)")
+    bench.add_argument("--kernels", type=kernel_names, help="e.g. grouped,persistent (default: all available)")
+    bench.add_argument("--layout", choices=LAYOUTS, help="with --shapes: n = as is, t = transposed view (default nn)")
     bench.add_argument("--out-dir", default="results", help="where the CSV, JSON and PNG go (default: results)")
     bench.add_argument("--name", help="base name of the result files (default: the suite's, plus -eager if eager)")
     bench.add_argument(
-        "--timing", choices=TIMINGS, default="graph",
+        "--timing", choices=TIMINGS,
         help="graph: the kernel alone (default); eager: back-to-back calls without out=, host time included",
     )  # fmt: skip
     bench.add_argument("--profile", action="store_true", help="run each kernel once, untimed, for ncu")
     bench.add_argument("--no-plot", action="store_true")
-    bench.add_argument("--markdown", metavar="CSV", help="print a results CSV as a markdown table, and stop")
-
-    from tritongemm import tools
+    bench.add_argument(
+        "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
+    )
 
     tools.add_commands(commands)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def _check(args: argparse.Namespace) -> None:
+    """What argparse can't check alone: arguments that exclude or need each other, and values that
+    depend on others. Raises ValueError or TypeError; runs nothing."""
+    from tritongemm import tools
+
+    if args.command in tools.COMMANDS:
+        tools.check(args)
+    if args.command != "bench" or args.markdown:
+        return
+    from tritongemm.bench import check_arguments
+    from tritongemm.bench.suites import SUITES
+
+    if args.suite is None and args.shapes is None:
+        raise ValueError(f"bench: expected a suite ({', '.join(sorted(SUITES))} or overhead) or --shapes 'M,N,K;...'")
+    if args.suite == "overhead":
+        given = [f"--{k}" for k in ("shapes", "dtypes", "layout", "name", "timing", "profile") if getattr(args, k)]
+        if given:
+            raise ValueError(
+                f"bench overhead: {', '.join(given)} does not apply: the overhead suite has its own problems, "
+                "timing and file names"
+            )
+        return
+    if args.layout and args.shapes is None:
+        raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
+    check_arguments(
+        args.suite,
+        shapes=args.shapes,
+        dtypes=args.dtypes,
+        kernels=args.kernels,
+        layout=args.layout or "nn",
+        timing=args.timing or "graph",
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from tritongemm import tools
+
     if args.command == "demo":
         from tritongemm.demo import run_demo
 
         return run_demo()
     if args.command == "kernels":
-        import tritongemm
-
-        print(json.dumps(tritongemm.kernels(), indent=1))
+        _print_kernels(args.json)
         return 0
     if args.command in tools.COMMANDS:
         return tools.run(args)
@@ -61,12 +125,7 @@ def main(argv: list[str] | None = None) -> int:
 
         print(markdown_pivot(read_rows(args.markdown)))
         return 0
-    if args.suite is None and args.shapes is None:
-        parser.error(f"bench: give a suite ({', '.join(sorted(SUITES))}, overhead) or --shapes")
     if args.suite == "overhead":
-        given = [f"--{k}" for k in ("shapes", "dtypes", "name", "profile") if getattr(args, k)]
-        if given:
-            parser.error(f"bench overhead: has its own problems and file names, so {', '.join(given)} do not apply")
         from tritongemm.bench.overhead import run_overhead
 
         run_overhead(kernels=args.kernels, out_dir=args.out_dir, plot=not args.no_plot)
@@ -78,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         shapes=args.shapes,
         dtypes=args.dtypes,
         kernels=args.kernels,
-        layout=args.layout,
-        timing=args.timing,
+        layout=args.layout or "nn",
+        timing=args.timing or "graph",
         out_dir=args.out_dir,
         name=args.name,
         profile=args.profile,
@@ -88,5 +147,193 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# ----------------------------------------------------------------------------------------------
+# Mistakes: one line each
+# ----------------------------------------------------------------------------------------------
+
+
+class _UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a mistake is one line without the usage block (bench's is 8 lines long) and
+    `main` returns 2 instead of exiting."""
+
+    def error(self, message: str):
+        raise _UsageError(f"{self.prog}: error: {message}")
+
+
+def _usage_error(message: str) -> int:
+    print(" ".join(message.split()), file=sys.stderr)
+    return 2
+
+
+# ----------------------------------------------------------------------------------------------
+# Argument types: each returns the parsed value or says what it expected
+# ----------------------------------------------------------------------------------------------
+
+
+def _int(text: str, minimum: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or (minimum is not None and value < minimum):
+        expected = "an integer" if minimum is None else f"an integer >= {minimum}"
+        raise argparse.ArgumentTypeError(f"expected {expected}, but got {text!r}")
+    return value
+
+
+def integer(text: str) -> int:
+    return _int(text)
+
+
+def positive_int(text: str) -> int:
+    return _int(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    return _int(text, 0)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, but got {text!r}")
+    return value
+
+
+def tile_size(text: str) -> int:
+    value = _int(text, 16)
+    if value & (value - 1):
+        raise argparse.ArgumentTypeError(f"expected a power of two >= 16 (tl.dot's least tile), but got {text!r}")
+    return value
+
+
+def comma_list(item: Callable[[str], object], form: str, count: int | None = None) -> Callable[[str], tuple]:
+    """A type: comma-separated values, each parsed by `item` (`count` of them when given)."""
+
+    def parse(text: str) -> tuple:
+        parts = [p.strip() for p in text.split(",")]
+        if not all(parts) or (count is not None and len(parts) != count):
+            raise argparse.ArgumentTypeError(f"expected {form}, but got {text!r}")
+        return tuple(item(p) for p in parts)
+
+    return parse
+
+
+def names(choices, spellings: dict[str, str] | None = None) -> Callable[[str], tuple[str, ...]]:
+    """A type: comma-separated names from `choices`; `spellings` maps common other names to theirs."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        given = tuple(t.strip() for t in text.split(",") if t.strip())
+        for name in given or (text,):
+            if name not in choices:
+                hint = f" ({name} is spelled {spellings[name]})" if spellings and name in spellings else ""
+                raise argparse.ArgumentTypeError(
+                    f"expected comma-separated names from {', '.join(choices)}, but got {name!r}{hint}"
+                )
+        return given
+
+    return parse
+
+
+def shapes(text: str) -> list[tuple[int, int, int]]:
+    from tritongemm.bench.suites import parse_shapes
+
+    try:
+        parsed = parse_shapes(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--shapes: ")) from None
+    empty = next((s for s in parsed if 0 in s), None)
+    if empty:
+        raise argparse.ArgumentTypeError(f"expected sizes >= 1 in each 'M,N,K', but got {','.join(map(str, empty))!r}")
+    return parsed
+
+
+def dtypes(text: str) -> tuple[str, ...]:
+    from tritongemm.bench import DTYPES
+
+    return names(DTYPES, DTYPE_SPELLINGS)(text)
+
+
+def kernel_names(text: str) -> tuple[str, ...]:
+    """Kernels of the ladder; "auto" too, which the overhead suite times."""
+    from tritongemm import registry
+
+    return names([k.name for k in registry.all_kernels()] + ["auto"])(text)
+
+
+def existing_file(text: str) -> str:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"expected an existing file, but got {text!r}")
+    return text
+
+
+def existing_dir(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"expected an existing directory, but got {text!r}")
+    return text
+
+
+# ----------------------------------------------------------------------------------------------
+# `tritongemm kernels`
+# ----------------------------------------------------------------------------------------------
+
+
+def _print_kernels(as_json: bool) -> None:
+    import tritongemm
+
+    kernels = tritongemm.kernels()
+    if as_json:
+        print(json.dumps(kernels, indent=1))
+        return
+    head = ["kernel (rung)", "idea", "needs", "GPU dtypes", "interpreter dtypes", "available here"]
+    rows = [
+        [
+            f"{k['name']} ({k['rung']})",
+            k["idea"],
+            k["gpu"] + (", or the interpreter" if k["interpreter"] else ""),
+            ", ".join(k["dtypes"]),
+            ", ".join(k["interpreter_dtypes"]) or "-",
+            "yes" if k["available"] else f"no: {k['unavailable']}",
+        ]
+        for k in kernels
+    ]
+    _print_table(f"The ladder, bottom to top. Here: {_here()}", head, rows)
+
+
+def _here() -> str:
+    import torch
+
+    from tritongemm.registry import sm_name
+
+    if torch.cuda.is_available():
+        return f"{torch.cuda.get_device_name()} ({sm_name(torch.cuda.get_device_capability())})"
+    return "a CPU without a CUDA GPU, kernels run by the Triton interpreter"
+
+
+def _print_table(title: str, head: list[str], rows: list[list[str]]) -> None:
+    """With rich on a terminal, a table that wraps to its width; else one line per row, for logs and grep."""
+    if sys.stdout.isatty():
+        try:
+            from rich.console import Console
+            from rich.table import Table
+            from rich.text import Text
+        except ImportError:
+            pass
+        else:
+            table = Table(title=title, title_justify="left")
+            for i, name in enumerate(head):
+                table.add_column(name, no_wrap=i == 0)
+            for row in rows:
+                table.add_row(*(Text(cell) for cell in row))  # Text: a reason's "[...]" is not markup
+            Console().print(table)
+            return
+    widths = [max(len(cell) for cell in column) for column in zip(head, *rows)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [head, *rows]]
+    print("\n".join([title, lines[0], "-" * len(lines[0]), *lines[1:]]))

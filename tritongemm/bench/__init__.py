@@ -18,9 +18,14 @@ import torch
 from tritongemm.bench.measure import TIMINGS, Row, cpu_timer, eager_timer, gpu_timer, measure_problem, runnable_kernels
 from tritongemm.bench.suites import LAYOUTS, SUITES, Problem, Suite, parse_shapes, problems
 
-# Without a GPU the harness still runs end to end, on the interpreter and tiny shapes.
+DTYPES = ("float16", "bfloat16", "float32")
+# Without a GPU the harness still runs end to end, on the interpreter: the given shapes up to
+# CPU_MAX_VOLUME, else these tiny ones.
 CPU_SMOKE_SHAPES = [(48, 40, 80), (33, 17, 65)]
-CPU_SMOKE_DTYPES = ("float16", "float32")  # the interpreter gets bf16 dots wrong
+CPU_SMOKE_DTYPES = ("float16", "float32")  # the interpreter computes bf16 dots on raw bit patterns
+# M*N*K per problem: one interpreted call of 64^3 takes ~45 ms, so a problem (3 kernels x 10
+# calls each) ~2 s per dtype; 128^3 takes 5x as long.
+CPU_MAX_VOLUME = 64**3
 
 
 def run_bench(
@@ -44,21 +49,16 @@ def run_bench(
     and a `.png` plot (name: the suite's, plus "-eager" for eager timing), unless out_dir is None
     or `profile` is set (then each kernel runs once, checked but not timed, for Nsight Compute).
     """
-    if timing not in TIMINGS:
-        raise ValueError(f"bench: expected timing to be one of {TIMINGS}, but got {timing!r}")
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+    on_gpu = use_interpreter_without_gpu()
+    plan = _checked_plan(suite, shapes, dtypes, kernels, layout, timing, on_gpu)
     import tritongemm
     from tritongemm.bench.environment import describe_environment
     from tritongemm.bench.report import format_table, write_results
 
-    plan = _plan(suite, shapes, dtypes, kernels, layout, on_gpu)
     env = describe_environment()
     device = torch.device("cuda" if on_gpu else "cpu")
-    if not on_gpu:
-        print("No CUDA GPU: running an interpreter smoke test on tiny shapes instead of the suite. "
-              "Times are CPU wall-clock and say nothing about GPU speed.")  # fmt: skip
+    if plan.note:
+        print(plan.note)
     if timing == "eager":
         print("Timing eager: wall clock per back-to-back call without out=, host overhead and allocation included.")
     timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
@@ -79,7 +79,7 @@ def run_bench(
             )
             advance(problem.label() + " " + problem.dtype)
 
-    print(format_table(rows))
+    print(format_table(rows, on_gpu))
     if profile or out_dir is None:
         return rows
     out_dir = Path(out_dir)
@@ -91,27 +91,64 @@ def run_bench(
     return rows
 
 
+def check_arguments(
+    suite: str | None = None,
+    *,
+    shapes: str | list | None = None,
+    dtypes: tuple[str, ...] | None = None,
+    kernels: tuple[str, ...] | None = None,
+    layout: str = "nn",
+    timing: str = "graph",
+) -> None:
+    """Raise the ValueError that `run_bench` would raise for these arguments, running nothing (so
+    that the CLI can tell a mistake in them from a failure of the run)."""
+    _checked_plan(suite, shapes, dtypes, kernels, layout, timing, use_interpreter_without_gpu())
+
+
+def use_interpreter_without_gpu() -> bool:
+    """True on a GPU; else the kernels, if imported after this, run under the Triton interpreter."""
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    return on_gpu
+
+
 @dataclass(frozen=True)
 class _Plan:
     name: str  # base name of the result files
     problems: tuple[Problem, ...]
     kernels: tuple[str, ...] | None  # None: every available kernel
     configs: tuple  # non-empty: a sweep, each kernel runs each config
+    note: str = ""  # printed before the run: what runs instead of what was asked, and why
+
+
+def _checked_plan(suite, shapes, dtypes, kernels, layout, timing, on_gpu) -> _Plan:
+    if timing not in TIMINGS:
+        raise ValueError(f"bench: expected timing to be one of {TIMINGS}, but got {timing!r}")
+    return _plan(suite, shapes, dtypes, kernels, layout, on_gpu)
 
 
 def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
+    from tritongemm import registry
+
     if suite is not None and suite not in SUITES:
         raise ValueError(f"bench: unknown suite {suite!r}; expected one of {sorted(SUITES)}")
     if layout not in LAYOUTS:
         raise ValueError(f"bench: expected layout to be one of {LAYOUTS}, but got {layout!r}")
+    unknown = [d for d in dtypes or () if d not in DTYPES]
+    if unknown:
+        raise ValueError(f"bench: --dtypes: expected names from {', '.join(DTYPES)}, but got {unknown[0]!r}")
+    names = [k.name for k in registry.all_kernels()] if kernels else []
+    unknown = [k for k in kernels or () if k not in names]
+    if unknown:
+        raise ValueError(f"bench: --kernels: expected names from {', '.join(names)}, but got {unknown[0]!r}")
     chosen: Suite | None = SUITES.get(suite)
     kernels = tuple(kernels) if kernels else (chosen.kernels if chosen else None)
     configs = chosen.configs if chosen else ()
+    shape_list = None if shapes is None else parse_shapes(shapes) if isinstance(shapes, str) else list(shapes)
     if not on_gpu:
-        smoke = problems(CPU_SMOKE_SHAPES, CPU_SMOKE_DTYPES, layout)
-        return _Plan(f"{suite or 'custom'}-cpu-smoke", smoke, kernels if not configs else None, ())
-    if shapes is not None:
-        shape_list = parse_shapes(shapes) if isinstance(shapes, str) else list(shapes)
+        return _cpu_plan(suite, shape_list, dtypes, kernels if not configs else None, layout)
+    if shape_list is not None:
         probs = problems(shape_list, dtypes or ("float16", "bfloat16"), layout)
     elif chosen is not None and dtypes and configs:  # a sweep runs its one problem in each asked dtype
         probs = tuple(Problem(p.M, p.N, p.K, d, p.layout) for p in chosen.problems for d in dtypes)
@@ -120,6 +157,37 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
     else:
         raise ValueError("bench: give a suite or shapes")
     return _Plan(suite or "custom", probs, kernels, configs)
+
+
+def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
+    """The interpreter's plan: the given shapes if small enough, else the smoke test; no bf16."""
+    from tritongemm import registry
+
+    wall_clock = "Times are CPU wall-clock and say nothing about GPU speed."
+    if dtypes and "bfloat16" in dtypes:
+        raise ValueError(
+            "bench: --dtypes bfloat16 does not run on the CPU: the Triton interpreter computes bf16 dots on raw "
+            "bit patterns (relative error ~1e10); give float16 or float32 here, or run bfloat16 on a CUDA GPU"
+        )
+    for name in kernels or ():
+        reason = registry.get(name).unavailable_reason(torch.device("cpu"))
+        if reason:
+            raise ValueError(f"bench: --kernels {name} does not run here: {reason}")
+    dtypes = dtypes or CPU_SMOKE_DTYPES
+    if shapes is None:
+        instead = (
+            f" instead of the {suite} suite (--shapes runs yours, up to M*N*K = {CPU_MAX_VOLUME})" if suite else ""
+        )
+        note = f"No CUDA GPU: running an interpreter smoke test on tiny shapes{instead}. {wall_clock}"
+        return _Plan(f"{suite or 'custom'}-cpu-smoke", problems(CPU_SMOKE_SHAPES, dtypes, layout), kernels, (), note)
+    for M, N, K in shapes:
+        if M * N * K > CPU_MAX_VOLUME:
+            raise ValueError(
+                f"bench: --shapes {M}x{N}x{K} is too large for the Triton interpreter on the CPU: expected "
+                f"M*N*K <= {CPU_MAX_VOLUME} (64**3) per problem, or a CUDA GPU"
+            )
+    note = f"No CUDA GPU: running these shapes under the Triton interpreter. {wall_clock}"
+    return _Plan(f"{suite or 'custom'}-cpu", problems(shapes, dtypes, layout), kernels, (), note)
 
 
 def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:

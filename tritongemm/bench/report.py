@@ -38,9 +38,18 @@ def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def format_table(rows: list[Row]) -> str:
+def kernel_label(kernel: str, on_gpu: bool) -> str:
+    """A row's kernel as tables name it. The baseline's rows say "cublas" in the data (the ratios
+    and the committed results key on it) but are torch.matmul, which is cuBLAS only on a GPU."""
+    if kernel != "cublas":
+        return kernel
+    return "cuBLAS (torch.matmul)" if on_gpu else "torch.matmul (CPU)"
+
+
+def format_table(rows: list[Row], on_gpu: bool = True) -> str:
     """Fixed-width table: one line per measurement, grouped by problem."""
-    header = f"{'dtype':<9} {'layout':<6} {'shape':>18} {'kernel':<25} {'config':<26} {'ms':>9} {'TFLOP/s':>8} {'vs cuBLAS':>9} {'rel err':>8}  status"  # noqa: E501
+    versus = "vs cuBLAS" if on_gpu else "vs torch"
+    header = f"{'dtype':<9} {'layout':<6} {'shape':>18} {'kernel':<25} {'config':<26} {'ms':>9} {'TFLOP/s':>8} {versus:>9} {'rel err':>8}  status"  # noqa: E501
     lines = [header, "-" * len(header)]
     previous = None
     for r in rows:
@@ -50,8 +59,9 @@ def format_table(rows: list[Row]) -> str:
         previous = problem
         shape = f"{r.m}x{r.n}x{r.k}"
         lines.append(
-            f"{r.dtype:<9} {r.layout:<6} {shape:>18} {r.kernel:<25} {r.config[:26]:<26} {_fmt(r.ms, '9.4f')} "
-            f"{_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
+            f"{r.dtype:<9} {r.layout:<6} {shape:>18} {kernel_label(r.kernel, on_gpu):<25} {r.config[:26]:<26} "
+            f"{_fmt(r.ms, '9.4f')} {_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} "
+            f"{_fmt(r.max_rel_err, '8.1e')}  {r.status}"
         )
     return "\n".join(lines)
 

@@ -28,5 +28,13 @@ def add_commands(commands) -> None:
         _module(command).add_parser(commands)
 
 
+def check(args: argparse.Namespace) -> None:
+    """Raise ValueError for arguments that argparse's types accept one by one but not together
+    (a tool without a `check` has none such); runs nothing."""
+    check_args = getattr(_module(args.command), "check", None)
+    if check_args is not None:
+        check_args(args)
+
+
 def run(args: argparse.Namespace) -> int:
     return _module(args.command).main(args)

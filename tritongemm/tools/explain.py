@@ -307,30 +307,55 @@ def format_explanation(
 
 
 def add_parser(commands) -> None:
+    from tritongemm.cli import comma_list, integer, nonnegative_int, positive_int, tile_size
+
+    strides_form = "stride_am,stride_ak,stride_bk,stride_bn,stride_cm,stride_cn"
     p = commands.add_parser("explain", help="print the numpy rewrite of one program's offsets and masks")
-    p.add_argument("M", type=int)
-    p.add_argument("N", type=int)
-    p.add_argument("K", type=int)
+    p.add_argument("M", type=positive_int)
+    p.add_argument("N", type=positive_int)
+    p.add_argument("K", type=positive_int)
     p.add_argument("--kernel", default="naive", choices=launch_mod.KERNELS)
-    p.add_argument("--program", type=int, default=0, help="launch-order program id")
-    p.add_argument("--step", type=int, help="persistent kernels: which of the program's tiles (default: its first)")
-    p.add_argument("--block", default="16,16,16", help="BLOCK_M,BLOCK_N,BLOCK_K (default 16,16,16)")
-    p.add_argument("--group-size-m", type=int, default=8)
+    p.add_argument("--program", type=nonnegative_int, default=0, help="launch-order program id")
+    p.add_argument("--step", type=nonnegative_int, help="persistent kernels: which of the program's tiles (default: 0)")
+    block = comma_list(tile_size, "BLOCK_M,BLOCK_N,BLOCK_K, e.g. 16,16,16", count=3)
+    p.add_argument("--block", type=block, default="16,16,16", help="BLOCK_M,BLOCK_N,BLOCK_K (default 16,16,16)")
+    p.add_argument("--group-size-m", type=positive_int, default=8)
     p.add_argument("--scheduler", default="grouped", choices=("grouped", "chunked"))
     p.add_argument("--layout", default="nn", choices=("nn", "tn", "nt", "tt"), help="contiguous operands' layout")
-    p.add_argument("--strides", help="instead of --layout: stride_am,stride_ak,stride_bk,stride_bn,stride_cm,stride_cn")
-    p.add_argument("--sms", type=int, default=launch_mod.H100.num_sms, help="programs of a persistent kernel")
+    strides = comma_list(integer, f"6 integers {strides_form}", count=6)
+    p.add_argument("--strides", type=strides, help=f"instead of --layout: {strides_form}")
+    p.add_argument("--sms", type=positive_int, default=launch_mod.H100.num_sms, help="programs of a persistent kernel")
     p.add_argument("--all-steps", action="store_true", help="print the offsets of every K step, not first and last")
 
 
+def _config(args: argparse.Namespace) -> MatmulConfig:
+    bm, bn, bk = args.block
+    return MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=args.group_size_m, scheduler=args.scheduler)
+
+
+def check(args: argparse.Namespace) -> None:
+    """--program and --step name a program of this launch and one of its tiles."""
+    config = _config(args)
+    ordering = launch_mod.ordering_of(args.kernel, config.scheduler)
+    num_pid_m, num_pid_n = tile_order.cdiv(args.M, config.BLOCK_M), tile_order.cdiv(args.N, config.BLOCK_N)
+    s = tile_order.schedule(ordering, num_pid_m, num_pid_n, config.GROUP_SIZE_M, num_programs=args.sms)
+    if args.program >= s.num_programs:
+        raise ValueError(
+            f"explain: --program: {args.kernel} launches programs 0..{s.num_programs - 1} for "
+            f"{args.M}x{args.N} in {config.BLOCK_M}x{config.BLOCK_N} tiles, but got {args.program}"
+        )
+    tiles = int((s.program == args.program).sum())
+    if args.step is not None and args.step >= tiles:
+        steps = f", steps 0..{tiles - 1}" if tiles else ""
+        raise ValueError(
+            f"explain: --step: program {args.program} computes {tiles} tile(s){steps}, but got {args.step}"
+        )
+
+
 def main(args: argparse.Namespace) -> int:
-    bm, bn, bk = (int(v) for v in args.block.split(","))
-    config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=args.group_size_m, scheduler=args.scheduler)
+    config = _config(args)
     if args.strides:
-        strides = [int(v) for v in args.strides.split(",")]
-        if len(strides) != 6:
-            raise SystemExit(f"--strides: expected 6 integers, but got {args.strides!r}")
-        ops = Operands(args.M, args.N, args.K, *strides)
+        ops = Operands(args.M, args.N, args.K, *args.strides)
     else:
         ops = Operands.contiguous(args.M, args.N, args.K, args.layout)
     print(format_explanation(args.kernel, ops, config, args.program, args.sms, args.step, args.all_steps))

@@ -250,18 +250,39 @@ def plot(estimates: list[L2Estimate], path: str | Path, title: str | None = None
 
 
 def add_parser(commands) -> None:
+    from tritongemm.cli import comma_list, existing_dir, names, positive_float, positive_int, tile_size
+
     p = commands.add_parser("l2", help="L2 reuse model: DRAM bytes per wave and in all, per ordering and GROUP_SIZE_M")
-    p.add_argument("M", type=int, nargs="?")
-    p.add_argument("N", type=int, nargs="?")
-    p.add_argument("K", type=int, nargs="?")
+    p.add_argument("M", type=positive_int, nargs="?")
+    p.add_argument("N", type=positive_int, nargs="?")
+    p.add_argument("K", type=positive_int, nargs="?")
     p.add_argument("--dtype", default="bfloat16", choices=sorted(ITEMSIZE))
-    p.add_argument("--kernels", default=",".join(launch_mod.KERNELS), help="comma-separated (default: all)")
-    p.add_argument("--group-sizes", default=",".join(map(str, GROUP_SIZES)))
-    p.add_argument("--block", help="BLOCK_M,BLOCK_N,BLOCK_K for every kernel (default: each kernel's H100 default)")
-    p.add_argument("--sms", type=int, default=H100.num_sms)
-    p.add_argument("--l2-mb", type=float, default=H100.l2_bytes / 2**20)
+    all_kernels = ",".join(launch_mod.KERNELS)
+    p.add_argument(
+        "--kernels", type=names(launch_mod.KERNELS), default=all_kernels, help="comma-separated (default: all)"
+    )
+    groups = comma_list(positive_int, "comma-separated integers >= 1, e.g. 1,4,8")
+    p.add_argument("--group-sizes", type=groups, default=",".join(map(str, GROUP_SIZES)))
+    block = comma_list(tile_size, "BLOCK_M,BLOCK_N,BLOCK_K, e.g. 128,256,64", count=3)
+    p.add_argument(
+        "--block", type=block, help="BLOCK_M,BLOCK_N,BLOCK_K for every kernel (default: each kernel's H100's)"
+    )
+    p.add_argument("--sms", type=positive_int, default=H100.num_sms)
+    p.add_argument("--l2-mb", type=positive_float, default=H100.l2_bytes / 2**20)
     p.add_argument("--plot", help="write the GROUP_SIZE_M plot here (PNG)")
-    p.add_argument("--ncu", metavar="DIR", help="instead: predicted vs measured table from scripts/ncu-l2.sh logs")
+    ncu_help = "instead: predicted vs measured table from scripts/ncu-l2.sh logs"
+    p.add_argument("--ncu", metavar="DIR", type=existing_dir, help=ncu_help)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Either M N K or --ncu DIR."""
+    sizes = [v for v in (args.M, args.N, args.K) if v is not None]
+    if args.ncu and sizes:
+        raise ValueError("l2: M N K do not apply with --ncu DIR, which reads the problems from the logs")
+    if not args.ncu and len(sizes) < 3:
+        raise ValueError(
+            f"l2: expected M N K (three sizes, e.g. 4096 4096 4096) or --ncu DIR, but got {len(sizes)} size(s)"
+        )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -270,16 +291,12 @@ def main(args: argparse.Namespace) -> int:
 
         print(ncu.format_l2_table(ncu.compare(args.ncu, l2_bytes=int(args.l2_mb * 2**20))))
         return 0
-    if args.K is None:
-        raise SystemExit("tritongemm l2: give M N K (or --ncu DIR)")
     config = None
     if args.block:
-        bm, bn, bk = (int(v) for v in args.block.split(","))
+        bm, bn, bk = args.block
         config = launch_mod.MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
-    kernels = [k.strip() for k in args.kernels.split(",") if k.strip()]
-    groups = tuple(int(g) for g in args.group_sizes.split(","))
     estimates = sweep(
-        kernels, args.M, args.N, args.K, groups,
+        args.kernels, args.M, args.N, args.K, args.group_sizes,
         dtype=args.dtype, config=config, num_sms=args.sms, l2_bytes=int(args.l2_mb * 2**20),
     )  # fmt: skip
     print(format_table(estimates))

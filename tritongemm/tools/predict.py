@@ -385,18 +385,37 @@ def median_abs_error(pairs: list[tuple[Measured, Prediction]]) -> float:
 
 
 def add_parser(commands) -> None:
+    from tritongemm.cli import existing_file, positive_int
+
     p = commands.add_parser("predict", help="predicted time and TFLOP/s per kernel and for cuBLAS, with the terms")
-    p.add_argument("M", type=int, nargs="?")
-    p.add_argument("N", type=int, nargs="?")
-    p.add_argument("K", type=int, nargs="?")
+    p.add_argument("M", type=positive_int, nargs="?")
+    p.add_argument("N", type=positive_int, nargs="?")
+    p.add_argument("K", type=positive_int, nargs="?")
     p.add_argument("--dtype", default="bfloat16", choices=sorted(ITEMSIZE))
     p.add_argument("--kernel", action="append", choices=PROVIDERS, help="repeatable (default: all and cuBLAS)")
     p.add_argument("--constants", help=f"constants JSON (default: {CONSTANTS_PATH.name} if present, else defaults)")
-    p.add_argument("--calibrate", nargs="+", metavar="CSV", help="fit the constants to benchmark CSVs and report")
+    csvs = dict(nargs="+", metavar="CSV", type=existing_file)
+    p.add_argument("--calibrate", **csvs, help="fit the constants to benchmark CSVs and report")
     p.add_argument("--write", help=f"with --calibrate: where to write the constants (default: {CONSTANTS_PATH})")
     p.add_argument("--dry-run", action="store_true", help="with --calibrate: report only, write nothing")
-    p.add_argument("--compare", nargs="+", metavar="CSV", help="predicted vs measured under the current constants")
+    p.add_argument("--compare", **csvs, help="predicted vs measured under the current constants")
     p.add_argument("--markdown", action="store_true", help="with --calibrate / --compare: tables in markdown")
+
+
+def check(args: argparse.Namespace) -> None:
+    """One of M N K, --calibrate CSV... and --compare CSV...; --write and --dry-run with --calibrate."""
+    sizes = sum(v is not None for v in (args.M, args.N, args.K))
+    modes = [
+        m for m, given in (("M N K", sizes), ("--calibrate", args.calibrate), ("--compare", args.compare)) if given
+    ]
+    if len(modes) != 1 or 0 < sizes < 3:
+        got = " and ".join(modes) if len(modes) > 1 else f"{sizes} size(s)" if modes == ["M N K"] else "none"
+        raise ValueError(
+            f"predict: expected one of M N K (three sizes, e.g. 4096 4096 4096), --calibrate CSV... or "
+            f"--compare CSV..., but got {got}"
+        )
+    if args.calibrate is None and (args.write or args.dry_run):
+        raise ValueError(f"predict: {'--write' if args.write else '--dry-run'} applies with --calibrate only")
 
 
 def main(args: argparse.Namespace) -> int:
@@ -420,8 +439,6 @@ def main(args: argparse.Namespace) -> int:
         print(f"constants: {constants.source}\n")
         print(format_comparison(compare(read_measurements(args.compare), constants), args.markdown))
         return 0
-    if args.K is None:
-        raise SystemExit("tritongemm predict: give M N K (or --calibrate CSV... or --compare CSV...)")
     kernels = args.kernel or list(PROVIDERS)
     predictions = [predict(k, args.M, args.N, args.K, args.dtype, constants=constants) for k in kernels]
     print(format_predictions(predictions, constants))

@@ -85,16 +85,20 @@ def draw(launch: Launch, path: str | Path, title: str | None = None) -> Path:
 
 
 def add_parser(commands) -> None:
+    from tritongemm.cli import positive_int, tile_size
+
     p = commands.add_parser("schedule", help="draw which program (SM, step) computes each output tile (PNG)")
-    p.add_argument("M", type=int)
-    p.add_argument("N", type=int)
+    p.add_argument("M", type=positive_int)
+    p.add_argument("N", type=positive_int)
     p.add_argument("--kernel", default="grouped", choices=launch_mod.KERNELS)
     p.add_argument("--scheduler", default="grouped", choices=("grouped", "chunked"), help="tma_persistent*: tiles")
-    p.add_argument("--block-m", type=int, default=128)
-    p.add_argument("--block-n", type=int, default=128)
-    p.add_argument("--group-size-m", type=int, default=8)
-    p.add_argument("--sms", type=int, default=launch_mod.H100.num_sms, help="number of SMs (default: H100, 132)")
-    p.add_argument("--programs-per-sm", type=int, help="resident programs per SM (default: 1)")
+    p.add_argument("--block-m", type=tile_size, default=128)
+    p.add_argument("--block-n", type=tile_size, default=128)
+    p.add_argument("--group-size-m", type=positive_int, default=8)
+    p.add_argument(
+        "--sms", type=positive_int, default=launch_mod.H100.num_sms, help="number of SMs (default: H100, 132)"
+    )
+    p.add_argument("--programs-per-sm", type=positive_int, help="resident programs per SM (default: 1)")
     p.add_argument("--out", help="PNG path (default: schedule-KERNEL-MxN.png)")
 
 

@@ -1,0 +1,150 @@
+"""The `tritongemm` command's answers: the kernels table, one line and exit status 2 for every
+mistake in the arguments, the bench honouring --shapes on the CPU, the baseline's name."""
+
+import csv
+import json
+import re
+import sys
+
+import pytest
+import torch
+
+import tritongemm
+from tritongemm.cli import main
+
+ON_CPU = not torch.cuda.is_available()
+cpu_only = pytest.mark.skipif(not ON_CPU, reason="the interpreter's limits: a GPU runs these")
+
+
+def test_kernels_table_says_where_each_kernel_runs(capsys):
+    assert main(["kernels"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    for k in tritongemm.kernels():
+        (line,) = [x for x in lines if x.startswith(f"{k['name']} ({k['rung']})")]
+        assert line.endswith("yes" if k["available"] else f"no: {k['unavailable']}")
+    if ON_CPU:
+        gluon = [line for line in lines if line.startswith("tma_")]
+        assert len(gluon) == 3 and all(line.endswith("no: Gluon kernel: needs a CUDA GPU (Gluon has no interpreter)")
+                                       for line in gluon)  # fmt: skip
+
+
+def test_kernels_table_on_a_terminal_uses_rich(capsys, monkeypatch):
+    pytest.importorskip("rich")
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert main(["kernels"]) == 0
+    out = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out)  # rich's colours
+    assert "┃ kernel (rung)" in out and all(f"{k['name']} ({k['rung']})" in out for k in tritongemm.kernels())
+
+
+def test_kernels_json_is_the_list(capsys):
+    assert main(["kernels", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == tritongemm.kernels()
+
+
+# (command line, what the one line of stderr must name)
+MISTAKES = [
+    ("", "command"),
+    ("frob", "argument command"),
+    ("bench", "--shapes"),
+    ("bench fast", "argument suite"),
+    ("bench --shapes 1,2", "argument --shapes"),
+    ("bench --shapes 0,4,4", "argument --shapes"),
+    ("bench --shapes 8,8,8 --dtypes float64", "argument --dtypes"),
+    ("bench --shapes 8,8,8 --dtypes fp16", "fp16 is spelled float16"),
+    ("bench --shapes 8,8,8 --kernels fastest", "argument --kernels"),
+    ("bench --shapes 8,8,8 --kernels auto", "--kernels"),
+    ("bench --shapes 8,8,8 --layout xy", "argument --layout"),
+    ("bench ladder --layout nt", "--layout"),
+    ("bench overhead --shapes 8,8,8", "--shapes"),
+    ("bench overhead --timing eager", "--timing"),
+    ("bench ladder --timing fast", "argument --timing"),
+    ("bench --markdown missing.csv", "argument --markdown"),
+    ("schedule 0 64", "argument M:"),
+    ("schedule 64 64 --block-m 100", "argument --block-m"),
+    ("schedule 64 64 --kernel fastest", "argument --kernel"),
+    ("schedule 64 64 --sms 0", "argument --sms"),
+    ("l2", "M N K"),
+    ("l2 64 64", "M N K"),
+    ("l2 64 64 64 --ncu .", "--ncu"),
+    ("l2 64 64 64 --kernels naive,fastest", "argument --kernels"),
+    ("l2 64 64 64 --group-sizes 1,0", "argument --group-sizes"),
+    ("l2 64 64 64 --block 16,16", "argument --block"),
+    ("l2 64 64 64 --l2-mb x", "argument --l2-mb"),
+    ("l2 --ncu /nonexistent", "argument --ncu"),
+    ("explain 40 36 50 --program 9", "--program"),
+    ("explain 40 36 50 --program -1", "argument --program"),
+    ("explain 40 36 50 --kernel persistent --sms 4 --program 1 --step 5", "--step"),
+    ("explain 40 36 50 --strides 1,2,3", "argument --strides"),
+    ("explain 40 36 50 --block 16,16,x", "argument --block"),
+    ("predict", "M N K"),
+    ("predict 64 64", "M N K"),
+    ("predict 64 64 64 --kernel fastest", "argument --kernel"),
+    ("predict 64 64 64 --dtype fp8", "argument --dtype"),
+    ("predict --calibrate missing.csv", "argument --calibrate"),
+    ("predict 64 64 64 --write out.json", "--write"),
+]
+CPU_MISTAKES = [
+    ("bench --shapes 128,128,128", "--shapes 128x128x128 is too large for the Triton interpreter"),
+    ("bench --shapes 16,16,16 --dtypes bfloat16", "--dtypes bfloat16 does not run on the CPU"),
+    ("bench --shapes 16,16,16 --kernels tma_pipelined", "--kernels tma_pipelined does not run here"),
+    ("bench ladder --dtypes float16,bfloat16", "--dtypes bfloat16"),
+]
+
+
+@pytest.mark.parametrize(
+    "argv, names", MISTAKES + [pytest.param(*m, marks=cpu_only) for m in CPU_MISTAKES], ids=lambda x: str(x)
+)
+def test_a_mistake_gets_one_line_and_status_2(argv, names, capsys):
+    assert main(argv.split()) == 2
+    out, err = capsys.readouterr()
+    assert out == ""  # nothing ran
+    (line,) = err.splitlines()
+    assert line.startswith("tritongemm") and ": error: " in line and names in line
+
+
+def test_an_error_during_the_work_keeps_its_traceback(monkeypatch):
+    import tritongemm.bench
+
+    def fails(*args, **kwargs):
+        raise ValueError("a bug, not a mistake in the arguments")
+
+    monkeypatch.setattr(tritongemm.bench, "run_bench", fails)
+    with pytest.raises(ValueError, match="a bug"):
+        main(["bench", "--shapes", "16,16,16"])
+
+
+@cpu_only
+def test_bench_runs_the_given_shapes_on_the_cpu(tmp_path, capsys):
+    argv = ["bench", "--shapes", "16,16,16", "--dtypes", "float16", "--kernels", "naive", "--out-dir", str(tmp_path)]
+    assert main(argv + ["--no-plot"]) == 0
+    out = capsys.readouterr().out
+    assert "running these shapes under the Triton interpreter" in out
+    assert "16x16x16 torch.matmul (CPU)" in out and "vs cuBLAS" not in out
+    with (tmp_path / "custom-cpu.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["m"], r["n"], r["k"], r["dtype"], r["kernel"], r["status"]) for r in rows] == [
+        ("16", "16", "16", "float16", "cublas", "ok"),  # the data keeps "cublas": the ratios key on it
+        ("16", "16", "16", "float16", "naive", "ok"),
+    ]
+
+
+@cpu_only
+def test_bench_without_shapes_runs_the_smoke_test_and_says_so(capsys, monkeypatch):
+    import tritongemm.bench
+
+    monkeypatch.setattr(tritongemm.bench, "CPU_SMOKE_SHAPES", [(16, 16, 16)])
+    assert main(["bench", "ladder", "--dtypes", "float32", "--kernels", "naive", "--profile"]) == 0
+    out = capsys.readouterr().out
+    assert "smoke test on tiny shapes instead of the ladder suite" in out and "16x16x16 naive" in out
+
+
+@cpu_only
+def test_demo_names_what_it_compared(capsys, monkeypatch):
+    import tritongemm.bench
+
+    monkeypatch.setattr(tritongemm.bench, "CPU_SMOKE_SHAPES", [(16, 16, 16)])
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "16x16x16 torch.matmul (CPU)" in out and "cublas" not in out.lower()
+    assert out.splitlines()[-1] == "8 of 8 runs matched the fp64 reference."
