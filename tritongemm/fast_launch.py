@@ -15,6 +15,7 @@ lives here, and a launcher that rejects our arguments makes this plan fall back 
 from __future__ import annotations
 
 import inspect
+import threading
 import warnings
 from collections.abc import Callable
 
@@ -155,12 +156,20 @@ def compile_launch(jit_fn, grid: tuple[int, ...], args: tuple, kwargs: dict, dev
     # The direct path passes the runtime arguments, then every constexpr in order (Triton's
     # launcher parses and ignores them): true of every kernel here, checked so a new one can't break it.
     if device.type == "cuda" and len(args) == len(runtime) and len(constexprs) == len(constexpr_names):
-        with torch.cuda.device(device):
+        # One plan build at a time: Triton loads a compiled binary on first use without a lock,
+        # publishing its launcher before its function handle, so a second thread could read the
+        # handle as None (seen on the H100 in tests/gpu/test_concurrency.py) and launch nothing.
+        with _COMPILE_LOCK, torch.cuda.device(device):
             compiled = jit_fn.warmup(*args, grid=grid, **kwargs)
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
                 compiled = compiled.result()
             compiled.run  # noqa: B018  loads the binary on this device (the property does)
+        if getattr(compiled, "function", None) is None:  # not loaded after all: Triton's own path
+            compiled = None
     return CompiledLaunch(jit_fn, grid, constexprs, options, compiled, device.index or 0)
+
+
+_COMPILE_LOCK = threading.Lock()
 
 
 def split_parameters(jit_fn) -> tuple[list[str], list[str]]:
