@@ -170,6 +170,8 @@ def test_bad_input_is_still_refused_after_a_good_call():
     tritongemm.matmul(a, b, out=out, kernel="grouped", config=SMALL)
     with pytest.raises(ValueError, match="out overlaps the memory of input a"):
         tritongemm.matmul(a[:, :16], b[:16], out=a[:, 16:32], kernel="grouped", config=SMALL)
+    with pytest.raises(ValueError, match="out is a negated view"):  # same geometry as the good out
+        tritongemm.matmul(a, b, out=torch._neg_view(out), kernel="grouped", config=SMALL)
     with pytest.raises(TypeError, match="expected config to be None, a MatmulConfig or 'autotune'"):
         tritongemm.matmul(a, b, config={"BLOCK_M": 16})  # unhashable: no key, the checks answer
 

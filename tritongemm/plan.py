@@ -68,7 +68,8 @@ def problem_key(a, b, out, kernel, config) -> tuple:
     are not strided tensors; the caller then lets `build_plan` give the proper error."""
     a_facts = (a.dtype, a.device, a.shape, a.stride(), a.data_ptr() % 16 == 0, a.is_neg())
     b_facts = (b.dtype, b.device, b.shape, b.stride(), b.data_ptr() % 16 == 0, b.is_neg())
-    out_facts = None if out is None else (out.dtype, out.device, out.shape, out.stride(), out.data_ptr() % 16 == 0)
+    out_facts = None if out is None else (out.dtype, out.device, out.shape, out.stride(), out.data_ptr() % 16 == 0,
+                                          out.is_neg())  # fmt: skip
     tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
     return kernel, config, a_facts, b_facts, out_facts, tf32
 
