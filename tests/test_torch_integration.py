@@ -89,6 +89,22 @@ def test_nd_gradients():
     assert rel_error(b.grad, b64.grad) <= tolerance(torch.float32, 10)
 
 
+@pytest.mark.parametrize(
+    "a_shape, b_shape", [((2, 3, 0), (0, 4)), ((3, 4), (4, 0)), ((3, 0), (0, 5)), ((2, 0, 4), (4, 5))]
+)
+def test_empty_dimensions_forward_and_backward(a_shape, b_shape):
+    """Zero-sized M, N or K: zeros or empty results, and gradients of the right shape, as torch."""
+    a, b = rand(*a_shape, requires_grad=True), rand(*b_shape, requires_grad=True)
+    c = tritongemm.matmul(a, b, kernel=KERNEL)
+    torch.testing.assert_close(c, torch.matmul(a.detach(), b.detach()))
+    out = torch.full(c.shape, float("nan"), device=DEVICE)
+    with torch.no_grad():
+        torch.testing.assert_close(tritongemm.matmul(a, b, out=out, kernel=KERNEL), torch.matmul(a, b))
+    c.sum().backward()
+    assert a.grad.shape == a.shape and b.grad.shape == b.shape
+    assert not a.grad.any() and not b.grad.any()
+
+
 def test_batched_b_is_refused_naming_the_shapes():
     with pytest.raises(ValueError, match=r"b to be a 2D tensor \(K, N\), but got a 3D tensor of shape \(2, 24, 40\)"):
         tritongemm.matmul(rand(2, 7, 24), rand(2, 24, 40))
@@ -182,6 +198,24 @@ def test_compile_with_config_and_out():
     compiled, _ = counted(fn)
     assert compiled(x, w, out) is out
     check(out, x, w, torch.float32)
+
+
+@pytest.mark.parametrize(
+    "make_out, exc, pattern",
+    [
+        (lambda: torch.empty(2, 9, 40, device=DEVICE), ValueError, r"expected out to have shape \(9, 40\)"),
+        (lambda: torch.empty(9, 40, device=DEVICE, dtype=torch.float16), TypeError, "expected out to have dtype"),
+    ],
+)
+def test_compile_checks_out_as_eager_does(make_out, exc, pattern):
+    def fn(x, w, out):
+        return tritongemm.matmul(x, w, out=out, kernel=KERNEL)
+
+    compiled, _ = counted(fn)
+    with pytest.raises(exc, match=pattern):
+        fn(rand(9, 24), rand(24, 40), make_out())
+    with pytest.raises(Exception, match=pattern):  # raised while tracing, wrapped by Dynamo
+        compiled(rand(9, 24), rand(24, 40), make_out())
 
 
 def test_compile_dynamic_m_compiles_once():

@@ -8,6 +8,8 @@ runs this same path when the compiled graph executes.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from tritongemm import checks, registry
@@ -83,12 +85,13 @@ def _matmul_nd(a: torch.Tensor, b, out, kernel, config) -> torch.Tensor:
     checks.check_operands(a, b)
     *batch, M, K = a.shape
     N = b.shape[1]
-    a2 = a.reshape(-1, K)  # a view whenever the strides allow; else a copy, as torch.matmul makes
+    a2 = a.reshape(math.prod(batch) * M, K)  # a view whenever the strides allow; else a copy, as torch.matmul
+    # makes. Sizes, not -1: a reshape cannot infer -1 when K = 0.
     if out is None:
         return matmul(a2, b, kernel=kernel, config=config).view(*batch, M, N)
     checks.check_out_shape(out, (*batch, M, N))
     try:
-        out2 = out.view(-1, N)
+        out2 = out.view(math.prod(batch) * M, N)
     except RuntimeError:  # out's leading dimensions don't fold: compute, then copy in
         checks.check_out(out, a, b, shape=(*batch, M, N))
         checks.check_out_call(out, a, b)
@@ -104,7 +107,8 @@ def gemm_grads(grad_c, a, b, needs_grad: tuple[bool, bool], mm) -> tuple:
     if needs_grad[0]:
         grad_a = mm(grad_c, b.T)  # (..., M, N) @ (N, K)
     if needs_grad[1]:
-        grad_b = mm(a.reshape(-1, a.shape[-1]).T, grad_c.reshape(-1, grad_c.shape[-1]))  # (K, M') @ (M', N)
+        rows = math.prod(a.shape[:-1])  # not -1: a reshape cannot infer it when K or N is 0
+        grad_b = mm(a.reshape(rows, a.shape[-1]).T, grad_c.reshape(rows, grad_c.shape[-1]))  # (K, M') @ (M', N)
     return grad_a, grad_b
 
 

@@ -114,11 +114,7 @@ def check_config(kernel: KernelInfo, config, device: torch.device) -> None:
 def check_out(out, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, ...] | None = None) -> None:
     """What the problem's geometry decides about out (checked once per launch plan). `shape`: the
     result's, when a is N-D; else (M, N)."""
-    check_out_shape(out, shape or (a.shape[0], b.shape[1]))
-    if out.dtype != a.dtype:
-        raise TypeError(f"matmul: expected out to have dtype {_dtype_name(a.dtype)}, but got {_dtype_name(out.dtype)}")
-    if out.device != a.device:
-        raise ValueError(f"matmul: expected out to be on {a.device}, like the operands, but it is on {out.device}")
+    check_out_metadata(out, a, shape or (a.shape[0], b.shape[1]))
     if out.is_neg():
         raise ValueError(
             "matmul: out is a negated view (out.is_neg(), e.g. the .imag of a conjugate), which the kernels "
@@ -129,6 +125,15 @@ def check_out(out, a: torch.Tensor, b: torch.Tensor, shape: tuple[int, ...] | No
             f"matmul: out has strides {out.stride()} for shape {tuple(out.shape)}, so several of its elements share "
             f"memory; expected an out whose elements are all distinct"
         )
+
+
+def check_out_metadata(out, a: torch.Tensor, shape: tuple[int, ...]) -> None:
+    """out's type, layout, shape, dtype and device: what torch.compile can check while tracing."""
+    check_out_shape(out, shape)
+    if out.dtype != a.dtype:
+        raise TypeError(f"matmul: expected out to have dtype {_dtype_name(a.dtype)}, but got {_dtype_name(out.dtype)}")
+    if out.device != a.device:
+        raise ValueError(f"matmul: expected out to be on {a.device}, like the operands, but it is on {out.device}")
 
 
 def check_out_shape(out, expected: tuple[int, ...]) -> None:
@@ -142,6 +147,15 @@ def check_out_shape(out, expected: tuple[int, ...]) -> None:
 
 def check_out_call(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """What only this call's tensors decide about out (checked on every call): autograd and aliasing."""
+    check_out_grad(out, a, b)
+    for name, t in (("a", a), ("b", b)):
+        if overlaps(out, t):
+            raise ValueError(
+                f"matmul: out overlaps the memory of input {name}; pass an out that does not alias the inputs"
+            )
+
+
+def check_out_grad(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     # As torch.matmul: with an input that requires grad the result would silently have no grad_fn.
     if torch.is_grad_enabled() and (out.requires_grad or a.requires_grad or b.requires_grad):
         needs_grad = [name for name, t in (("out", out), ("a", a), ("b", b)) if t.requires_grad]
@@ -149,11 +163,6 @@ def check_out_call(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
             "matmul: out=... arguments don't support automatic differentiation, but "
             f"{' and '.join(needs_grad)} {'requires' if len(needs_grad) == 1 else 'require'} grad"
         )
-    for name, t in (("a", a), ("b", b)):
-        if overlaps(out, t):
-            raise ValueError(
-                f"matmul: out overlaps the memory of input {name}; pass an out that does not alias the inputs"
-            )
 
 
 def may_overlap_itself(t: torch.Tensor) -> bool:

@@ -69,8 +69,14 @@ mm.register_autograd(_backward, setup_context=_setup_context)
 
 
 def traced_matmul(a, b, out, kernel, config) -> torch.Tensor:
-    """`tritongemm.matmul` while torch.compile traces it: the operator, then out= as a copy."""
+    """`tritongemm.matmul` while torch.compile traces it: the operator, then out= as a copy. out's
+    shape, dtype, device and autograd are checked as in eager mode; what eager mode also refuses
+    (a negated or self-overlapping out, one aliasing the inputs) `copy_` handles as torch does."""
     label = config.short() if isinstance(config, MatmulConfig) else config
+    if out is not None:
+        checks.check_operands(a, b)
+        checks.check_out_metadata(out, a, (*a.shape[:-1], b.shape[1]))
+        checks.check_out_grad(out, a, b)
     result = mm(a, b, kernel, label)
     if out is None:
         return result
