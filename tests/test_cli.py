@@ -83,6 +83,8 @@ MISTAKES = [
     ("predict 64 64 64 --dtype fp8", "argument --dtype"),
     ("predict --calibrate missing.csv", "argument --calibrate"),
     ("predict 64 64 64 --write out.json", "--write"),
+    ("predict 64 64 64 --constants /nonexistent.json", "--constants /nonexistent.json: no such file"),
+    ("predict --compare pyproject.toml", "--compare found no timed rows"),
 ]
 CPU_MISTAKES = [
     ("bench --shapes 128,128,128", "--shapes 128x128x128 is too large for the Triton interpreter"),

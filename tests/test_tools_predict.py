@@ -135,7 +135,7 @@ def test_calibrate_command_writes_constants_and_reports(tmp_path, capsys):
 def test_compare_command_prints_markdown(tmp_path, capsys):
     path = tmp_path / "synthetic.csv"
     _write_synthetic_csv(path)
-    assert main(["predict", "--compare", str(path), "--markdown", "--constants", "/nonexistent.json"]) == 0
+    assert main(["predict", "--compare", str(path), "--markdown", "--constants", "defaults"]) == 0
     text = capsys.readouterr().out
     assert (
         "| kernel | dtype | layout | shape | tile | measured TFLOP/s | predicted TFLOP/s | time error | bound |" in text
@@ -144,7 +144,7 @@ def test_compare_command_prints_markdown(tmp_path, capsys):
 
 
 def test_predict_command_lists_every_kernel_and_cublas(capsys):
-    assert main(["predict", "8192", "8192", "512", "--dtype", "float16", "--constants", "/nonexistent.json"]) == 0
+    assert main(["predict", "8192", "8192", "512", "--dtype", "float16", "--constants", "defaults"]) == 0
     text = capsys.readouterr().out
     for kernel in predict.PROVIDERS:
         assert f"\n{kernel} " in text

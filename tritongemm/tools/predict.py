@@ -95,6 +95,8 @@ DEFAULTS = Constants(
 
 def load_constants(path: str | Path | None = None) -> Constants:
     """The calibrated constants (predict_constants.json) if written, else the defaults."""
+    if path == "defaults":
+        return DEFAULTS
     path = Path(path) if path else CONSTANTS_PATH
     if path.exists():
         return Constants.from_json(path.read_text())
@@ -393,7 +395,10 @@ def add_parser(commands) -> None:
     p.add_argument("K", type=positive_int, nargs="?")
     p.add_argument("--dtype", default="bfloat16", choices=sorted(ITEMSIZE))
     p.add_argument("--kernel", action="append", choices=PROVIDERS, help="repeatable (default: all and cuBLAS)")
-    p.add_argument("--constants", help=f"constants JSON (default: {CONSTANTS_PATH.name} if present, else defaults)")
+    p.add_argument(
+        "--constants",
+        help=f"constants JSON, or 'defaults' for the uncalibrated ones (default: {CONSTANTS_PATH.name} if present)",
+    )
     csvs = dict(nargs="+", metavar="CSV", type=existing_file)
     p.add_argument("--calibrate", **csvs, help="fit the constants to benchmark CSVs and report")
     p.add_argument("--write", help=f"with --calibrate: where to write the constants (default: {CONSTANTS_PATH})")
@@ -416,6 +421,17 @@ def check(args: argparse.Namespace) -> None:
         )
     if args.calibrate is None and (args.write or args.dry_run):
         raise ValueError(f"predict: {'--write' if args.write else '--dry-run'} applies with --calibrate only")
+    if args.constants and args.constants != "defaults" and not Path(args.constants).is_file():
+        raise ValueError(
+            f"predict: --constants {args.constants}: no such file; expected a constants JSON, or 'defaults' for "
+            "the built-in uncalibrated constants"
+        )
+    csvs = args.calibrate or args.compare or []
+    if csvs and not read_measurements(csvs):
+        raise ValueError(
+            f"predict: {'--calibrate' if args.calibrate else '--compare'} found no timed rows (status ok, timing "
+            f"graph, a known kernel) in {', '.join(map(str, csvs))}; give benchmark CSVs of `tritongemm bench`"
+        )
 
 
 def main(args: argparse.Namespace) -> int:
