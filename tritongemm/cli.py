@@ -98,8 +98,12 @@ def _check(args: argparse.Namespace) -> None:
         return
     if args.layout and args.shapes is None:
         raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
-    check_arguments(
-        args.suite,
+    check_arguments(args.suite, **_problem_arguments(args))
+
+
+def _problem_arguments(args: argparse.Namespace) -> dict:
+    """What `bench` measures, as run_bench and check_arguments take it."""
+    return dict(
         shapes=args.shapes,
         dtypes=args.dtypes,
         kernels=args.kernels,
@@ -134,11 +138,7 @@ def _run(args: argparse.Namespace) -> int:
 
     run_bench(
         args.suite,
-        shapes=args.shapes,
-        dtypes=args.dtypes,
-        kernels=args.kernels,
-        layout=args.layout or "nn",
-        timing=args.timing or "graph",
+        **_problem_arguments(args),
         out_dir=args.out_dir,
         name=args.name,
         profile=args.profile,

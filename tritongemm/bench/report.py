@@ -50,25 +50,33 @@ def format_table(rows: list[Row], on_gpu: bool = True) -> str:
     """Fixed-width table: one line per measurement, grouped by problem."""
     versus = "vs cuBLAS" if on_gpu else "vs torch"
     header = f"{'dtype':<9} {'layout':<6} {'shape':>18} {'kernel':<25} {'config':<26} {'ms':>9} {'TFLOP/s':>8} {versus:>9} {'rel err':>8}  status"  # noqa: E501
-    lines = [header, "-" * len(header)]
-    previous = None
-    for r in rows:
-        problem = (r.dtype, r.layout, r.m, r.n, r.k)
-        if previous is not None and problem != previous:
-            lines.append("")
-        previous = problem
-        shape = f"{r.m}x{r.n}x{r.k}"
-        lines.append(
-            f"{r.dtype:<9} {r.layout:<6} {shape:>18} {kernel_label(r.kernel, on_gpu):<25} {r.config[:26]:<26} "
-            f"{_fmt(r.ms, '9.4f')} {_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} "
+    return _grouped_table(
+        header,
+        rows,
+        lambda r: (
+            f"{r.dtype:<9} {r.layout:<6} {f'{r.m}x{r.n}x{r.k}':>18} {kernel_label(r.kernel, on_gpu):<25} "
+            f"{r.config[:26]:<26} {_fmt(r.ms, '9.4f')} {_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_cublas, '9.3f')} "
             f"{_fmt(r.max_rel_err, '8.1e')}  {r.status}"
-        )
-    return "\n".join(lines)
+        ),
+    )
 
 
 def format_overhead_table(rows: list) -> str:
     """`bench overhead`'s table: one line per (problem, kernel), torch.matmul's time beside ours."""
     header = f"{'dtype':<9} {'layout':<6} {'shape':>16} {'kernel':<25} {'us/call':>9} {'torch us':>9} {'vs torch':>8} {'rel err':>8}  status"  # noqa: E501
+
+    def line(r) -> str:
+        ratio = r.torch_us_per_call / r.us_per_call if r.us_per_call and r.torch_us_per_call else None
+        return (
+            f"{r.dtype:<9} {r.layout:<6} {f'{r.m}x{r.n}x{r.k}':>16} {r.kernel:<25} {_fmt(r.us_per_call, '9.1f')} "
+            f"{_fmt(r.torch_us_per_call, '9.1f')} {_fmt(ratio, '8.2f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
+        )
+
+    return _grouped_table(header, rows, line)
+
+
+def _grouped_table(header: str, rows: list, line) -> str:
+    """The header, a rule, then `line(row)` for each row, a blank line between problems."""
     lines = [header, "-" * len(header)]
     previous = None
     for r in rows:
@@ -76,11 +84,7 @@ def format_overhead_table(rows: list) -> str:
         if previous is not None and problem != previous:
             lines.append("")
         previous = problem
-        ratio = r.torch_us_per_call / r.us_per_call if r.us_per_call and r.torch_us_per_call else None
-        lines.append(
-            f"{r.dtype:<9} {r.layout:<6} {f'{r.m}x{r.n}x{r.k}':>16} {r.kernel:<25} {_fmt(r.us_per_call, '9.1f')} "
-            f"{_fmt(r.torch_us_per_call, '9.1f')} {_fmt(ratio, '8.2f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
-        )
+        lines.append(line(r))
     return "\n".join(lines)
 
 
