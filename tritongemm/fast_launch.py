@@ -53,12 +53,12 @@ class CompiledLaunch:
             return
         compiled = self._compiled
         stream = torch._C._cuda_getCurrentRawStream(self._device_index)
+        args = (*runtime_args, *self._constexpr_tail)  # every parameter, as JITFunction.run passes them
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         if _hooked(enter) or _hooked(leave):  # a profiler's: it reads the launch metadata
-            metadata = compiled.launch_metadata(self._grid, stream, *runtime_args)
+            metadata = compiled.launch_metadata(self._grid, stream, *args)
         else:  # None spares the launcher two calls of an empty hook chain
             metadata = enter = leave = None
-        args = (*runtime_args, *self._constexpr_tail)
         grid_x, grid_y, grid_z = self._grid
         try:
             compiled.run(grid_x, grid_y, grid_z, stream, compiled.function, compiled.packed_metadata, metadata,
