@@ -55,11 +55,10 @@ def planned_launch(kernel, grid, a, b, c, constexprs: dict, trace: torch.Tensor 
     """Compile a ladder kernel for this geometry and return `launch(a, b, c)` for tensors of the
     same geometry (see fast_launch). Every ladder kernel takes `gemm_args`, then `trace_ptr`
     (the optional tile trace of _tiles.record_tile; c, never written, when off)."""
-    sizes_and_strides = gemm_args(a, b, c)[3:]
+    args = gemm_args(a, b, c)
+    sizes_and_strides = args[3:]
     trace_ptr = c if trace is None else trace
-    compiled = compile_launch(
-        kernel, grid, (*gemm_args(a, b, c), trace_ptr), {**constexprs, "TRACE": trace is not None}, c.device
-    )
+    compiled = compile_launch(kernel, grid, (*args, trace_ptr), {**constexprs, "TRACE": trace is not None}, c.device)
     if trace is None:
         return lambda a, b, c: compiled(a, b, c, *sizes_and_strides, c)
     return lambda a, b, c: compiled(a, b, c, *sizes_and_strides, trace)
