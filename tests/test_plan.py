@@ -13,6 +13,7 @@ import weakref
 
 import pytest
 import torch
+import triton
 from cases import DEVICE, ON_GPU
 
 import tritongemm
@@ -208,6 +209,27 @@ def test_gpu_plans_launch_directly(kernel):
     assert launches and all(launch.direct for launch in launches)
     if kernel.startswith("tma"):  # and the descriptors are encoded from the plan's fields
         assert all(launch.encodes_descriptors for launch in launches)
+    elif triton.__version__.startswith("3.6."):  # and on the launcher layout fast_launch reads, its C entry point
+        assert all(launch.raw for launch in launches)
+
+
+@pytest.mark.skipif(not ON_GPU, reason="TMA descriptors are encoded on the GPU only")
+def test_gpu_tma_descriptors_follow_the_addresses():
+    """A TMA plan reuses an operand's previous encoding at the same address only (fast_launch):
+    operands and outputs that swap addresses, and new data at an old address, compute right."""
+    if not _on_hopper():
+        pytest.skip("needs an sm_90 GPU")
+    cache = PlanCache()
+    a1, a2, b1, b2 = rand(64, 40), rand(64, 40), rand(40, 48), rand(40, 48)
+    out1, out2 = (torch.empty(64, 48, device=DEVICE, dtype=F16) for _ in range(2))
+    for a, b, out in [(a1, b1, out1), (a2, b1, out2), (a1, b2, out2), (a2, b2, out1), (a1, b1, out1)]:
+        a.normal_()  # new data, maybe at the address of the previous call
+        out.fill_(float("nan"))
+        run(cache, a, b, out=out, kernel="tma_persistent_pipelined", config=None)
+        assert rel_error(out, reference_matmul(a, b)) <= tolerance(F16, 40)
+    for b in (b1, b2, b1):  # and fresh outputs, wherever the allocator puts them
+        c = run(cache, a1, b, kernel="tma_persistent_pipelined", config=None)
+        assert rel_error(c, reference_matmul(a1, b)) <= tolerance(F16, 40)
 
 
 def _on_hopper() -> bool:

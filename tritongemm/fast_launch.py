@@ -23,8 +23,8 @@ import torch
 import triton
 from triton import knobs
 
-# Triton releases whose compiled launcher takes the argument layout `with_descriptors` passes it
-# (checked on the GPU: tests/test_plan.py). 3.9's takes another (argument annotations, a kernel
+# Triton releases whose compiled launcher has the layout `_raw_launcher` reads and the argument
+# order its callers pass (checked on the GPU: tests/test_plan.py). 3.9's takes another (argument annotations, a kernel
 # signature, the kernel arguments as one tuple); those releases take Triton's own descriptor path.
 _RAW_LAUNCHER_LAYOUT = ("3.6.",)
 
@@ -46,8 +46,28 @@ class CompiledLaunch:
         self._device_index = device_index
         self.direct = compiled is not None  # False: every call goes through kernel[grid](...)
         self.encodes_descriptors = False  # with_descriptors encodes TMA descriptors itself
+        raw = _raw_launcher(compiled)
+        # The launcher's C entry point, for a kernel without descriptor arguments: Triton's Python
+        # wrapper around it (CudaLauncher.__call__) only allocates scratch buffers, which the
+        # kernels here don't use (_raw_launcher checks), and costs microseconds of Python per call
+        # (BENCHMARKS.md, "Host time per call").
+        self._raw_plain = raw[0] if raw is not None and not raw[1] else None
+        self.raw = self._raw_plain is not None  # what the tests check: the cheapest path is taken
+        if compiled is not None:  # the launcher's arguments before the kernel's, no hooks: see __call__
+            self._raw_head = (compiled.function, compiled.run.launch_cooperative_grid, compiled.run.launch_pdl,
+                              None, None, compiled.packed_metadata, None, None, None)  # fmt: skip
 
     def __call__(self, *runtime_args) -> None:
+        raw = self._raw_plain
+        if raw is not None and not _profiling():  # the common case, kept to the fewest steps
+            stream = torch._C._cuda_getCurrentRawStream(self._device_index)
+            try:
+                raw(*self._grid, stream, *self._raw_head, *runtime_args, *self._constexpr_tail)
+                return
+            except TypeError as exc:  # parsed before anything launches: Triton's wrapper from now on
+                self._raw_plain, self.raw = None, False
+                warnings.warn(f"tritongemm: direct launch refused ({exc}); using Triton's launcher",
+                              RuntimeWarning, stacklevel=2)  # fmt: skip
         if not self.direct:
             self._jit_fn[self._grid](*runtime_args, **self._jit_kwargs)
             return
@@ -79,7 +99,11 @@ class CompiledLaunch:
 
         Triton's launcher turns each host descriptor into a CUtensorMap on every call, in Python
         (about 1.5 us a descriptor on the H100 machine, plus the copy `rebase` makes); encoding
-        it here from the plan's fixed fields costs the driver call alone (0.56 us). Where this
+        it here from the plan's fixed fields costs the driver call alone (0.56 us). And each
+        operand's previous encoding is kept, with its address: a weight is at the same address on
+        every call, and so, often, is an activation or an output the caching allocator hands out
+        again. One per operand per plan bounds it; the plan's fixed fields and the address are
+        all an encoding holds, so an equal address gives an equal descriptor. Where this
         Triton's launcher is not the one that was measured, descriptors take Triton's own path.
         """
         unbound = tuple(rebase(d, None) for d in descriptors)  # the plan must not keep tensors alive
@@ -88,25 +112,28 @@ class CompiledLaunch:
         if encode is None:
             return lambda *tensors: self(*map(rebase, unbound, tensors))
         raw, specs = encode
-        compiled = self._compiled
         grid_x, grid_y, grid_z = self._grid
         fill = triton.runtime.driver.active.utils.fill_tma_descriptor
-        head = (compiled.function, compiled.run.launch_cooperative_grid, compiled.run.launch_pdl, None, None,
-                compiled.packed_metadata, None)  # fmt: skip
+        head = self._raw_head
+        previous = [(None, None)] * len(specs)  # per operand: (address, its encoded descriptor)
 
         def launch(*tensors) -> None:
             # A profiler wants launch metadata: Triton's own path provides it.
-            hooked = _hooked(knobs.runtime.launch_enter_hook) or _hooked(knobs.runtime.launch_exit_hook)
-            if hooked or not self.encodes_descriptors:
+            if not self.encodes_descriptors or _profiling():
                 self(*map(rebase, unbound, tensors))
                 return
             args = []
-            for t, (fields, shape_and_strides) in zip(tensors, specs):
-                args.append(fill(t.data_ptr(), *fields))
-                args.extend(shape_and_strides)
+            for i, t in enumerate(tensors):
+                address, encoded = previous[i]
+                if t.data_ptr() != address:
+                    address = t.data_ptr()
+                    encoded = fill(address, *specs[i][0])
+                    previous[i] = (address, encoded)  # one assignment: a thread reads the old pair or the new
+                args.append(encoded)
+                args.extend(specs[i][1])
             stream = torch._C._cuda_getCurrentRawStream(self._device_index)
             try:  # no hooks: None, as above
-                raw(grid_x, grid_y, grid_z, stream, *head, None, None, *args, *self._constexpr_tail)
+                raw(grid_x, grid_y, grid_z, stream, *head, *args, *self._constexpr_tail)
             except TypeError as exc:  # parsed before anything launches: take Triton's path from now on
                 self.encodes_descriptors = False
                 warnings.warn(f"tritongemm: direct TMA launch refused ({exc}); using Triton's", RuntimeWarning, 2)
@@ -116,18 +143,12 @@ class CompiledLaunch:
 
     def _descriptor_encoding(self, descriptors):
         """(raw launcher, per descriptor (encode fields, shape + strides)), or None where this
-        Triton's launcher does not have the shape of triton 3.6's (backends/nvidia/driver.py:
-        a `wrap_handle_tensordesc` closure around the compiled `launch`, no scratch buffers)."""
-        compiled = self._compiled
-        if compiled is None or not triton.__version__.startswith(_RAW_LAUNCHER_LAYOUT):
+        Triton's launcher does not have the shape of triton 3.6's (see _raw_launcher)."""
+        raw = _raw_launcher(self._compiled)
+        if raw is None:
             return None
-        launcher = compiled.run
-        wrapper = getattr(launcher, "launch", None)
-        names = getattr(getattr(wrapper, "__code__", None), "co_freevars", ())
-        cells = dict(zip(names, (cell.cell_contents for cell in getattr(wrapper, "__closure__", None) or ())))
-        raw, metadata = cells.get("launcher"), cells.get("tensordesc_meta")
-        scratch = getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1)
-        if raw is None or scratch or not metadata or len(metadata) != len(descriptors):
+        raw, metadata = raw
+        if not metadata or len(metadata) != len(descriptors):
             return None
         try:
             from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
@@ -143,6 +164,25 @@ class CompiledLaunch:
                       meta["block_size"], shape, strides, padding)  # fmt: skip
             specs.append((fields, (*shape, *strides)))
         return raw, tuple(specs)
+
+
+def _raw_launcher(compiled) -> tuple[Callable, list | None] | None:
+    """(the compiled launcher's C entry point, its TMA descriptor metadata or None), where this
+    Triton's launcher has the shape of triton 3.6's (backends/nvidia/driver.py): a `CudaLauncher`
+    whose `launch` is the C function itself, or a `wrap_handle_tensordesc` closure around it for
+    a kernel with descriptor arguments; and no scratch buffers to allocate per call. Else None."""
+    if compiled is None or not triton.__version__.startswith(_RAW_LAUNCHER_LAYOUT):
+        return None
+    launcher = compiled.run
+    wrapper = getattr(launcher, "launch", None)
+    if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
+        return None
+    if not hasattr(wrapper, "__code__"):  # a builtin: the C launcher itself
+        return (wrapper, None) if callable(wrapper) else None
+    names = wrapper.__code__.co_freevars
+    cells = dict(zip(names, (cell.cell_contents for cell in wrapper.__closure__ or ())))
+    raw, metadata = cells.get("launcher"), cells.get("tensordesc_meta")
+    return None if raw is None or metadata is None else (raw, metadata)
 
 
 def compile_launch(jit_fn, grid: tuple[int, ...], args: tuple, kwargs: dict, device: torch.device) -> CompiledLaunch:
@@ -187,3 +227,10 @@ def split_parameters(jit_fn) -> tuple[list[str], list[str]]:
 def _hooked(hook) -> bool:
     """Whether a launch hook (a profiler's) is installed: then the launcher wants metadata."""
     return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _profiling() -> bool:
+    """Whether a profiler has installed a launch hook: then Triton's launcher must run, for the
+    metadata hooks read."""
+    runtime = knobs.runtime
+    return _hooked(runtime.launch_enter_hook) or _hooked(runtime.launch_exit_hook)
