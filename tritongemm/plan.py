@@ -36,17 +36,15 @@ CAPACITY = 512
 class Plan:
     kernel: str  # the kernel that runs ("auto" resolved; "zeros" for an empty problem)
     config: MatmulConfig | str | None
-    resolve_neg: tuple[bool, bool]  # materialize a negated view of a / b first
+    resolve_neg: bool  # a or b is a negated view: materialize it first
     prepare: object  # (a, b, out) -> (a, b, c): the registry's plan_operands, decided
     launch: object  # (a, b, c) -> None, compiled for this geometry
     device_index: int | None  # the CUDA device the launch must run on; None on the CPU
     compact: bool  # the kernel's c is a row-padded view: return c.contiguous() when out is None
 
     def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-        if self.resolve_neg[0]:
-            a = a.resolve_neg()
-        if self.resolve_neg[1]:
-            b = b.resolve_neg()
+        if self.resolve_neg:  # (resolve_neg() of a tensor that is not negated returns it)
+            a, b = a.resolve_neg(), b.resolve_neg()
         a, b, c = self.prepare(a, b, out)
         # torch.cuda.current_device() without its lazy-init check: building the plan initialized CUDA.
         if self.device_index is None or torch._C._cuda_getDevice() == self.device_index:
@@ -70,8 +68,13 @@ def problem_key(a, b, out, kernel, config) -> tuple:
     b_facts = (b.dtype, b.device, b.shape, b.stride(), b.data_ptr() % 16 == 0, b.is_neg())
     out_facts = None if out is None else (out.dtype, out.device, out.shape, out.stride(), out.data_ptr() % 16 == 0,
                                           out.is_neg())  # fmt: skip
-    tf32 = a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32
+    tf32 = a.dtype == torch.float32 and _allow_tf32()
     return kernel, config, a_facts, b_facts, out_facts, tf32
+
+
+# What `torch.backends.cuda.matmul.allow_tf32` returns, read without its module's __getattr__:
+# 0.06 us a call instead of 0.5 (measured on this repository's CPU machine), on every fp32 call.
+_allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None) or (lambda: torch.backends.cuda.matmul.allow_tf32)
 
 
 def build_plan(a, b, out, kernel, config) -> Plan:
@@ -81,7 +84,7 @@ def build_plan(a, b, out, kernel, config) -> Plan:
         raise TypeError(f"matmul: expected kernel to be a str, but got {type(kernel).__name__}")
     if out is not None:
         checks.check_out(out, a, b)  # what the geometry decides; the caller checks aliasing per call
-    resolve_neg = (a.is_neg(), b.is_neg())
+    resolve_neg = a.is_neg() or b.is_neg()
     a, b = a.resolve_neg(), b.resolve_neg()
     info = _choose_kernel(kernel, a, b)
     checks.check_config(info, config, a.device)
@@ -155,10 +158,8 @@ class PlanCache:
                     self.hits += 1
                     return plan
         except (AttributeError, RuntimeError, TypeError):  # not a strided tensor, an unhashable config
-            key = None
+            return build_plan(a, b, out, kernel, config)  # which raises the proper error, or plans uncached
         plan = build_plan(a, b, out, kernel, config)  # outside the lock: it may compile for seconds
-        if key is None:
-            return plan
         with self._lock:
             self.misses += 1
             self._plans[key] = plan
