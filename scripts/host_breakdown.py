@@ -1,0 +1,61 @@
+"""Where one eager `tritongemm.matmul` hit spends its host time, one part at a time: the plan
+look-up, the operand preparation (the output's allocation), the launch, and the compiled
+kernel's C launcher alone with pre-built arguments, beside torch.matmul; medians of 5
+interleaved rounds of `eager_timer`. BENCHMARKS.md ("Host time per call") quotes it. Run on a GPU:
+PYTHONPATH=. python3 scripts/host_breakdown.py
+"""
+
+import functools
+import statistics
+
+import torch
+
+import tritongemm
+from tritongemm.bench.measure import eager_timer
+from tritongemm.plan import PLANS
+
+CASES = [
+    (64, 64, 64, torch.float16, "naive"),
+    (64, 64, 64, torch.float16, "tma_persistent_pipelined"),
+    (64, 64, 64, torch.float32, "grouped"),
+    (1, 4096, 4096, torch.bfloat16, "auto"),
+]
+
+
+def compiled_launches(fn, depth=0):
+    """The CompiledLaunch objects a plan's launch closes over (fast_launch)."""
+    found = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        value = cell.cell_contents
+        if hasattr(value, "direct"):
+            found.append(value)
+        elif callable(value) and depth < 2:
+            found += compiled_launches(value, depth + 1)
+    return found
+
+
+for m, n, k, dtype, kernel in CASES:
+    a = torch.randn(m, k, device="cuda", dtype=dtype)
+    b = torch.randn(n, k, device="cuda", dtype=dtype).T  # an nn.Linear weight's view
+    tritongemm.matmul(a, b, kernel=kernel)
+    plan = PLANS.lookup(a, b, None, kernel, None)
+    pa, pb, c = plan.prepare(a, b, None)
+    parts = {
+        "torch.matmul": functools.partial(torch.matmul, a, b),
+        "matmul": functools.partial(tritongemm.matmul, a, b, kernel=kernel),
+        "look-up": functools.partial(PLANS.lookup, a, b, None, kernel, None),
+        "prepare": functools.partial(plan.prepare, a, b, None),
+        "launch": functools.partial(plan.launch, pa, pb, c),
+    }
+    raw = [launch for launch in compiled_launches(plan.launch) if launch.raw]
+    if raw:  # a ladder kernel: its C launcher, the arguments built beforehand
+        (launch,) = raw
+        args = (*launch._grid, torch._C._cuda_getCurrentRawStream(c.device.index), *launch._raw_head, pa, pb, c,
+                m, n, k, *pa.stride(), *pb.stride(), *c.stride(), c, *launch._constexpr_tail)  # fmt: skip
+        parts["C launcher"] = functools.partial(launch._raw_plain, *args)
+    samples = {name: [] for name in parts}
+    for _ in range(5):
+        for name, fn in parts.items():
+            samples[name].append(eager_timer(fn) * 1e3)
+    times = ", ".join(f"{name} {statistics.median(v):.1f}" for name, v in samples.items())
+    print(f"{m}x{n}x{k} {str(dtype)[6:]} {plan.kernel}: {times} us", flush=True)
