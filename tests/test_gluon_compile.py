@@ -16,13 +16,20 @@ import tempfile
 import pytest
 import torch
 
+from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.hopper import TILES
 from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes
 
 KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
-# Every default tile with B row-major; the big tile also with B K-major (a transposed weight) and
-# with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot).
-CASES = [(i, False, 1) for i in range(len(TILES))] + [(0, True, 1), (0, False, 2)]
+# Every default tile with B row-major; the big tile also with B K-major (a transposed weight),
+# with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot), and with fused
+# epilogues (epilogue.py): GELU (erf) with alpha, bias and residual; SiLU with a bias.
+FUSED = {
+    "gelu": Epilogue(activation="gelu", alpha=0.5, bias=True, residual=True),
+    "silu": Epilogue(activation="silu", bias=True),
+}
+CASES = [(i, False, 1, None) for i in range(len(TILES))] + [(0, True, 1, None), (0, False, 2, None)]
+CASES += [(0, False, 1, name) for name in FUSED]
 
 
 def compile_kernel(kernel: str) -> list[dict]:
@@ -65,7 +72,7 @@ def _compile_all(kernel: str) -> list[dict]:
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
-    for tile, b_k_major, per_slot in CASES:
+    for tile, b_k_major, per_slot, fused in CASES:
         config = TILES[tile]
         M, N, K = 1000, 1504, 704  # rows of 16-byte multiples, as TMA needs
         a = torch.empty(M, K, dtype=torch.float16)
@@ -84,12 +91,18 @@ def _compile_all(kernel: str) -> list[dict]:
             persistent = kernel == "tma_persistent"
             fn = tma_persistent._tma_persistent_kernel if persistent else tma_pipelined._tma_pipelined_kernel
             extra = dict(Scheduler=scheduler) if persistent else {}
-        compiled = fn.warmup(desc.a, desc.b, desc.c, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
+        epilogue = FUSED[fused] if fused else PLAIN
+        bias, residual = torch.empty(N, dtype=torch.float16), torch.empty(M, N, dtype=torch.float16)
+        epilogue_args = (*epilogue.pointers(c, bias, residual), *epilogue.fixed_args(residual))
+        compiled = fn.warmup(
+            desc.a, desc.b, desc.c, *epilogue_args, B_K_MAJOR=desc.b_k_major, **common, **extra,
+            **epilogue.constexprs(), grid=(1,),
+        )  # fmt: skip
         ptx = compiled.asm["ptx"]
         instructions = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
         results.append(
             dict(
-                case=[tile, b_k_major, per_slot],
+                case=[tile, b_k_major, per_slot, fused],
                 b_k_major=desc.b_k_major,
                 shared=compiled.metadata.shared,
                 missing=[name for name in instructions if name not in ptx],
@@ -103,12 +116,12 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
     results = compile_kernel(kernel)
     by_case = {tuple(r["case"]): r for r in results}
     # The ConSan variant has NUM_BUFFERS more barriers, 8 bytes each, and nothing else changes.
-    split, plain = by_case[(0, False, 2)]["shared"], by_case[(0, False, 1)]["shared"]
+    split, plain = by_case[(0, False, 2, None)]["shared"], by_case[(0, False, 1, None)]["shared"]
     assert split - plain == 8 * TILES[0].num_stages, f"{kernel}: {plain} -> {split} bytes with a barrier each"
     for result in results:
-        tile, b_k_major, per_slot = result["case"]
+        tile, b_k_major, per_slot, fused = result["case"]
         config = TILES[tile]
-        label = f"{kernel} {config.short()} b_k_major={b_k_major} barriers/slot={per_slot}"
+        label = f"{kernel} {config.short()} b_k_major={b_k_major} barriers/slot={per_slot} epilogue={fused}"
         assert result["b_k_major"] == b_k_major, label
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
         # The plan is what the host checks before launching; the compiler must agree with it.

@@ -242,7 +242,7 @@ def test_registered_rungs():
 def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
     from tritongemm.hopper.descriptors import plan_operands
 
-    pa, pb, c = plan_operands(a, b, out)(a, b, out)
+    pa, pb, c = plan_operands(a, b, out, a.dtype)(a, b, out)
     assert tma_unsupported_reason(pa, pb, c) is None
     assert torch.equal(pa, a) and torch.equal(pb, b) and c.shape == (a.shape[0], b.shape[1])
     assert (pa is a) == (descriptors._view_reason("a", a) is None)
@@ -253,7 +253,7 @@ def test_prepare_keeps_good_operands_and_out():
     from tritongemm.hopper.descriptors import plan_operands
 
     a, b, out = torch.zeros(8, 16, dtype=F16), torch.zeros(24, 16, dtype=F16).T, torch.zeros(8, 24, dtype=F16)
-    assert plan_operands(a, b, out)(a, b, out) == (a, b, out)  # b as a K-major weight view: no copy
+    assert plan_operands(a, b, out, a.dtype)(a, b, out) == (a, b, out)  # b as a K-major weight view: no copy
 
 
 @pytest.mark.parametrize(

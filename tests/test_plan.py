@@ -183,15 +183,16 @@ def test_every_kernel_passes_runtime_arguments_first():
     from tritongemm.ladder import grouped, naive, persistent
 
     ladder = [naive._naive_kernel, grouped._grouped_kernel, persistent._persistent_kernel]
+    epilogue = ["bias_ptr", "residual_ptr", "stride_rm", "stride_rn", "alpha"]  # Epilogue.pointers + fixed_args
     for kernel in ladder:
-        assert split_parameters(kernel)[0][-1] == "trace_ptr"  # _host.planned_launch's order
+        assert split_parameters(kernel)[0][-6:] == ["trace_ptr", *epilogue]  # _host.planned_launch's order
     gluon = [
         tma_pipelined._tma_pipelined_kernel,
         tma_persistent._tma_persistent_kernel,
         tma_persistent_pipelined._tma_persistent_pipelined_kernel,
     ]
     for kernel in gluon:
-        assert split_parameters(kernel)[0] == ["a_desc", "b_desc", "c_desc"]  # descriptors.planned_launch's
+        assert split_parameters(kernel)[0] == ["a_desc", "b_desc", "c_desc", *epilogue]  # descriptors.planned_launch's
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the direct launch path exists for compiled kernels only")

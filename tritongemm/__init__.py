@@ -6,6 +6,8 @@ pipelines, all behind one API.
     >>> b = torch.randn(3000, 500, device="cuda", dtype=torch.bfloat16)
     >>> c = tritongemm.matmul(a, b)                     # the fastest kernel for this GPU
     >>> c = tritongemm.matmul(a, b, kernel="grouped")   # one rung of the ladder
+    >>> w = torch.randn(500, 3000, device="cuda", dtype=torch.bfloat16)  # an nn.Linear weight
+    >>> y = tritongemm.linear(a, w, activation="gelu")  # F.gelu(F.linear(a, w)), one kernel
 """
 
 from tritongemm import versions
@@ -15,7 +17,8 @@ versions.check()
 from tritongemm import ops  # noqa: E402, F401  registers torch.ops.tritongemm.*
 from tritongemm.api import kernels, matmul  # noqa: E402
 from tritongemm.config import MatmulConfig  # noqa: E402
+from tritongemm.fused import linear  # noqa: E402
 from tritongemm.plan import PLANS as plans  # noqa: E402
 
-__all__ = ["matmul", "kernels", "MatmulConfig", "plans"]
+__all__ = ["matmul", "linear", "kernels", "MatmulConfig", "plans"]
 __version__ = "0.1.0"

@@ -1,5 +1,5 @@
-"""Input validation for `tritongemm.matmul`: every problem found before anything launches, each
-message naming the argument, what was given and what was expected."""
+"""Input validation for `tritongemm.matmul` and `tritongemm.linear`: every problem found before
+anything launches, each message naming the argument, what was given and what was expected."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import torch
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import ACTIVATIONS
 from tritongemm.registry import KernelInfo, sm_name
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -92,6 +93,81 @@ def check_kernel_dtype(kernel: KernelInfo, dtype: torch.dtype, device: torch.dev
             f"{_dtype_name(dtype)} dots wrongly (on raw bit patterns), so the CPU takes {supported} only; "
             f"use a CUDA GPU for {_dtype_name(dtype)}, or convert with .to(torch.float32)"
         )
+
+
+def check_out_dtype(kernel: KernelInfo, dtype: torch.dtype, out_dtype: torch.dtype) -> None:
+    if out_dtype != dtype and not kernel.any_out_dtype:
+        raise TypeError(
+            f"linear: kernel {kernel.name!r} writes the output in the inputs' dtype ({_dtype_name(dtype)}), "
+            f"but out_dtype is {_dtype_name(out_dtype)}; use kernel='auto' or a triton.language kernel"
+        )
+
+
+def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> torch.dtype:
+    """linear's own arguments (see fused.linear); returns the output dtype. The GEMM's operands
+    are then checked as matmul's."""
+    for name, t in (("x", x), ("weight", weight)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"linear: expected {name} to be a torch.Tensor, but got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(
+                f"linear: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported"
+            )
+    if x.dim() < 1:
+        raise ValueError("linear: expected x to have 1 or more dimensions, (..., K), but got a scalar")
+    if weight.dim() != 2:
+        raise ValueError(
+            f"linear: expected weight to be a 2D tensor (out_features, in_features), but got a {weight.dim()}D "
+            f"tensor of shape {tuple(weight.shape)}"
+        )
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"linear: x has dtype {_dtype_name(x.dtype)}, but only float16, bfloat16 and float32 are supported"
+        )
+    if weight.dtype != x.dtype:
+        raise TypeError(
+            "linear: expected x and weight to have the same dtype, "
+            f"but got x: {_dtype_name(x.dtype)} != weight: {_dtype_name(weight.dtype)}"
+        )
+    if weight.device != x.device:
+        raise ValueError(
+            f"linear: expected x and weight on one device, but got x on {x.device}, weight on {weight.device}"
+        )
+    if x.shape[-1] != weight.shape[1]:
+        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(x)} and {_shape(weight.T)})")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"linear: expected activation to be one of {ACTIVATIONS}, but got {activation!r}")
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not abs(alpha) < float("inf"):
+        raise TypeError(f"linear: expected alpha to be a finite real number, but got {alpha!r}")
+    out_dtype = x.dtype if out_dtype is None else out_dtype
+    allowed = (x.dtype,) if x.dtype == torch.float32 else (x.dtype, torch.float32)
+    if out_dtype not in allowed:
+        names = " or ".join(_dtype_name(d) for d in allowed)
+        raise TypeError(
+            f"linear: expected out_dtype to be None, {names} for {_dtype_name(x.dtype)} x, but got {out_dtype}"
+        )
+    N = weight.shape[0]
+    _check_epilogue_tensor("bias", bias, (N,), (x.dtype,), x.device)
+    _check_epilogue_tensor(
+        "residual", residual, (*x.shape[:-1], N), tuple(dict.fromkeys((out_dtype, x.dtype))), x.device
+    )
+    return out_dtype
+
+
+def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device) -> None:
+    if t is None:
+        return
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"linear: expected {name} to be None or a torch.Tensor, but got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise TypeError(f"linear: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported")
+    if tuple(t.shape) != tuple(shape):
+        raise ValueError(f"linear: expected {name} of shape {tuple(shape)}, but got {tuple(t.shape)}")
+    if t.dtype not in dtypes:
+        names = " or ".join(_dtype_name(d) for d in dtypes)
+        raise TypeError(f"linear: expected {name} to have dtype {names}, but got {_dtype_name(t.dtype)}")
+    if t.device != device:
+        raise ValueError(f"linear: expected {name} on {device}, the device of x, but got {t.device}")
 
 
 def check_config(kernel: KernelInfo, config, device: torch.device) -> None:

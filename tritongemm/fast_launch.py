@@ -94,8 +94,9 @@ class CompiledLaunch:
             self(*runtime_args)
 
     def with_descriptors(self, descriptors: tuple, rebase) -> Callable[..., None]:
-        """`launch(*tensors)` for a kernel whose runtime arguments are TMA `descriptors`, each
-        moved onto the corresponding tensor of the call (same geometry, new address).
+        """`launch(*tensors, *rest)` for a kernel whose first runtime arguments are TMA
+        `descriptors`, each moved onto the corresponding tensor of the call (same geometry, new
+        address); the `rest` of the runtime arguments are passed as they are.
 
         Triton's launcher turns each host descriptor into a CUtensorMap on every call, in Python
         (about 1.5 us a descriptor on the H100 machine, plus the copy `rebase` makes); encoding
@@ -109,18 +110,20 @@ class CompiledLaunch:
         unbound = tuple(rebase(d, None) for d in descriptors)  # the plan must not keep tensors alive
         encode = self._descriptor_encoding(descriptors)
         self.encodes_descriptors = encode is not None
+        count = len(descriptors)
         if encode is None:
-            return lambda *tensors: self(*map(rebase, unbound, tensors))
+            return lambda *args: self(*map(rebase, unbound, args[:count]), *args[count:])
         raw, specs = encode
         grid_x, grid_y, grid_z = self._grid
         fill = triton.runtime.driver.active.utils.fill_tma_descriptor
         head = self._raw_head
         previous = [(None, None)] * len(specs)  # per operand: (address, its encoded descriptor)
 
-        def launch(*tensors) -> None:
+        def launch(*given) -> None:
+            tensors, rest = given[:count], given[count:]
             # A profiler wants launch metadata: Triton's own path provides it.
             if not self.encodes_descriptors or _profiling():
-                self(*map(rebase, unbound, tensors))
+                self(*map(rebase, unbound, tensors), *rest)
                 return
             args = []
             for i, t in enumerate(tensors):
@@ -133,11 +136,11 @@ class CompiledLaunch:
                 args.extend(specs[i][1])
             stream = torch._C._cuda_getCurrentRawStream(self._device_index)
             try:  # no hooks: None, as above
-                raw(grid_x, grid_y, grid_z, stream, *head, *args, *self._constexpr_tail)
+                raw(grid_x, grid_y, grid_z, stream, *head, *args, *rest, *self._constexpr_tail)
             except TypeError as exc:  # parsed before anything launches: take Triton's path from now on
                 self.encodes_descriptors = False
                 warnings.warn(f"tritongemm: direct TMA launch refused ({exc}); using Triton's", RuntimeWarning, 2)
-                self(*map(rebase, unbound, tensors))
+                self(*map(rebase, unbound, tensors), *rest)
 
         return launch
 
@@ -148,6 +151,7 @@ class CompiledLaunch:
         if raw is None:
             return None
         raw, metadata = raw
+        # The descriptors come first, and are every descriptor argument there is.
         if not metadata or len(metadata) != len(descriptors):
             return None
         try:

@@ -1,10 +1,11 @@
-"""tritongemm as PyTorch operators: `torch.ops.tritongemm.mm`, registered with `torch.library`.
+"""tritongemm as PyTorch operators: `torch.ops.tritongemm.mm` and `torch.ops.tritongemm.linear`,
+registered with `torch.library`.
 
 What `torch.compile` needs to put a tritongemm GEMM into a graph: an operator with a schema, a
 fake implementation that gives the output's shape, strides and dtype without running anything
 (Dynamo and AOTAutograd trace with it, symbolic shapes included), and autograd registered on
-the operator, so that the backward is traced too. `tritongemm.matmul` calls the operator only
-while compiling: in eager mode the dispatcher would add about 11 us to every call (H100 machine,
+the operator, so that the backward is traced too. `tritongemm.matmul` and `tritongemm.linear`
+call the operators only while compiling: in eager mode the dispatcher would add about 11 us to every call (H100 machine,
 torch 2.11), so eager calls take the direct path, which is the operator's implementation anyway.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm import api, checks, registry
+from tritongemm import api, checks, fused, registry
 from tritongemm.config import MatmulConfig
 
 # ----------------------------------------------------------------------------------------------
@@ -81,3 +82,63 @@ def traced_matmul(a, b, out, kernel, config) -> torch.Tensor:
     if out is None:
         return result
     return out.copy_(result)
+
+
+# ----------------------------------------------------------------------------------------------
+# linear: the GEMM with its fused epilogue (fused.py), as an operator of its own
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("tritongemm::linear", mutates_args=())
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    residual: torch.Tensor | None = None,
+    activation: str | None = None,
+    alpha: float = 1.0,
+    out_dtype: torch.dtype | None = None,
+    kernel_name: str = "auto",
+    config: str | None = None,
+) -> torch.Tensor:
+    """`tritongemm.linear` (its keyword arguments positional, `config` as for `mm`)."""
+    with torch.no_grad():  # the operator's own autograd (below) differentiates it
+        out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+        return fused.checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name,
+                                    _config(config))  # fmt: skip
+
+
+@linear.register_fake
+def _linear_fake(x, weight, bias=None, residual=None, activation=None, alpha=1.0, out_dtype=None,
+                 kernel_name="auto", config=None):  # fmt: skip
+    out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+    if kernel_name != "auto":
+        registry.get(kernel_name)
+    _config(config)
+    return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=out_dtype)
+
+
+def _setup_linear_context(ctx, inputs, output):
+    x, weight, bias, residual, activation, alpha, _, kernel, _ = inputs
+    ctx.save_for_backward(x, weight, bias, residual)
+    ctx.activation, ctx.alpha, ctx.kernel = activation, alpha, fused.backward_kernel(kernel)
+
+
+def _linear_backward(ctx, grad_y):
+    x, weight, bias, residual = ctx.saved_tensors
+
+    def lin(x, weight, bias, activation, alpha, out_dtype):
+        return linear(x, weight, bias, None, activation, alpha, out_dtype, ctx.kernel, None)
+
+    needs = ctx.needs_input_grad[:4]
+    grads = fused.linear_grads(grad_y, x, weight, bias, residual, ctx.activation, ctx.alpha, needs, lin)
+    return *grads, None, None, None, None, None
+
+
+linear.register_autograd(_linear_backward, setup_context=_setup_linear_context)
+
+
+def traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> torch.Tensor:
+    """`tritongemm.linear` while torch.compile traces it: the operator."""
+    label = config.short() if isinstance(config, MatmulConfig) else config
+    return linear(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel, label)

@@ -25,6 +25,7 @@ import torch
 
 from tritongemm import checks, registry
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import Fused
 
 # A problem is a geometry, not a pointer: a training step or a decoder has a few dozen. 512 keeps
 # every plan of a large model's layers, for several batch sizes, and bounds a shape-sweeping
@@ -42,16 +43,16 @@ class Plan:
     device_index: int | None  # the CUDA device the launch must run on; None on the CPU
     compact: bool  # the kernel's c is a row-padded view: return c.contiguous() when out is None
 
-    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, bias=None, residual=None) -> torch.Tensor:
         if self.resolve_neg:  # (resolve_neg() of a tensor that is not negated returns it)
             a, b = a.resolve_neg(), b.resolve_neg()
         a, b, c = self.prepare(a, b, out)
         # torch.cuda.current_device() without its lazy-init check: building the plan initialized CUDA.
         if self.device_index is None or torch._C._cuda_getDevice() == self.device_index:
-            self.launch(a, b, c)
+            self.launch(a, b, c, bias, residual)
         else:
             with torch.cuda.device(self.device_index):
-                self.launch(a, b, c)
+                self.launch(a, b, c, bias, residual)
         if out is None:
             return c.contiguous() if self.compact else c
         if c is not out:
@@ -61,15 +62,21 @@ class Plan:
         return out
 
 
-def problem_key(a, b, out, kernel, config) -> tuple:
+def problem_key(a, b, out, kernel, config, fused: Fused | None = None) -> tuple:
     """Every fact a plan's decisions read (see the module docstring). Raises for operands that
     are not strided tensors; the caller then lets `build_plan` give the proper error."""
-    a_facts = (a.dtype, a.device, a.shape, a.stride(), a.data_ptr() % 16 == 0, a.is_neg())
-    b_facts = (b.dtype, b.device, b.shape, b.stride(), b.data_ptr() % 16 == 0, b.is_neg())
-    out_facts = None if out is None else (out.dtype, out.device, out.shape, out.stride(), out.data_ptr() % 16 == 0,
-                                          out.is_neg())  # fmt: skip
     tf32 = a.dtype == torch.float32 and _allow_tf32()
-    return kernel, config, a_facts, b_facts, out_facts, tf32
+    out_facts = None if out is None else tensor_facts(out)
+    fused_facts = None if fused is None else fused.key()
+    return kernel, config, tensor_facts(a), tensor_facts(b), out_facts, tf32, fused_facts
+
+
+def tensor_facts(t: torch.Tensor | None) -> tuple | None:
+    """What a plan reads of an operand: dtype, device, shape, strides, whether its data pointer is
+    16-byte aligned, whether it is a negated view."""
+    if t is None:
+        return None
+    return t.dtype, t.device, t.shape, t.stride(), t.data_ptr() % 16 == 0, t.is_neg()
 
 
 # What `torch.backends.cuda.matmul.allow_tf32` returns, read without its module's __getattr__:
@@ -77,8 +84,9 @@ def problem_key(a, b, out, kernel, config) -> tuple:
 _allow_tf32 = getattr(torch._C, "_get_cublas_allow_tf32", None) or (lambda: torch.backends.cuda.matmul.allow_tf32)
 
 
-def build_plan(a, b, out, kernel, config) -> Plan:
-    """Validate the problem (raising before anything launches), choose, and compile."""
+def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
+    """Validate the problem (raising before anything launches), choose, and compile. `fused`:
+    linear's epilogue, already checked (fused.py)."""
     checks.check_operands(a, b)
     if not isinstance(kernel, str):
         raise TypeError(f"matmul: expected kernel to be a str, but got {type(kernel).__name__}")
@@ -86,24 +94,27 @@ def build_plan(a, b, out, kernel, config) -> Plan:
         checks.check_out(out, a, b)  # what the geometry decides; the caller checks aliasing per call
     resolve_neg = a.is_neg() or b.is_neg()
     a, b = a.resolve_neg(), b.resolve_neg()
-    info = _choose_kernel(kernel, a, b)
+    out_dtype = a.dtype if fused is None else fused.out_dtype
+    info = _choose_kernel(kernel, a, b, out_dtype)
     checks.check_config(info, config, a.device)
     M, K = a.shape
     N = b.shape[1]
     device_index = a.device.index if a.is_cuda else None
     if M == 0 or N == 0 or K == 0:  # nothing to launch: an empty result, or zeros when K = 0
-        prepare = registry.plain_operands(a, b, out)
+        assert fused is None, "linear computes an empty reduction's epilogue itself"
+        prepare = registry.plain_operands(a, b, out, out_dtype)
         return Plan("zeros", None, resolve_neg, prepare, _zero_fill, device_index, False)
     if config is None:
         config = info.default_config(a.dtype, M, N, K, a.device)
-    prepare = info.plan_operands(a, b, out)
+    prepare = info.plan_operands(a, b, out, out_dtype)
     pa, pb, c = prepare(a, b, out)  # this call's own operands, to plan (and compile) on
+    epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias, residual=fused.residual)
     with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
-        launch = info.plan(pa, pb, c, config)
+        launch = info.plan(pa, pb, c, config, **epilogue)
     return Plan(info.name, config, resolve_neg, prepare, launch, device_index, not c.is_contiguous())
 
 
-def _zero_fill(a, b, c) -> None:
+def _zero_fill(a, b, c, bias=None, residual=None) -> None:
     c.zero_()
 
 
@@ -118,11 +129,12 @@ SKINNY_M = 16
 AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
 
 
-def _choose_kernel(name: str, a: torch.Tensor, b: torch.Tensor) -> registry.KernelInfo:
+def _choose_kernel(name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> registry.KernelInfo:
     if name != "auto":
         info = registry.get(name)
         checks.check_device(info, a.device)
         checks.check_kernel_dtype(info, a.dtype, a.device)
+        checks.check_out_dtype(info, a.dtype, out_dtype)
         return info
     order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
     candidates = [registry.get(n) for n in order]
@@ -131,6 +143,7 @@ def _choose_kernel(name: str, a: torch.Tensor, b: torch.Tensor) -> registry.Kern
             info.available_on(a.device)
             and a.dtype in info.dtypes_on(a.device)
             and info.unsupported_reason(a, b) is None
+            and (out_dtype == a.dtype or info.any_out_dtype)
         ):
             return info
     checks.check_device(candidates[-1], a.device)  # raises the most helpful error
@@ -147,10 +160,10 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = 0
 
-    def lookup(self, a, b, out, kernel, config) -> Plan:
+    def lookup(self, a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         """The plan for this call's problem, built (and validated) on a miss."""
         try:
-            key = problem_key(a, b, out, kernel, config)
+            key = problem_key(a, b, out, kernel, config, fused)
             with self._lock:
                 plan = self._plans.get(key)
                 if plan is not None:
@@ -158,8 +171,8 @@ class PlanCache:
                     self.hits += 1
                     return plan
         except (AttributeError, RuntimeError, TypeError):  # not a strided tensor, an unhashable config
-            return build_plan(a, b, out, kernel, config)  # which raises the proper error, or plans uncached
-        plan = build_plan(a, b, out, kernel, config)  # outside the lock: it may compile for seconds
+            return build_plan(a, b, out, kernel, config, fused)  # which raises the proper error, or plans uncached
+        plan = build_plan(a, b, out, kernel, config, fused)  # outside the lock: it may compile for seconds
         with self._lock:
             self.misses += 1
             self._plans[key] = plan

@@ -23,11 +23,13 @@ Launcher = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, MatmulConfig], No
 Planner = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, MatmulConfig], Callable[..., None]]
 
 
-def plain_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None):
+def plain_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, out_dtype: torch.dtype):
     """The preparation of kernels without layout rules: operands as given, out or a new c."""
     if out is not None:
         return lambda a, b, out: (a, b, out)
     shape = (a.shape[0], b.shape[1])
+    if out_dtype != a.dtype:
+        return lambda a, b, out: (a, b, a.new_empty(shape, dtype=out_dtype))
     return lambda a, b, out: (a, b, a.new_empty(shape))  # 1 us less than torch.empty(shape, dtype=, device=)
 
 
@@ -45,7 +47,10 @@ class KernelInfo:
     # Why this kernel can't take these operands as they are (None = it can), e.g. TMA alignment;
     # kernel="auto" passes such operands over to a kernel that can.
     unsupported_reason: Callable[[torch.Tensor, torch.Tensor], str | None] = lambda a, b: None
-    # plan_operands(a, b, out) -> prepare(a, b, out) -> (a, b, c): what `launch` gets, decided once
+    # Whether C may have another dtype than the operands (linear's out_dtype): the triton.language
+    # kernels cast at the store; the Gluon ones size and type C's shared-memory tile by the operands'.
+    any_out_dtype: bool = True
+    # plan_operands(a, b, out, out_dtype) -> prepare(a, b, out) -> (a, b, c): what `launch` gets, decided once
     # per geometry. A kernel with layout rules prepares copies of the operands that break them,
     # and a c of its own when it can't write to out (None: no out given), which `matmul` then
     # copies into out.

@@ -62,6 +62,7 @@ _COMMON = dict(
     default_config=default_config,
     unsupported_reason=tma_unsupported_reason,
     plan_operands=plan_operands,
+    any_out_dtype=False,  # C in the operands' dtype: the shared-memory plans are sized for it
 )
 
 register(

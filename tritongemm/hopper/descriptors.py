@@ -21,6 +21,7 @@ import torch
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.fast_launch import compile_launch
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
@@ -135,11 +136,13 @@ def _padded_columns(N: int, dtype: torch.dtype) -> int:
     return -(-N // per_chunk) * per_chunk
 
 
-def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None):
+def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, out_dtype: torch.dtype):
     """`prepare(a, b, out) -> (a, b, c)` for operands of this geometry, for `matmul`: a and b as
     given where TMA reads them in place, else copied into rows padded to 16 bytes; c is `out`
     where TMA can store to it in place, else a fresh padded output that `matmul` copies into out
-    (or returns, made contiguous). Decided here once; the returned function only does it."""
+    (or returns, made contiguous). Decided here once; the returned function only does it.
+    C is in the operands' dtype (`any_out_dtype` is False for these kernels)."""
+    assert out_dtype == a.dtype, "the TMA kernels write C in the operands' dtype"
     too_big = [name for name, t in (("a", a), ("b", b)) if max(t.shape) > _TMA_MAX_DIM]
     if too_big:  # no copy helps: refuse before allocating one
         raise ValueError(
@@ -206,9 +209,11 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
     )
 
 
-def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, device: torch.device):
-    """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *constexprs) for this geometry
-    and return `launch(a, b, c)` for tensors of the same geometry.
+def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, c: torch.Tensor, epilogue: Epilogue = PLAIN,
+                   bias=None, residual=None):  # fmt: skip
+    """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *epilogue arguments,
+    *constexprs) for this geometry and return `launch(a, b, c, bias=None, residual=None)` for
+    tensors of the same geometry.
 
     A descriptor is its tensor's address, shape, strides and block: only the address changes from
     call to call, so each call encodes the plan's descriptors at the new tensors' addresses
@@ -216,10 +221,15 @@ def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, device: to
     building and checking one from scratch took about 40 us; an operand at the address of the
     previous call (a weight, always) reuses that call's encoding.
     """
-    compiled = compile_launch(kernel, grid, (desc.a, desc.b, desc.c), constexprs, device)
+    fixed = epilogue.fixed_args(residual)
+    runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(c, bias, residual), *fixed)
+    compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
     # A K-major b's descriptor describes b.T: the same data pointer and dtype, which is all that a
     # launch reads from a descriptor's tensor (its shape and strides are the plan's), so b serves.
-    return compiled.with_descriptors((desc.a, desc.b, desc.c), _bind)
+    launch = compiled.with_descriptors((desc.a, desc.b, desc.c), _bind)
+    if epilogue.plain:  # matmul's launch, in the fewest steps
+        return lambda a, b, c, bias=None, residual=None: launch(a, b, c, c, c, *fixed)
+    return lambda a, b, c, bias=None, residual=None: launch(a, b, c, *epilogue.pointers(c, bias, residual), *fixed)
 
 
 def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:

@@ -18,6 +18,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
@@ -40,11 +41,21 @@ def _tma_persistent_kernel(
     a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
+    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    bias_ptr,
+    residual_ptr,
+    stride_rm,
+    stride_rn,
+    alpha,
     # meta-parameters
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     B_K_MAJOR: gl.constexpr,
+    ACTIVATION: gl.constexpr,
+    HAS_ALPHA: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
@@ -84,15 +95,28 @@ def _tma_persistent_kernel(
         # 4. Epilogue; the wait keeps the next tile's loads off C's bytes while TMA reads them.
         c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
         acc, mma = mma.take_result()
+        acc = apply_gl(
+            acc, off_m, off_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, stride_rm, stride_rn,
+            alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+        )  # fmt: skip
         store_tile(acc, c_desc, c_smem, off_m, off_n)
         tma.store_wait(pendings=0)
 
     invalidate_barriers(ready)
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None):
+def plan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    config: MatmulConfig,
+    *,
+    num_programs: int | None = None,
+    **epilogue,
+):
     """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) programs looping over tiles
-    in `config.scheduler` order, checked and compiled once (descriptors.planned_launch).
+    in `config.scheduler` order, checked and compiled once (descriptors.planned_launch, whose keywords `epilogue`
+    passes on: the fused epilogue's spec, bias and residual).
     `num_programs` replaces the SM count (tests: several tiles per program on small shapes)."""
     require_sm90("tma_persistent", c.device)
     check_wgmma_tile("tma_persistent", config)
@@ -106,7 +130,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
     )  # fmt: skip
-    return planned_launch(_tma_persistent_kernel, grid, desc, constexprs, c.device)
+    return planned_launch(_tma_persistent_kernel, grid, desc, constexprs, c, **epilogue)
 
 
 def launch(

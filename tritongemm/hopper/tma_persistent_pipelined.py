@@ -20,6 +20,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
@@ -43,12 +44,22 @@ def _tma_persistent_pipelined_kernel(
     a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N // EPI_SPLIT]: one epilogue piece
+    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    bias_ptr,
+    residual_ptr,
+    stride_rm,
+    stride_rn,
+    alpha,
     # meta-parameters
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     STEAL_B: gl.constexpr,  # stage C in free B slots instead of a buffer of its own
     B_K_MAJOR: gl.constexpr,
+    ACTIVATION: gl.constexpr,
+    HAS_ALPHA: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -114,6 +125,10 @@ def _tma_persistent_pipelined_kernel(
 
         # 6. Epilogue, overlapped with the next tile's loads (in flight) and MMAs (after it).
         acc, mma = mma.take_result()
+        acc = apply_gl(
+            acc, out_m, out_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, stride_rm, stride_rn,
+            alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+        )  # fmt: skip
         if STEAL_B:
             # Free now: the EPI_SPLIT B slots from `producer` on (NUM_BUFFERS - 1 are loading).
             store_tile_in_b_slots(acc, c_desc, b_bufs, producer, out_m, out_n)
@@ -125,9 +140,18 @@ def _tma_persistent_pipelined_kernel(
     invalidate_barriers(ready)
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None):
+def plan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    config: MatmulConfig,
+    *,
+    num_programs: int | None = None,
+    **epilogue,
+):
     """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) programs pipelined across
-    their tiles in `config.scheduler` order, checked and compiled once (descriptors.planned_launch).
+    their tiles in `config.scheduler` order, checked and compiled once (descriptors.planned_launch,
+    whose keywords `epilogue` passes on: the fused epilogue's spec, bias and residual).
     `num_programs` replaces the SM count (tests: several tiles per program)."""
     require_sm90("tma_persistent_pipelined", c.device)
     check_wgmma_tile("tma_persistent_pipelined", config)
@@ -142,7 +166,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         STEAL_B=ring.steal_b, B_K_MAJOR=desc.b_k_major,
         num_warps=config.num_warps,
     )  # fmt: skip
-    return planned_launch(_tma_persistent_pipelined_kernel, grid, desc, constexprs, c.device)
+    return planned_launch(_tma_persistent_pipelined_kernel, grid, desc, constexprs, c, **epilogue)
 
 
 def launch(

@@ -14,6 +14,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA
 from tritongemm.hopper.pipeline import (
@@ -35,10 +36,20 @@ def _tma_pipelined_kernel(
     a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
+    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    bias_ptr,
+    residual_ptr,
+    stride_rm,
+    stride_rn,
+    alpha,
     # meta-parameters
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     B_K_MAJOR: gl.constexpr,
+    ACTIVATION: gl.constexpr,
+    HAS_ALPHA: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
@@ -80,16 +91,22 @@ def _tma_pipelined_kernel(
     mma = mma.wait_num_outstanding(0)
     invalidate_barriers(ready)
 
-    # 6. Epilogue: allocated after the loop, so the allocator may overlap C with the dead ring.
+    # 6. Epilogue: the fused one (epilogue.py), then the store. C's buffer is allocated after the
+    #    loop, so the allocator may overlap it with the dead ring.
     c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
     acc, mma = mma.take_result()
+    acc = apply_gl(
+        acc, off_m, off_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, stride_rm, stride_rn,
+        alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+    )  # fmt: skip
     store_tile(acc, c_desc, c_smem, off_m, off_n)
     tma.store_wait(pendings=0)
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig):
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, **epilogue):
     """`launch(a, b, c)` for tensors of this geometry: one program per BLOCK_M x BLOCK_N tile of c
-    (see module docstring), checked and compiled once (descriptors.planned_launch)."""
+    (see module docstring), checked and compiled once (descriptors.planned_launch, whose keywords `epilogue`
+    passes on: the fused epilogue's spec, bias and residual)."""
     require_sm90("tma_pipelined", c.device)
     check_wgmma_tile("tma_pipelined", config)
     M, N = c.shape
@@ -100,7 +117,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
     )  # fmt: skip
-    return planned_launch(_tma_pipelined_kernel, grid, desc, constexprs, c.device)
+    return planned_launch(_tma_pipelined_kernel, grid, desc, constexprs, c, **epilogue)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig) -> None:

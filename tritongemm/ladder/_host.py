@@ -8,6 +8,7 @@ import torch
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig, default_config
+from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.fast_launch import compile_launch
 
 _INT32_LIMIT = 2**31
@@ -51,17 +52,27 @@ def gemm_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
     )  # fmt: skip
 
 
-def planned_launch(kernel, grid, a, b, c, constexprs: dict, trace: torch.Tensor | None = None):
-    """Compile a ladder kernel for this geometry and return `launch(a, b, c)` for tensors of the
-    same geometry (see fast_launch). Every ladder kernel takes `gemm_args`, then `trace_ptr`
-    (the optional tile trace of _tiles.record_tile; c, never written, when off)."""
+def planned_launch(
+    kernel, grid, a, b, c, constexprs: dict, trace=None, epilogue: Epilogue = PLAIN, bias=None, residual=None
+):
+    """Compile a ladder kernel for this geometry and return `launch(a, b, c, bias=None,
+    residual=None)` for tensors of the same geometry (see fast_launch). Every ladder kernel takes
+    `gemm_args`, then `trace_ptr` (the optional tile trace of _tiles.record_tile; c, never written,
+    when off), then the epilogue's arguments (epilogue.py)."""
     args = gemm_args(a, b, c)
     sizes_and_strides = args[3:]
-    trace_ptr = c if trace is None else trace
-    compiled = compile_launch(kernel, grid, (*args, trace_ptr), {**constexprs, "TRACE": trace is not None}, c.device)
-    if trace is None:
-        return lambda a, b, c: compiled(a, b, c, *sizes_and_strides, c)
-    return lambda a, b, c: compiled(a, b, c, *sizes_and_strides, trace)
+    fixed = epilogue.fixed_args(residual)
+    runtime = (*args, c if trace is None else trace, *epilogue.pointers(c, bias, residual), *fixed)
+    meta = {**constexprs, **epilogue.constexprs(), "TRACE": trace is not None}
+    compiled = compile_launch(kernel, grid, runtime, meta, c.device)
+    if trace is None and epilogue.plain:  # matmul's launch, in the fewest steps
+        return lambda a, b, c, bias=None, residual=None: compiled(a, b, c, *sizes_and_strides, c, c, c, *fixed)
+
+    def launch(a, b, c, bias=None, residual=None):
+        trace_ptr = c if trace is None else trace
+        compiled(a, b, c, *sizes_and_strides, trace_ptr, *epilogue.pointers(c, bias, residual), *fixed)
+
+    return launch
 
 
 def common_constexprs(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> dict:

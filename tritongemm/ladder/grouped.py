@@ -16,6 +16,8 @@ import triton
 import triton.language as tl
 
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import PLAIN, Epilogue
+from tritongemm.epilogue.kernels import apply_tl
 from tritongemm.ladder import _host
 from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
 from tritongemm.registry import KernelInfo, register
@@ -34,10 +36,13 @@ def _grouped_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
+    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
     ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
+    ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
     # fmt: on
     # 1. Which output tile am I? One program id, mapped through the grouped order.
@@ -54,7 +59,11 @@ def _grouped_kernel(
         BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION, ALIGN=ALIGN,
     )  # fmt: skip
 
-    # 3. Store.
+    # 3. The fused epilogue (compiled out for a plain GEMM), then store.
+    acc = apply_tl(
+        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+    )  # fmt: skip
     store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
     record_tile(trace_ptr, pid_m, pid_n, num_pid_n, pid, 0, TRACE)
 
@@ -86,26 +95,30 @@ _autotuned_kernel = triton.autotune(
 _AUTOTUNE_LOCK = threading.Lock()
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None):
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None, **epilogue):
     """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch);
-    with config="autotune" the autotuner still chooses per call."""
+    with config="autotune" the autotuner still chooses per call. `epilogue`: the fused
+    epilogue's spec, bias and residual (_host.planned_launch's keywords)."""
     if config == "autotune":
-        return lambda a, b, c: _launch_autotuned(a, b, c, trace)
+        spec = epilogue.get("epilogue", PLAIN)
+        return lambda a, b, c, bias=None, residual=None: _launch_autotuned(a, b, c, trace, spec, bias, residual)
     grid = (config.num_tiles(*c.shape),)
     constexprs = {**_host.common_constexprs(a, b, c), **config.meta()}
-    return _host.planned_launch(_grouped_kernel, grid, a, b, c, constexprs, trace)
+    return _host.planned_launch(_grouped_kernel, grid, a, b, c, constexprs, trace, **epilogue)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig | str, trace=None) -> None:
     plan(a, b, c, config, trace)(a, b, c)
 
 
-def _launch_autotuned(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, trace) -> None:
+def _launch_autotuned(a, b, c, trace, spec: Epilogue = PLAIN, bias=None, residual=None) -> None:
     M, N = c.shape
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    trace_args = dict(trace_ptr=c if trace is None else trace, TRACE=trace is not None)
+    trace_ptr = c if trace is None else trace
+    epilogue_args = (*spec.pointers(c, bias, residual), *spec.fixed_args(residual))
+    meta = {**_host.common_constexprs(a, b, c), **spec.constexprs(), "TRACE": trace is not None}
     with _AUTOTUNE_LOCK:
-        _autotuned_kernel[grid](*_host.gemm_args(a, b, c), **trace_args, **_host.common_constexprs(a, b, c))
+        _autotuned_kernel[grid](*_host.gemm_args(a, b, c), trace_ptr, *epilogue_args, **meta)
 
 
 register(

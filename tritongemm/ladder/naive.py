@@ -11,6 +11,7 @@ import triton
 import triton.language as tl
 
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import apply_tl
 from tritongemm.ladder import _host
 from tritongemm.ladder._tiles import dot_tile, record_tile, store_tile, tile_offsets
 from tritongemm.registry import KernelInfo, register
@@ -29,10 +30,13 @@ def _naive_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
+    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
     ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
+    ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
     # fmt: on
     # 1. Which output tile am I? The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
@@ -47,7 +51,12 @@ def _naive_kernel(
         BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=True, INPUT_PRECISION=INPUT_PRECISION, ALIGN=ALIGN,
     )  # fmt: skip
 
-    # 3. Cast to C's dtype and store the in-bounds part.
+    # 3. The fused epilogue (a plain GEMM compiles it out), then cast to C's dtype and store the
+    #    in-bounds part.
+    acc = apply_tl(
+        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+    )  # fmt: skip
     store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
     record_tile(trace_ptr, pid_m, pid_n, tl.num_programs(1), pid_m + pid_n * tl.num_programs(0), 0, TRACE)
 
@@ -55,8 +64,9 @@ def _naive_kernel(
 _MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (gridDim.x goes to 2**31 - 1)
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None):
-    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch)."""
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None, **epilogue):
+    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch);
+    `epilogue`: the fused epilogue's spec, bias and residual (_host.planned_launch's keywords)."""
     M, N = c.shape
     grid = (triton.cdiv(M, config.BLOCK_M), triton.cdiv(N, config.BLOCK_N))
     if grid[1] > _MAX_GRID_Y:  # the launch would fail with a bare "invalid argument"
@@ -67,7 +77,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     tile = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K)
     options = dict(num_warps=config.num_warps, num_stages=config.num_stages)
     constexprs = {**tile, **_host.common_constexprs(a, b, c), **options}
-    return _host.planned_launch(_naive_kernel, grid, a, b, c, constexprs, trace)
+    return _host.planned_launch(_naive_kernel, grid, a, b, c, constexprs, trace, **epilogue)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:

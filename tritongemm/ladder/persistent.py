@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import apply_tl
 from tritongemm.ladder import _host
 from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
 from tritongemm.registry import KernelInfo, register
@@ -32,11 +33,14 @@ def _persistent_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, step) when TRACE
     trace_ptr,
+    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     NUM_SMS: tl.constexpr,  # tile-loop stride; the grid is min(NUM_SMS, number of tiles)
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
     ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
+    ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
 ):
     # fmt: on
     start_pid = tl.program_id(0)
@@ -64,17 +68,23 @@ def _persistent_kernel(
             BLOCK_M, BLOCK_N, BLOCK_K, MASK_MN=False, INPUT_PRECISION=INPUT_PRECISION, ALIGN=ALIGN,
         )  # fmt: skip
 
-        # 4. Store with the real (unclamped) offsets.
+        # 4. The fused epilogue (compiled out for a plain GEMM), then store, both with the real
+        #    (unclamped) offsets.
+        acc = apply_tl(
+            acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+            ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+        )  # fmt: skip
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
         record_tile(trace_ptr, pid_m, pid_n, num_pid_n, start_pid, (tile_id - start_pid) // NUM_SMS, TRACE)
 
 
-def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None):
-    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch)."""
+def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None, **epilogue):
+    """`launch(a, b, c)` for tensors of this geometry, compiled once (see _host.planned_launch);
+    `epilogue`: the fused epilogue's spec, bias and residual (_host.planned_launch's keywords)."""
     num_sms = _host.sm_count(c.device)
     grid = (min(num_sms, config.num_tiles(*c.shape)),)
     constexprs = {"NUM_SMS": num_sms, **_host.common_constexprs(a, b, c), **config.meta()}
-    return _host.planned_launch(_persistent_kernel, grid, a, b, c, constexprs, trace)
+    return _host.planned_launch(_persistent_kernel, grid, a, b, c, constexprs, trace, **epilogue)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:

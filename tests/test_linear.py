@@ -1,0 +1,239 @@
+"""tritongemm.linear: the fused epilogue (bias, activation, alpha, residual, out_dtype) on every
+rung, against one fp64 torch reference (epilogue.reference_linear); its gradients against
+torch autograd; the operator, torch.compile, bad arguments, and the plan key's epilogue facts.
+
+On the CPU the `triton.language` rungs run under the interpreter (float16, float32); on the GPU
+every rung, the Gluon ones included, in float16, bfloat16 and float32.
+"""
+
+from __future__ import annotations
+
+import gc
+import weakref
+import zlib
+
+import pytest
+import torch
+from cases import DEVICE, DTYPES, HOPPER, LADDER, ON_GPU, ON_HOPPER
+
+import tritongemm
+from tritongemm.epilogue import ACTIVATIONS, activate_torch, reference_linear
+from tritongemm.plan import PlanCache, problem_key
+from tritongemm.reference import rel_error, tolerance
+
+KERNELS = LADDER + (HOPPER if ON_HOPPER else ()) + ("auto",)
+TMA_DTYPES = (torch.float16, torch.bfloat16)
+# (bias, residual, alpha): the epilogue's parts, alone and together
+PARTS = [(False, False, 1.0), (True, False, 1.0), (False, True, 1.0), (True, True, -0.75)]
+
+
+def rand(*shape, dtype=torch.float32, seed="", scale=1.0):
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{shape}{dtype}{seed}".encode()))
+    return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=DEVICE)
+
+
+def inputs(lead, N, K, dtype, bias, residual, seed=""):
+    x = rand(*lead, K, dtype=dtype, seed=seed)
+    w = rand(N, K, dtype=dtype, seed=seed, scale=max(K, 1) ** -0.5)  # unit-scale outputs: activations bend
+    b = rand(N, dtype=dtype, seed=seed) if bias else None
+    r = rand(*lead, N, dtype=dtype, seed=seed) if residual else None
+    return x, w, b, r
+
+
+def check(x, w, b, r, activation, alpha, kernel="auto", out_dtype=None, **kwargs):
+    y = tritongemm.linear(x, w, b, activation=activation, residual=r, alpha=alpha, out_dtype=out_dtype,
+                          kernel=kernel, **kwargs)  # fmt: skip
+    expected = reference_linear(x, w, b, activation, r, alpha, out_dtype)
+    assert y.shape == expected.shape and y.dtype == expected.dtype and y.device == x.device
+    err, bound = rel_error(y, expected), tolerance(x.dtype, x.shape[-1])
+    assert err <= bound, f"{kernel} {activation} {x.dtype}: relative error {err:.3e} > {bound:.3e}"
+    return y
+
+
+def _skip_unsupported(kernel, dtype):
+    if kernel in HOPPER and dtype not in TMA_DTYPES:
+        pytest.skip("the TMA kernels compute float16 and bfloat16")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=str)
+@pytest.mark.parametrize("bias, residual, alpha", PARTS, ids=["plain", "bias", "residual", "all"])
+def test_every_epilogue_on_every_rung(bias, residual, alpha, activation, kernel, dtype):
+    _skip_unsupported(kernel, dtype)
+    lead, N, K = ((3, 37), 72, 40) if ON_GPU else ((2, 5), 24, 16)
+    check(*inputs(lead, N, K, dtype, bias, residual, f"{kernel}{activation}"), activation, alpha, kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+@pytest.mark.parametrize("shape", [((1,), 7, 13), ((13,), 1, 5), ((3, 1, 9), 5, 3), ((), 6, 4)], ids=str)
+def test_odd_shapes_and_ranks(shape, kernel):
+    """Odd sizes on every axis; x of 1, 2 and 3 dimensions (F.linear's (..., K))."""
+    dtype = torch.float16 if kernel in HOPPER else torch.float32
+    lead, N, K = shape
+    check(*inputs(lead, N, K, dtype, True, True, kernel), "gelu", 1.0, kernel)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_strided_operands(kernel):
+    """x a sliced view, weight a transposed view, a strided bias, a residual with padded rows:
+    each read where it lies (TMA kernels copy what they can't take)."""
+    dtype = torch.float16 if kernel in HOPPER else torch.float32
+    x = rand(9, 40, dtype=dtype, seed="x")[:, 3:27]  # (9, 24), rows 40 apart
+    w = rand(24, 16, dtype=dtype, seed="w").T  # (16, 24), K-major storage
+    b = rand(32, dtype=dtype, seed="b")[::2]  # stride 2
+    r = rand(9, 24, dtype=dtype, seed="r")[:, 5:21]  # (9, 16), rows 24 apart
+    check(x, w, b, r, "silu", 0.5, kernel)
+
+
+@pytest.mark.parametrize("kernel", LADDER + ("auto",))
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d != torch.float32], ids=str)
+def test_float32_output_of_half_inputs(dtype, kernel):
+    x, w, b, _ = inputs((4, 11), 20, 24, dtype, True, False, kernel)
+    r = rand(4, 11, 20, dtype=torch.float32, seed="r32")  # a residual stream kept in fp32
+    y = check(x, w, b, r, "gelu_tanh", 2.0, kernel, out_dtype=torch.float32)
+    assert y.dtype == torch.float32
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the TMA kernels run on sm_90 only")
+def test_tma_kernels_refuse_a_float32_output():
+    x, w, b, _ = inputs((8,), 16, 16, torch.float16, True, False)
+    with pytest.raises(TypeError, match="writes the output in the inputs' dtype"):
+        tritongemm.linear(x, w, b, out_dtype=torch.float32, kernel="tma_pipelined")
+
+
+@pytest.mark.parametrize("M, N, K", [(0, 5, 3), (4, 0, 3), (4, 5, 0)])
+def test_empty_problems(M, N, K):
+    """K = 0 is a zero sum: the output is the epilogue of zeros, activation(bias) + residual."""
+    x, w, b, r = inputs((M,), N, K, torch.float32, True, True)
+    y = tritongemm.linear(x, w, b, activation="silu", residual=r)
+    expected = activate_torch(torch.zeros(M, N, device=DEVICE) + b, "silu") + r
+    assert y.shape == (M, N) and torch.allclose(y, expected)
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS, ids=str)
+def test_gradients_match_torch_autograd(activation):
+    x, w, b, r = inputs((2, 5), 12, 16, torch.float32, True, True, activation)
+    leaves = [t.requires_grad_() for t in (x, w, b, r)]
+    y = tritongemm.linear(x, w, b, activation=activation, residual=r, alpha=0.5)
+    grad_y = rand(*y.shape, seed="grad")
+    got = torch.autograd.grad(y, leaves, grad_y)
+    z = 0.5 * (x.double() @ w.double().T) + b.double()
+    expected = torch.autograd.grad(activate_torch(z, activation) + r.double(), leaves, grad_y.double())
+    for name, g, e in zip(("x", "weight", "bias", "residual"), got, expected):
+        assert g.dtype == torch.float32 and rel_error(g, e) <= tolerance(torch.float32, 16), name
+
+
+def test_gradients_of_some_inputs_only():
+    x, w, b, _ = inputs((6,), 8, 16, torch.float32, True, False)
+    w.requires_grad_()
+    y = tritongemm.linear(x, w, b, activation="relu")
+    (grad_w,) = torch.autograd.grad(y.sum(), [w])
+    expected = torch.autograd.grad(torch.relu(x.double() @ w.double().T + b.double()).sum(), [w])[0]
+    assert rel_error(grad_w, expected) <= tolerance(torch.float32, 6)
+
+
+@pytest.mark.parametrize(
+    "call, error, message",
+    [
+        (lambda x, w, b: tritongemm.linear(x, w, b, activation="tanh"), ValueError, "expected activation to be one"),
+        (lambda x, w, b: tritongemm.linear(x, w, b[:-1]), ValueError, r"expected bias of shape \(8,\)"),
+        (lambda x, w, b: tritongemm.linear(x, w, b.double()), TypeError, "expected bias to have dtype float32"),
+        (lambda x, w, b: tritongemm.linear(x, w, residual=x), ValueError, r"expected residual of shape \(6, 8\)"),
+        (lambda x, w, b: tritongemm.linear(x, w, out_dtype=torch.float16), TypeError, "expected out_dtype"),
+        (lambda x, w, b: tritongemm.linear(x, w, alpha="2"), TypeError, "expected alpha to be a finite real"),
+        (lambda x, w, b: tritongemm.linear(x, w, alpha=float("nan")), TypeError, "finite real number"),
+        (lambda x, w, b: tritongemm.linear(x, w.T), ValueError, "shapes cannot be multiplied"),
+        (lambda x, w, b: tritongemm.linear(x, w[0]), ValueError, "expected weight to be a 2D tensor"),
+        (lambda x, w, b: tritongemm.linear(x, w.half()), TypeError, "same dtype"),
+        (lambda x, w, b: tritongemm.linear(x, w, b, kernel="nope"), ValueError, "nope"),
+    ],
+    ids=[
+        "activation",
+        "bias_shape",
+        "bias_dtype",
+        "residual_shape",
+        "out_dtype",
+        "alpha",
+        "alpha_nan",
+        "k_mismatch",
+        "weight_1d",
+        "weight_dtype",
+        "kernel",
+    ],  # fmt: skip
+)
+def test_bad_arguments_are_refused_before_any_launch(call, error, message):
+    x, w, b, _ = inputs((6,), 8, 16, torch.float32, True, False)
+    with pytest.raises(error, match=message):
+        call(x, w, b)
+
+
+def test_the_epilogue_is_in_the_plan_key():
+    """A plan is reused only for the same epilogue and the same layouts of its tensors."""
+    from tritongemm.epilogue import Epilogue, Fused
+
+    x, w, b, r = inputs((6,), 8, 16, torch.float32, True, True)
+
+    def key(spec, bias=b, residual=r, out_dtype=torch.float32):
+        return problem_key(x, w.T, None, "auto", None, Fused(spec, bias, residual, out_dtype))
+
+    base = Epilogue("gelu", 1.0, True, True)
+    assert key(base) == key(base, bias=b.clone(), residual=r.clone())  # new data: a hit
+    for other in (
+        key(Epilogue("silu", 1.0, True, True)),
+        key(Epilogue("gelu", 2.0, True, True)),
+        key(Epilogue("gelu", 1.0, False, True), bias=None),
+        key(base, residual=rand(8, 6, seed="t").T),  # other strides
+        key(base, bias=rand(9, seed="o")[1:]),  # an unaligned bias
+        key(base, out_dtype=torch.float16),
+        problem_key(x, w.T, None, "auto", None),  # matmul's plan
+    ):
+        assert other != key(base)
+
+
+def test_plans_keep_no_epilogue_tensor_alive():
+    cache = PlanCache()
+    x, w, b, r = inputs((6,), 8, 16, torch.float32, True, True)
+    from tritongemm.epilogue import Epilogue, Fused
+
+    fused = Fused(Epilogue("relu", 1.0, True, True), b, r, torch.float32)
+    cache.lookup(x, w.T, None, "grouped", None, fused).run(x, w.T, None, b, r)
+    refs = [weakref.ref(t) for t in (b, r)]
+    del fused, b, r
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+
+
+def test_operator_and_fake_shapes():
+    x, w, b, r = inputs((2, 3), 8, 16, torch.float32, True, True)
+    args = (x, w, b, r, "silu", 2.0, None, "auto", None)
+    torch.library.opcheck(torch.ops.tritongemm.linear.default, args)
+    for t in (x, w, b, r):
+        t.requires_grad_()
+    torch.library.opcheck(torch.ops.tritongemm.linear.default, args)
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    fx, fw = mode.from_tensor(x.detach()), mode.from_tensor(w.detach())
+    with mode:
+        y = torch.ops.tritongemm.linear(fx, fw, None, None, "gelu", 1.0, None)
+    assert y.shape == (2, 3, 8) and y.dtype == torch.float32
+
+
+def test_torch_compile_fullgraph_forward_and_backward():
+    backend = "inductor" if ON_GPU else "aot_eager"
+
+    def block(x, w, b, r):
+        return tritongemm.linear(x, w, b, activation="gelu", residual=r, alpha=0.5)
+
+    compiled = torch.compile(block, backend=backend, fullgraph=True, dynamic=True)
+    for M in (5, 9):
+        x, w, b, r = inputs((M,), 8, 16, torch.float32, True, True, f"compile{M}")
+        leaves = [t.requires_grad_() for t in (x, w, b, r)]
+        got = compiled(x, w, b, r)
+        grads = torch.autograd.grad(got.sum(), leaves)
+        eager = block(x, w, b, r)
+        expected_grads = torch.autograd.grad(eager.sum(), leaves)
+        assert rel_error(got, eager.detach()) <= tolerance(torch.float32, 16)
+        for g, e in zip(grads, expected_grads):
+            assert rel_error(g, e) <= tolerance(torch.float32, 16)

@@ -1,0 +1,124 @@
+"""The fused epilogue: what `linear` does to a tile between the last MMA and the store.
+
+    y = activation(alpha * acc + bias), then y + residual, then one rounding to C's dtype
+
+all in fp32 while the tile is still in registers, so the output crosses memory once where
+`F.linear` followed by an activation and an add crosses it three or four times. It is written
+once per language, in `kernels.py`: `apply_tl` for the `triton.language` rungs and `apply_gl`
+for the Gluon ones. Here: what a call asks for (`Epilogue`, `Fused`) and the torch function the
+tests and benchmarks compare both with (`reference_linear`). This half imports no Triton, so
+`import tritongemm` doesn't either (Triton reads TRITON_INTERPRET when a kernel is decorated).
+
+Which parts run is decided at compile time (constexprs), so a plain GEMM compiles to exactly the
+kernel it was before; alpha's value and the bias and residual pointers are runtime arguments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """The compile-time shape of an epilogue; the tensors come with each call."""
+
+    activation: str | None = None
+    alpha: float = 1.0
+    bias: bool = False
+    residual: bool = False
+
+    def constexprs(self) -> dict:
+        return dict(
+            ACTIVATION=self.activation or "none",
+            HAS_ALPHA=self.alpha != 1.0,
+            HAS_BIAS=self.bias,
+            HAS_RESIDUAL=self.residual,
+        )
+
+    @property
+    def plain(self) -> bool:
+        return self == PLAIN
+
+    def pointers(self, c: torch.Tensor, bias, residual) -> tuple:
+        """The kernels' bias and residual pointer arguments: c, never read, where there is none."""
+        return (bias if self.bias else c, residual if self.residual else c)
+
+    def fixed_args(self, residual: torch.Tensor | None) -> tuple:
+        """The rest of the kernels' epilogue arguments, the same for every call of a plan (whose
+        key holds the residual's strides and alpha): the residual's strides, alpha."""
+        strides = tuple(residual.stride()) if self.residual else (0, 0)
+        return (*strides, float(self.alpha))
+
+
+PLAIN = Epilogue()
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One `linear` call's epilogue, checked: its spec, its tensors (the residual folded to the
+    GEMM's (M, N)) and C's dtype. Lives for the call; a plan keeps only what `key` says."""
+
+    spec: Epilogue
+    bias: torch.Tensor | None
+    residual: torch.Tensor | None
+    out_dtype: torch.dtype
+
+    def key(self) -> tuple:
+        from tritongemm.plan import tensor_facts
+
+        return self.spec, self.out_dtype, tensor_facts(self.bias), tensor_facts(self.residual)
+
+
+def reference_linear(x, weight, bias=None, activation=None, residual=None, alpha=1.0, out_dtype=None):
+    """What `linear` computes, in float64 torch: activation(alpha * x @ weight.T + bias) + residual,
+    rounded once to `out_dtype` (default x's dtype). The tests' and benchmarks' reference."""
+    y = alpha * (x.double() @ weight.double().T)
+    if bias is not None:
+        y = y + bias.double()
+    y = activate_torch(y, activation)
+    if residual is not None:
+        y = y + residual.double()
+    return y.to(out_dtype or x.dtype)
+
+
+def activate_torch(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """The activations as torch defines them (`F.gelu`'s erf and tanh forms, `F.silu`)."""
+    if activation is None:
+        return y
+    if activation == "relu":
+        return torch.relu(y)
+    if activation == "gelu":
+        return torch.nn.functional.gelu(y)
+    if activation == "gelu_tanh":
+        return torch.nn.functional.gelu(y, approximate="tanh")
+    if activation == "silu":
+        return torch.nn.functional.silu(y)
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+def activation_grad(z: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """d activation(z) / dz, elementwise, in z's dtype (autograd's backward through `linear`)."""
+    if activation is None:
+        return torch.ones_like(z)
+    if activation == "relu":
+        return (z > 0).to(z.dtype)
+    if activation == "gelu":
+        cdf = 0.5 * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0))))
+        pdf = torch.exp(-0.5 * z * z) * (1.0 / math.sqrt(2.0 * math.pi))
+        return cdf + z * pdf
+    if activation == "gelu_tanh":
+        inner = _SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)
+        t = torch.tanh(inner)
+        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * z * z)
+    if activation == "silu":
+        s = torch.sigmoid(z)
+        return s * (1.0 + z * (1.0 - s))
+    raise ValueError(f"unknown activation {activation!r}")
+
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -1,0 +1,99 @@
+"""The fused epilogue in the kernels' languages (see __init__.py for what it computes): one
+jitted function for the `triton.language` rungs, its Gluon twin for the Hopper rungs."""
+
+import triton
+import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+# --- triton.language ------------------------------------------------------------------------
+# tanh and sigmoid from exp(-|y|), which is in (0, 1]: nothing overflows for any finite input
+# (exp(-y) would, to inf, in half of the range) and every Triton release and the interpreter
+# have exp.
+
+
+@triton.jit
+def _activate_tl(y, ACTIVATION: tl.constexpr):
+    if ACTIVATION == "relu":
+        y = tl.maximum(y, 0.0)
+    elif ACTIVATION == "gelu":
+        y = 0.5 * y * (1.0 + tl.erf(y * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":
+        inner = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+        e = tl.exp(-2.0 * tl.abs(inner))
+        tanh = (1.0 - e) / (1.0 + e)
+        y = 0.5 * y * (1.0 + tl.where(inner >= 0, tanh, -tanh))
+    elif ACTIVATION == "silu":
+        e = tl.exp(-tl.abs(y))
+        y = y * tl.where(y >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return y
+
+
+@triton.jit
+def apply_tl(
+    acc, offs_m, offs_n, M, N,
+    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+):  # fmt: skip
+    """The epilogue on a (BLOCK_M, BLOCK_N) fp32 tile whose rows are offs_m, columns offs_n."""
+    if HAS_ALPHA:
+        acc = acc * alpha
+    if HAS_BIAS:
+        bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc + bias.to(tl.float32)[None, :]
+    acc = _activate_tl(acc, ACTIVATION)
+    if HAS_RESIDUAL:
+        rows = offs_m.to(tl.int64)[:, None]  # a residual may span 2**31 elements on its own
+        r_ptrs = residual_ptr + rows * stride_rm + offs_n[None, :] * stride_rn
+        r_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        acc = acc + tl.load(r_ptrs, mask=r_mask, other=0.0).to(tl.float32)
+    return acc
+
+
+# --- Gluon ----------------------------------------------------------------------------------
+# The same steps on the WGMMA accumulator: the bias and residual are loaded straight into the
+# accumulator's register layout, so no layout conversion sits between the MMA and the store.
+
+
+@gluon.jit
+def _activate_gl(y, ACTIVATION: gl.constexpr):
+    if ACTIVATION == "relu":
+        y = gl.maximum(y, 0.0)
+    elif ACTIVATION == "gelu":
+        y = 0.5 * y * (1.0 + gl.erf(y * 0.7071067811865476))
+    elif ACTIVATION == "gelu_tanh":
+        inner = 0.7978845608028654 * (y + 0.044715 * y * y * y)
+        e = gl.exp(-2.0 * gl.abs(inner))
+        tanh = (1.0 - e) / (1.0 + e)
+        y = 0.5 * y * (1.0 + gl.where(inner >= 0, tanh, -tanh))
+    elif ACTIVATION == "silu":
+        e = gl.exp(-gl.abs(y))
+        y = y * gl.where(y >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    return y
+
+
+@gluon.jit
+def apply_gl(
+    acc, off_m, off_n, M, N,
+    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+):  # fmt: skip
+    """The epilogue on the fp32 accumulator of the tile at (off_m, off_n)."""
+    layout: gl.constexpr = acc.type.layout
+    BLOCK_M: gl.constexpr = acc.shape[0]
+    BLOCK_N: gl.constexpr = acc.shape[1]
+    if HAS_ALPHA:
+        acc = acc * alpha
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    if HAS_BIAS:
+        bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
+        acc = acc + gl.expand_dims(bias.to(gl.float32), 0)
+    acc = _activate_gl(acc, ACTIVATION)
+    if HAS_RESIDUAL:
+        offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+        rows = gl.expand_dims(offs_m.to(gl.int64), 1)
+        cols = gl.expand_dims(offs_n, 0)
+        r_ptrs = residual_ptr + rows * stride_rm + cols * stride_rn
+        r_mask = (rows < M) & (cols < N)
+        acc = acc + gl.load(r_ptrs, mask=r_mask, other=0.0).to(gl.float32)
+    return acc

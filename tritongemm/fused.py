@@ -1,0 +1,145 @@
+"""`tritongemm.linear`: `torch.nn.functional.linear` with its epilogue in the GEMM's store.
+
+    y = activation(alpha * x @ weight.T + bias) + residual
+
+One kernel writes y, where torch writes the GEMM's output, reads it back for the bias and the
+activation, and again for the residual. The call path is matmul's (plan.py): x folds to 2-D,
+`weight.T` is the (K, N) operand as a view (no copy: every kernel reads a transposed B), and the
+plan's key also holds the epilogue and its tensors' layouts (epilogue.Fused).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tritongemm import checks, registry
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import Epilogue, Fused, activate_torch, activation_grad
+from tritongemm.plan import PLANS
+
+
+def linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    activation: str | None = None,
+    residual: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    out_dtype: torch.dtype | None = None,
+    kernel: str = "auto",
+    config: MatmulConfig | str | None = None,
+) -> torch.Tensor:
+    """activation(alpha * x @ weight.T + bias) + residual, in one tritongemm kernel.
+
+    Args:
+        x: (..., K), float16, bfloat16 or float32, as `F.linear` takes it.
+        weight: (N, K), as `nn.Linear` stores it; x's dtype and device.
+        bias: optional (N,), x's dtype.
+        activation: None, "relu", "gelu" (erf, as `F.gelu`), "gelu_tanh" (as
+            `F.gelu(approximate="tanh")`) or "silu".
+        residual: optional, the output's shape (..., N), added after the activation; x's dtype
+            or out_dtype.
+        alpha: scales x @ weight.T before the bias.
+        out_dtype: the output's dtype: x's (default), or float32 for float16 / bfloat16 x.
+        kernel, config: as for `matmul`. The Gluon (TMA) kernels write x's dtype only; "auto"
+            takes a `triton.language` kernel for a float32 output of half-precision x.
+
+    The GEMM accumulates in fp32 and the whole epilogue runs in fp32 on the accumulator, rounded
+    once at the store. Differentiable in x, weight, bias and residual, with tritongemm's GEMMs
+    (the backward recomputes the pre-activation when the activation's derivative needs it), and
+    traceable by `torch.compile` (through `torch.ops.tritongemm.linear`).
+    """
+    if torch.compiler.is_compiling():
+        from tritongemm import ops
+
+        return ops.traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
+    out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+    inputs = (x, weight, bias, residual)
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+        return _LinearFunction.apply(*inputs, activation, float(alpha), out_dtype, kernel, config)
+    return checked_linear(*inputs, activation, alpha, out_dtype, kernel, config)
+
+
+def checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> torch.Tensor:
+    """`linear` after `checks.check_linear`, without autograd: fold, plan, launch, unfold."""
+    *lead, K = x.shape
+    N = weight.shape[0]
+    M = math.prod(lead)
+    x2 = x.reshape(M, K)  # a view whenever the strides allow, as in matmul
+    b = weight.T
+    if M == 0 or N == 0 or K == 0:  # nothing for a kernel to do; the epilogue of a zero sum may be
+        PLANS.lookup(x2, b, None, kernel, config)  # not zero, but the kernel and config are checked
+        y = _epilogue_of_zeros(M, N, x, bias, residual, activation, out_dtype)
+        return y.view(*lead, N)
+    if bias is not None and bias.stride(0) != 1:  # the kernels read the bias as a contiguous row
+        bias = bias.contiguous()
+    bias = None if bias is None else bias.resolve_neg()
+    residual = None if residual is None else residual.resolve_neg().reshape(M, N)
+    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
+    plan = PLANS.lookup(x2, b, None, kernel, config, Fused(spec, bias, residual, out_dtype))
+    return plan.run(x2, b, None, bias, residual).view(*lead, N)
+
+
+def _epilogue_of_zeros(M, N, x, bias, residual, activation, out_dtype) -> torch.Tensor:
+    y = x.new_zeros((M, N), dtype=torch.float32)
+    if bias is not None:
+        y = y + bias.float()
+    y = activate_torch(y, activation)
+    if residual is not None:
+        y = y + residual.reshape(M, N).float()
+    return y.to(out_dtype)
+
+
+def linear_grads(grad_y, x, weight, bias, residual, activation, alpha, needs_grad, lin) -> tuple:
+    """(dx, dweight, dbias, dresidual) of y = activation(alpha * x @ weight.T + bias) + residual,
+    with `lin(x, weight, bias, activation, alpha, out_dtype)` computing the GEMMs (eager: the
+    direct path; compiled: the operator). The pre-activation z is recomputed, in fp32, only
+    when the activation's derivative needs it; it is never stored by the forward."""
+    N, K = weight.shape
+    grad_x = grad_weight = grad_bias = grad_residual = None
+    if needs_grad[3]:
+        grad_residual = grad_y.to(residual.dtype)
+    if activation is None:
+        grad_z32 = grad_y.float()
+    else:
+        z = lin(x, weight, bias, None, alpha, torch.float32)
+        grad_z32 = grad_y.float() * activation_grad(z, activation)
+    grad_z = grad_z32.to(x.dtype)
+    if needs_grad[0]:  # dz @ weight, scaled: linear with weight.T as its (K, N) weight
+        grad_x = lin(grad_z, weight.T, None, None, alpha, x.dtype)
+    if needs_grad[1]:  # dz^T @ x over every leading dimension: (N, M') @ (M', K)
+        rows = math.prod(x.shape[:-1])
+        grad_weight = lin(grad_z.reshape(rows, N).T, x.reshape(rows, K).T, None, None, alpha, weight.dtype)
+    if needs_grad[2]:
+        grad_bias = grad_z32.reshape(-1, N).sum(0).to(bias.dtype)
+    return grad_x, grad_weight, grad_bias, grad_residual
+
+
+def backward_kernel(kernel: str) -> str:
+    """The kernel the backward's GEMMs use: the forward's, unless it can't write the fp32
+    pre-activation (a Gluon kernel), then "auto"."""
+    return kernel if kernel == "auto" or registry.get(kernel).any_out_dtype else "auto"
+
+
+class _LinearFunction(torch.autograd.Function):
+    """Eager autograd for `linear`; under torch.compile the operator's autograd serves (ops.py)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, residual, activation, alpha, out_dtype, kernel, config):
+        ctx.save_for_backward(x, weight, bias, residual)
+        ctx.activation, ctx.alpha, ctx.kernel = activation, alpha, kernel
+        return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        x, weight, bias, residual = ctx.saved_tensors
+        kernel = backward_kernel(ctx.kernel)  # the forward's config fits only the forward's shape
+
+        def lin(x, weight, bias, activation, alpha, out_dtype):
+            return checked_linear(x, weight, bias, None, activation, alpha, out_dtype, kernel, None)
+
+        grads = linear_grads(grad_y, x, weight, bias, residual, ctx.activation, ctx.alpha, ctx.needs_input_grad, lin)
+        return *grads, None, None, None, None, None
