@@ -93,7 +93,7 @@ def _compile_all(kernel: str) -> list[dict]:
             extra = dict(Scheduler=scheduler) if persistent else {}
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual = torch.empty(N, dtype=torch.float16), torch.empty(M, N, dtype=torch.float16)
-        epilogue_args = (*epilogue.pointers(c, bias, residual), *epilogue.fixed_args(residual))
+        epilogue_args = (*epilogue.pointers(bias, residual), *epilogue.fixed_args(residual))
         compiled = fn.warmup(
             desc.a, desc.b, desc.c, *epilogue_args, B_K_MAJOR=desc.b_k_major, **common, **extra,
             **epilogue.constexprs(), grid=(1,),

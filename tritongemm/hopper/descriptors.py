@@ -222,14 +222,14 @@ def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, c: torch.T
     previous call (a weight, always) reuses that call's encoding.
     """
     fixed = epilogue.fixed_args(residual)
-    runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(c, bias, residual), *fixed)
+    runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(bias, residual), *fixed)
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
     # A K-major b's descriptor describes b.T: the same data pointer and dtype, which is all that a
     # launch reads from a descriptor's tensor (its shape and strides are the plan's), so b serves.
     launch = compiled.with_descriptors((desc.a, desc.b, desc.c), _bind)
     if epilogue.plain:  # matmul's launch, in the fewest steps
-        return lambda a, b, c, bias=None, residual=None: launch(a, b, c, c, c, *fixed)
-    return lambda a, b, c, bias=None, residual=None: launch(a, b, c, *epilogue.pointers(c, bias, residual), *fixed)
+        return lambda a, b, c, bias=None, residual=None: launch(a, b, c, 0, 0, *fixed)
+    return lambda a, b, c, bias=None, residual=None: launch(a, b, c, *epilogue.pointers(bias, residual), *fixed)
 
 
 def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:

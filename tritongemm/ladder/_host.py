@@ -57,20 +57,20 @@ def planned_launch(
 ):
     """Compile a ladder kernel for this geometry and return `launch(a, b, c, bias=None,
     residual=None)` for tensors of the same geometry (see fast_launch). Every ladder kernel takes
-    `gemm_args`, then `trace_ptr` (the optional tile trace of _tiles.record_tile; c, never written,
-    when off), then the epilogue's arguments (epilogue.py)."""
+    `gemm_args`, then `trace_ptr` (the optional tile trace of _tiles.record_tile; 0, never written,
+    when off, as Epilogue.pointers says why), then the epilogue's arguments (epilogue/)."""
     args = gemm_args(a, b, c)
     sizes_and_strides = args[3:]
     fixed = epilogue.fixed_args(residual)
-    runtime = (*args, c if trace is None else trace, *epilogue.pointers(c, bias, residual), *fixed)
+    runtime = (*args, 0 if trace is None else trace, *epilogue.pointers(bias, residual), *fixed)
     meta = {**constexprs, **epilogue.constexprs(), "TRACE": trace is not None}
     compiled = compile_launch(kernel, grid, runtime, meta, c.device)
     if trace is None and epilogue.plain:  # matmul's launch, in the fewest steps
-        return lambda a, b, c, bias=None, residual=None: compiled(a, b, c, *sizes_and_strides, c, c, c, *fixed)
+        return lambda a, b, c, bias=None, residual=None: compiled(a, b, c, *sizes_and_strides, 0, 0, 0, *fixed)
 
     def launch(a, b, c, bias=None, residual=None):
-        trace_ptr = c if trace is None else trace
-        compiled(a, b, c, *sizes_and_strides, trace_ptr, *epilogue.pointers(c, bias, residual), *fixed)
+        trace_ptr = 0 if trace is None else trace
+        compiled(a, b, c, *sizes_and_strides, trace_ptr, *epilogue.pointers(bias, residual), *fixed)
 
     return launch
 

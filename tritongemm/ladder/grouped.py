@@ -114,8 +114,8 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
 def _launch_autotuned(a, b, c, trace, spec: Epilogue = PLAIN, bias=None, residual=None) -> None:
     M, N = c.shape
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
-    trace_ptr = c if trace is None else trace
-    epilogue_args = (*spec.pointers(c, bias, residual), *spec.fixed_args(residual))
+    trace_ptr = 0 if trace is None else trace
+    epilogue_args = (*spec.pointers(bias, residual), *spec.fixed_args(residual))
     meta = {**_host.common_constexprs(a, b, c), **spec.constexprs(), "TRACE": trace is not None}
     with _AUTOTUNE_LOCK:
         _autotuned_kernel[grid](*_host.gemm_args(a, b, c), trace_ptr, *epilogue_args, **meta)
