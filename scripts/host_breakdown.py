@@ -12,6 +12,8 @@ import torch
 
 import tritongemm
 from tritongemm.bench.measure import eager_timer
+from tritongemm.epilogue import PLAIN
+from tritongemm.ladder._host import gemm_args
 from tritongemm.plan import PLANS
 
 CASES = [
@@ -50,8 +52,10 @@ for m, n, k, dtype, kernel in CASES:
     raw = [launch for launch in compiled_launches(plan.launch) if launch.raw]
     if raw:  # a ladder kernel: its C launcher, the arguments built beforehand
         (launch,) = raw
-        args = (*launch._grid, torch._C._cuda_getCurrentRawStream(c.device.index), *launch._raw_head, pa, pb, c,
-                m, n, k, *pa.stride(), *pb.stride(), *c.stride(), c, *launch._constexpr_tail)  # fmt: skip
+        # as _host.planned_launch builds them: no trace, no epilogue
+        runtime = (*gemm_args(pa, pb, c), 0, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None))
+        args = (*launch._grid, torch._C._cuda_getCurrentRawStream(c.device.index), *launch._raw_head, *runtime,
+                *launch._constexpr_tail)  # fmt: skip
         parts["C launcher"] = functools.partial(launch._raw_plain, *args)
     samples = {name: [] for name in parts}
     for _ in range(5):
