@@ -1,0 +1,168 @@
+"""tritongemm in a model: `Linear`, a drop-in `torch.nn.Linear` whose forward is
+`tritongemm.linear` with a fused activation, and `patch`, which puts it in place of a model's
+`nn.Linear` modules, sharing their parameters.
+
+    >>> import torch, tritongemm
+    >>> mlp = torch.nn.Sequential(torch.nn.Linear(4096, 14336), torch.nn.SiLU(), torch.nn.Linear(14336, 4096))
+    >>> tritongemm.patch(mlp.cuda().half())   # both GEMMs by tritongemm; the SiLU stays a module
+    >>> up = tritongemm.nn.Linear(4096, 14336, activation="silu", device="cuda")   # SiLU in the epilogue
+
+`patch` swaps modules one for one and fuses nothing: fusing an activation module into the
+Linear before it would change the model's structure, and with it the meaning of hooks and names.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import torch
+
+from tritongemm import api, fused
+from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
+from tritongemm.checks import _dtype_name
+from tritongemm.epilogue import ACTIVATIONS
+
+logger = logging.getLogger("tritongemm")
+
+
+class Linear(torch.nn.Linear):
+    """`torch.nn.Linear` computed by `tritongemm.linear`: y = activation(x @ weight.T + bias),
+    the activation applied in the GEMM's epilogue, before the one rounding to x's dtype.
+
+    Same parameters, state_dict keys and initialization as `torch.nn.Linear`, so checkpoints load
+    both ways. `activation` is None, "relu", "gelu", "gelu_tanh" or "silu"; `kernel` is what
+    `tritongemm.linear(kernel=...)` takes.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        device=None,
+        dtype=None,
+        *,
+        activation: str | None = None,
+        kernel: str = "auto",
+    ) -> None:
+        if activation not in ACTIVATIONS:  # checked before the weight is allocated
+            raise ValueError(f"Linear: expected activation to be one of {ACTIVATIONS}, but got {activation!r}")
+        super().__init__(in_features, out_features, bias, device, dtype)
+        self.activation = activation
+        self.kernel = kernel
+
+    @classmethod
+    def from_linear(cls, module: torch.nn.Linear, activation: str | None = None, kernel: str = "auto") -> Linear:
+        """A `Linear` computing what `module` computes (then `activation`), holding `module`'s own
+        Parameter objects: gradients, optimizer state and in-place updates are shared, and no
+        weight is allocated or copied. The module's hooks are not carried over."""
+        # Built on the meta device, where the weight and its initialization cost nothing, then
+        # given the module's parameters in place of the meta ones.
+        new = cls(
+            module.in_features,
+            module.out_features,
+            bias=module.bias is not None,
+            device="meta",
+            activation=activation,
+            kernel=kernel,
+        )
+        new.weight = module.weight
+        new.bias = module.bias
+        new.train(module.training)
+        return new
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return fused.linear(x, self.weight, self.bias, activation=self.activation, kernel=self.kernel)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, activation={self.activation!r}, kernel={self.kernel!r}"
+
+
+@dataclass
+class PatchReport:
+    """What `patch` did: the qualified names of the modules it replaced, and of those it left
+    with the reason ("" is the model itself, as in `named_modules`)."""
+
+    replaced: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        total = len(self.replaced) + len(self.skipped)
+        text = f"patched {len(self.replaced)} of {total} nn.Linear modules"
+        if self.skipped:
+            text += "; left: " + ", ".join(f"{name or '<root>'} ({why})" for name, why in self.skipped.items())
+        return text
+
+
+def patch(model: torch.nn.Module, *, kernel: str = "auto") -> torch.nn.Module:
+    """Replace, in place, every `torch.nn.Linear` in `model` with a tritongemm `Linear` sharing
+    its parameters; return `model`, with a `PatchReport` as `model.tritongemm_patch_report`
+    (also logged at INFO on the "tritongemm" logger).
+
+    Left as they are, with the reason in the report: modules whose weight dtype or device no
+    kernel serves (float64; CPU without TRITON_INTERPRET=1; bfloat16 on the CPU, which the
+    interpreter computes wrongly), subclasses of nn.Linear (a quantized or LoRA linear computes
+    something else in its forward, so only the exact type is replaced), and the model itself when
+    it is an nn.Linear (patch cannot rebind the caller's reference: use `Linear.from_linear`).
+    Patching twice changes nothing: a tritongemm `Linear` is not replaced again.
+    """
+    served = _served_dtypes(kernel)
+    report = PatchReport()
+    seen = {}  # id(nn.Linear) -> its replacement (None: left), so a module shared by two parents stays shared
+    for name, module in list(model.named_modules(remove_duplicate=False)):  # every path to a shared module
+        if not name or not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):
+            continue
+        if id(module) not in seen:
+            reason = _why_not(module, served)
+            seen[id(module)] = Linear.from_linear(module, kernel=kernel) if reason is None else None
+            if reason is None:
+                report.replaced.append(name)
+            else:
+                report.skipped[name] = reason
+        if seen[id(module)] is not None:
+            parent_name, _, child_name = name.rpartition(".")
+            setattr(model.get_submodule(parent_name), child_name, seen[id(module)])
+    if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
+        report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
+    model.tritongemm_patch_report = report  # a plain attribute: not in the state_dict
+    logger.info(str(report))
+    return model
+
+
+def _served_dtypes(kernel: str):
+    """device -> (the dtypes `kernel`, or any kernel for "auto", computes there, or why none runs
+    there), from `tritongemm.kernels(device)`; each device asked once."""
+    names = [k["name"] for k in api.kernels()]
+    if kernel != "auto" and kernel not in names:
+        raise ValueError(f"patch: expected kernel to be 'auto' or one of {names}, but got {kernel!r}")
+    cache: dict[torch.device, tuple[set[str], str | None]] = {}
+
+    def lookup(device: torch.device) -> tuple[set[str], str | None]:
+        if device not in cache:
+            infos = [k for k in api.kernels(device) if kernel in ("auto", k["name"])]
+            running = [k for k in infos if k["available"]]
+            # On the CPU, the interpreter's dtypes: it computes bf16 wrongly, so CPU bf16 is refused.
+            key = "interpreter_dtypes" if device.type == "cpu" else "dtypes"
+            dtypes = {d for k in running for d in k[key]}
+            cache[device] = (dtypes, None if running else infos[0]["unavailable"])
+        return cache[device]
+
+    return lookup
+
+
+def _why_not(module: torch.nn.Linear, served) -> str | None:
+    """Why `patch` leaves this nn.Linear (None: it replaces it)."""
+    if type(module) is not torch.nn.Linear:
+        return f"{type(module).__name__}, a subclass of nn.Linear: its forward may compute something else"
+    weight = module.weight
+    dtype = _dtype_name(weight.dtype)
+    if weight.dtype not in _DTYPES:
+        return f"{dtype} weights: tritongemm computes {', '.join(map(_dtype_name, _DTYPES))}"
+    dtypes, unavailable = served(weight.device)
+    if unavailable is not None:
+        return f"{weight.device} weights: {unavailable}"
+    if dtype not in dtypes:
+        there = ", ".join(d for d in map(_dtype_name, _DTYPES) if d in dtypes)
+        return f"{dtype} weights on {weight.device}: the kernels there compute {there}"
+    return None
