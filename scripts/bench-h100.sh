@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Reproduce the committed H100 results: bash scripts/bench-h100.sh [suite ...]
 # (default: every suite). A suite named NAME-eager runs `bench NAME --timing eager` (NAME-eager.csv);
-# `overhead` is the eager host-cost benchmark (overhead.csv). Results land in results/h100/ (CSV,
-# JSON, PNG); logs in $OUT if set.
+# `overhead` is the eager host-cost benchmark (overhead.csv); `epilogue` the fused linear against
+# cuBLAS + torch and torch.compile (epilogue.csv); `model` a patched Llama (model.csv, needs
+# transformers). Results land in results/h100/ (CSV, JSON, PNG); logs in $OUT if set.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 log=${OUT:-results/h100}
 mkdir -p results/h100 "$log"
-for suite in "${@:-ladder ksweep group configs llm llm-eager overhead}"; do
+for suite in "${@:-ladder ksweep group configs llm llm-eager overhead epilogue model}"; do
   for s in $suite; do
     case $s in
       *-eager) args=("${s%-eager}" --timing eager) ;;

@@ -14,6 +14,15 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+# Suites with their own module, problems and columns, beside bench.suites.SUITES.
+OWN_SUITES = ["overhead", "epilogue", "model"]
+# Which of bench's options each of those takes (--out-dir and --no-plot: all).
+OWN_SUITE_OPTIONS = {
+    "overhead": ("kernels",),
+    "epilogue": ("shapes", "dtypes", "timing", "name"),
+    "model": ("layers", "name"),
+}
+BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers")
 DTYPE_SPELLINGS = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
 
@@ -48,8 +57,10 @@ def _parser() -> argparse.ArgumentParser:
 
     bench = commands.add_parser("bench", help="benchmark kernels against cuBLAS (tables, CSV/JSON, plots)")
     bench.add_argument(
-        "suite", nargs="?", choices=sorted(SUITES) + ["overhead"],
-        help="a named suite; overhead: host cost of one eager call on launch-bound problems, vs torch.matmul",
+        "suite", nargs="?", choices=sorted(SUITES) + OWN_SUITES,
+        help="a named suite; overhead: host cost of one eager call on launch-bound problems, vs torch.matmul; "
+        "epilogue: tritongemm.linear's fused bias+activation/residual vs F.linear + torch and torch.compile; "
+        "model: a Llama's forward with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers)",
     )  # fmt: skip
     bench.add_argument(
         "--shapes", type=shapes,
@@ -58,7 +69,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument("--dtypes", type=dtypes, help="e.g. float16,bfloat16 (default: the suite's, or both)")
     bench.add_argument("--kernels", type=kernel_names, help="e.g. grouped,persistent (default: all available)")
     bench.add_argument("--layout", choices=LAYOUTS, help="with --shapes: n = as is, t = transposed view (default nn)")
-    bench.add_argument("--out-dir", default="results", help="where the CSV, JSON and PNG go (default: results)")
+    bench.add_argument(
+        "--out-dir",
+        help="where the CSV, JSON and PNG go (default: results; without a GPU, bench epilogue writes only if given)",
+    )
     bench.add_argument("--name", help="base name of the result files (default: the suite's, plus -eager if eager)")
     bench.add_argument(
         "--timing", choices=TIMINGS,
@@ -66,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument("--profile", action="store_true", help="run each kernel once, untimed, for ncu")
     bench.add_argument("--no-plot", action="store_true")
+    bench.add_argument("--layers", type=int, choices=(2, 3, 4), help="bench model: decoder layers (default 2)")
     bench.add_argument(
         "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
     )
@@ -87,15 +102,28 @@ def _check(args: argparse.Namespace) -> None:
     from tritongemm.bench.suites import SUITES
 
     if args.suite is None and args.shapes is None:
-        raise ValueError(f"bench: expected a suite ({', '.join(sorted(SUITES))} or overhead) or --shapes 'M,N,K;...'")
-    if args.suite == "overhead":
-        given = [f"--{k}" for k in ("shapes", "dtypes", "layout", "name", "timing", "profile") if getattr(args, k)]
+        raise ValueError(f"bench: expected a suite ({', '.join(sorted(SUITES) + OWN_SUITES)}) or --shapes 'M,N,K;...'")
+    if args.suite in OWN_SUITES:
+        takes = OWN_SUITE_OPTIONS[args.suite]
+        given = [f"--{k}" for k in BENCH_OPTIONS if getattr(args, k) and k not in takes]
         if given:
             raise ValueError(
-                f"bench overhead: {', '.join(given)} does not apply: the overhead suite has its own problems, "
-                "timing and file names"
+                f"bench {args.suite}: {', '.join(given)} does not apply: this suite takes "
+                f"{', '.join('--' + k for k in takes)}, --out-dir and --no-plot"
             )
+        if args.suite == "epilogue":
+            from tritongemm.bench.epilogue import plan_problems
+
+            plan_problems(args.shapes, args.dtypes, on_gpu=_on_gpu())
+        if args.suite == "model":
+            from tritongemm.bench.model import requirements_error
+
+            problem = requirements_error()
+            if problem:
+                raise ValueError(problem)
         return
+    if args.layers:
+        raise ValueError("bench: --layers applies to bench model only")
     if args.layout and args.shapes is None:
         raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
     check_arguments(args.suite, **_problem_arguments(args))
@@ -132,14 +160,37 @@ def _run(args: argparse.Namespace) -> int:
     if args.suite == "overhead":
         from tritongemm.bench.overhead import run_overhead
 
-        run_overhead(kernels=args.kernels, out_dir=args.out_dir, plot=not args.no_plot)
+        run_overhead(kernels=args.kernels, out_dir=args.out_dir or "results", plot=not args.no_plot)
+        return 0
+    if args.suite == "epilogue":
+        from tritongemm.bench.epilogue import run_epilogue
+        from tritongemm.bench.measure import TIMINGS
+
+        # Without a GPU a smoke run: its files only where asked for.
+        out_dir = args.out_dir or ("results" if _on_gpu() else None)
+        run_epilogue(
+            shapes=args.shapes,
+            dtypes=args.dtypes,
+            timings=(args.timing,) if args.timing else TIMINGS,
+            out_dir=out_dir,
+            name=args.name,
+            plot=not args.no_plot,
+        )
+        if out_dir is None:
+            print("No files written (without a GPU, only where --out-dir is given).")
+        return 0
+    if args.suite == "model":
+        from tritongemm.bench.model import run_model
+
+        run_model(layers=args.layers or 2, out_dir=args.out_dir or "results", name=args.name or "model",
+                  plot=not args.no_plot)  # fmt: skip
         return 0
     from tritongemm.bench import run_bench
 
     run_bench(
         args.suite,
         **_problem_arguments(args),
-        out_dir=args.out_dir,
+        out_dir=args.out_dir or "results",
         name=args.name,
         profile=args.profile,
         plot=not args.no_plot,
@@ -305,6 +356,12 @@ def _print_kernels(as_json: bool) -> None:
         for k in kernels
     ]
     _print_table(f"The ladder, bottom to top. Here: {_here()}", head, rows)
+
+
+def _on_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _here() -> str:

@@ -1,5 +1,7 @@
 """PNG pictures of benchmark rows: TFLOP/s against K per kernel (with cuBLAS), per-shape bars of
-the ratio to cuBLAS, and per-shape bars of the time of one eager call (`bench overhead`)."""
+the ratio to cuBLAS, per-shape bars of the time of one eager call (`bench overhead`), of the fused
+epilogue's speed against the unfused path's (`bench epilogue`) and of a model's forward against
+eager torch's (`bench model`)."""
 
 from __future__ import annotations
 
@@ -80,5 +82,62 @@ def plot_overhead(rows: list, path: Path, title: str) -> Path:
     ax.set_ylabel("us per call (eager, lower is better)")
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(axis="y", alpha=0.3)
+    return figures.save(fig, path, dpi=110)
+
+
+def plot_epilogue(rows: list, path: Path, title: str) -> Path:
+    """A panel per (timing, epilogue): for every shape, each provider's speed as a fraction of the
+    unfused path's (F.linear + torch, the dashed line). `rows` are bench.epilogue.EpilogueRow."""
+    plt = figures.pyplot()
+    timings = list(dict.fromkeys(r.timing for r in rows))
+    epilogues = list(dict.fromkeys(r.epilogue for r in rows))
+    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "cublas+torch"))
+    key = lambda r: (r.m, r.n, r.k, r.dtype)  # noqa: E731
+    ratio = {(r.timing, r.epilogue, key(r), r.provider): r.ratio_to_unfused for r in rows}
+    most = max((len({key(r) for r in rows if r.epilogue == e}) for e in epilogues), default=1)
+    width = 0.8 / max(1, len(providers))
+    fig, axes = plt.subplots(
+        len(timings), len(epilogues), figsize=(max(5, 0.3 * most * max(1, len(providers))) * len(epilogues),
+                                               4.5 * len(timings)), squeeze=False,
+    )  # fmt: skip
+    for row_axes, timing in zip(axes, timings):
+        for ax, epilogue in zip(row_axes, epilogues):
+            shapes = list(dict.fromkeys(key(r) for r in rows if r.epilogue == epilogue and r.timing == timing))
+            for i, provider in enumerate(providers):
+                xs = [p + i * width for p in range(len(shapes))]
+                ys = [ratio.get((timing, epilogue, shape, provider)) or 0.0 for shape in shapes]
+                ax.bar(xs, ys, width=width, label=provider)
+            ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="F.linear + torch (unfused)")
+            ax.set_xticks([p + 0.4 - width / 2 for p in range(len(shapes))])
+            ax.set_xticklabels([f"{m}x{n}x{k}\n{d}" for m, n, k, d in shapes], rotation=60, fontsize=7)
+            ax.set_ylabel("speed / unfused speed")
+            ax.set_title(f"{epilogue}, {timing} timing", fontsize=10)
+            ax.grid(axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    return figures.save(fig, path, dpi=110)
+
+
+def plot_model(rows: list, path: Path, title: str) -> Path:
+    """Grouped bars: for every setting (phase, batch, tokens), each provider's tokens/s as a
+    fraction of eager torch's (the dashed line). `rows` are bench.model.ModelRow."""
+    plt = figures.pyplot()
+    key = lambda r: (r.phase, r.batch, r.tokens)  # noqa: E731
+    settings = list(dict.fromkeys(key(r) for r in rows))
+    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
+    ratio = {(key(r), r.provider): r.ratio_to_torch for r in rows}
+    fig, ax = plt.subplots(figsize=(max(8, 0.4 * len(settings) * max(1, len(providers))), 5))
+    width = 0.8 / max(1, len(providers))
+    for i, provider in enumerate(providers):
+        xs = [p + i * width for p in range(len(settings))]
+        ys = [ratio.get((setting, provider)) or 0.0 for setting in settings]
+        ax.bar(xs, ys, width=width, label=provider)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="torch (eager)")
+    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(settings))])
+    ax.set_xticklabels([f"{phase}\nbatch {b} x {t}" for phase, b, t in settings], fontsize=8)
+    ax.set_ylabel("speed / eager torch's speed")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
     return figures.save(fig, path, dpi=110)

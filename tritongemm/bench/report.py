@@ -12,16 +12,20 @@ from tritongemm.bench.measure import Row
 COLUMNS = list(Row.__dataclass_fields__)
 
 
-def write_results(rows: list, env: dict, out_dir: Path, name: str, columns: list[str] = COLUMNS) -> tuple[Path, Path]:
+def write_results(
+    rows: list, env: dict, out_dir: Path, name: str, columns: list[str] = COLUMNS, json_rows: list | None = None
+) -> tuple[Path, Path]:
     """`name`.csv (one row per measurement, `columns` of each row's as_dict()) and `name`.json
-    (the environment and the whole rows)."""
+    (the environment and the whole rows; `json_rows` instead where given, e.g. the untimed too)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out_dir / f"{name}.csv", out_dir / f"{name}.json"
     with csv_path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         writer.writerows(r.as_dict() for r in rows)
-    json_path.write_text(json.dumps({"environment": env, "rows": [r.as_dict() for r in rows]}, indent=1) + "\n")
+    json_path.write_text(
+        json.dumps({"environment": env, "rows": [r.as_dict() for r in json_rows or rows]}, indent=1) + "\n"
+    )
     return csv_path, json_path
 
 
@@ -75,12 +79,43 @@ def format_overhead_table(rows: list) -> str:
     return _grouped_table(header, rows, line)
 
 
-def _grouped_table(header: str, rows: list, line) -> str:
-    """The header, a rule, then `line(row)` for each row, a blank line between problems."""
+def format_epilogue_table(rows: list, on_gpu: bool = True) -> str:
+    """`bench epilogue`'s table: one line per (problem, timing, provider). `rows` are
+    bench.epilogue.EpilogueRow."""
+    versus = "vs unfused"
+    header = f"{'dtype':<9} {'epilogue':<14} {'shape':>18} {'timing':<6} {'provider':<20} {'ms':>9} {'TFLOP/s':>8} {versus:>10} {'rel err':>8}  status"  # noqa: E501
+
+    def line(r) -> str:
+        provider = "torch (CPU)" if r.provider == "cublas+torch" and not on_gpu else r.provider
+        return (
+            f"{r.dtype:<9} {r.epilogue:<14} {f'{r.m}x{r.n}x{r.k}':>18} {r.timing:<6} {provider:<20} "
+            f"{_fmt(r.ms, '9.4f')} {_fmt(r.tflops, '8.1f')} {_fmt(r.ratio_to_unfused, '10.3f')} "
+            f"{_fmt(r.max_rel_err, '8.1e')}  {r.status}"
+        )
+
+    return _grouped_table(header, rows, line, key=lambda r: (r.epilogue, r.dtype, r.m, r.n, r.k))
+
+
+def format_model_table(rows: list) -> str:
+    """`bench model`'s table: one line per (setting, provider). `rows` are bench.model.ModelRow."""
+    header = f"{'phase':<8} {'batch':>5} {'tokens':>6} {'provider':<20} {'ms':>9} {'tokens/s':>10} {'vs torch':>8} {'rel err':>8}  status"  # noqa: E501
+
+    def line(r) -> str:
+        return (
+            f"{r.phase:<8} {r.batch:>5} {r.tokens:>6} {r.provider:<20} {_fmt(r.ms, '9.3f')} "
+            f"{_fmt(r.tokens_per_s, '10.0f')} {_fmt(r.ratio_to_torch, '8.3f')} {_fmt(r.max_rel_err, '8.1e')}  "
+            f"{r.status}"
+        )
+
+    return _grouped_table(header, rows, line, key=lambda r: (r.phase, r.batch, r.tokens))
+
+
+def _grouped_table(header: str, rows: list, line, key=lambda r: (r.dtype, r.layout, r.m, r.n, r.k)) -> str:
+    """The header, a rule, then `line(row)` for each row, a blank line between problems (`key`)."""
     lines = [header, "-" * len(header)]
     previous = None
     for r in rows:
-        problem = (r.dtype, r.layout, r.m, r.n, r.k)
+        problem = key(r)
         if previous is not None and problem != previous:
             lines.append("")
         previous = problem
