@@ -44,19 +44,25 @@ def plot_ratios(rows: list[Row], path: Path, title: str, series=lambda r: r.kern
     kernels = list(dict.fromkeys(series(r) for r in rows if r.kernel != "cublas"))
     ratio = {((r.dtype, r.layout, r.m, r.n, r.k), series(r)): r.ratio_to_cublas for r in rows}
     fig, ax = plt.subplots(figsize=(max(8, 0.9 * len(problems) * max(1, len(kernels)) / 2), 5))
-    width = 0.8 / max(1, len(kernels))
-    for i, kernel in enumerate(kernels):
-        xs = [p + i * width for p in range(len(problems))]
-        ys = [ratio.get((problem, kernel)) or 0.0 for problem in problems]
-        ax.bar(xs, ys, width=width, label=kernel)
-    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="cuBLAS")
-    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(problems))])
-    ax.set_xticklabels([f"{m}x{n}x{k}\n{d} {lay}" for d, lay, m, n, k in problems], rotation=60, fontsize=7)
-    ax.set_ylabel("speed / cuBLAS speed")
+    _ratio_bars(ax, problems, kernels, lambda p, k: ratio.get((p, k)), "cuBLAS", "speed / cuBLAS speed",
+                lambda p: f"{p[2]}x{p[3]}x{p[4]}\n{p[0]} {p[1]}", rotation=60)  # fmt: skip
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)
-    ax.grid(axis="y", alpha=0.3)
     return figures.save(fig, path, dpi=110)
+
+
+def _ratio_bars(ax, groups: list, series: list, ratio, baseline: str, ylabel: str, tick, rotation=0, fontsize=7):
+    """Grouped bars on `ax`: for every group, each series' `ratio(group, series)` (0 where there
+    is none), beside a dashed line at 1 for `baseline`, the series' common reference."""
+    width = 0.8 / max(1, len(series))
+    for i, name in enumerate(series):
+        xs = [p + i * width for p in range(len(groups))]
+        ax.bar(xs, [ratio(group, name) or 0.0 for group in groups], width=width, label=name)
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label=baseline)
+    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(groups))])
+    ax.set_xticklabels([tick(group) for group in groups], rotation=rotation, fontsize=fontsize)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="y", alpha=0.3)
 
 
 def plot_overhead(rows: list, path: Path, title: str) -> Path:
@@ -96,7 +102,6 @@ def plot_epilogue(rows: list, path: Path, title: str) -> Path:
     key = lambda r: (r.m, r.n, r.k, r.dtype)  # noqa: E731
     ratio = {(r.timing, r.epilogue, key(r), r.provider): r.ratio_to_unfused for r in rows}
     most = max((len({key(r) for r in rows if r.epilogue == e}) for e in epilogues), default=1)
-    width = 0.8 / max(1, len(providers))
     fig, axes = plt.subplots(
         len(timings), len(epilogues), figsize=(max(5, 0.3 * most * max(1, len(providers))) * len(epilogues),
                                                4.5 * len(timings)), squeeze=False,
@@ -104,16 +109,10 @@ def plot_epilogue(rows: list, path: Path, title: str) -> Path:
     for row_axes, timing in zip(axes, timings):
         for ax, epilogue in zip(row_axes, epilogues):
             shapes = list(dict.fromkeys(key(r) for r in rows if r.epilogue == epilogue and r.timing == timing))
-            for i, provider in enumerate(providers):
-                xs = [p + i * width for p in range(len(shapes))]
-                ys = [ratio.get((timing, epilogue, shape, provider)) or 0.0 for shape in shapes]
-                ax.bar(xs, ys, width=width, label=provider)
-            ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="F.linear + torch (unfused)")
-            ax.set_xticks([p + 0.4 - width / 2 for p in range(len(shapes))])
-            ax.set_xticklabels([f"{m}x{n}x{k}\n{d}" for m, n, k, d in shapes], rotation=60, fontsize=7)
-            ax.set_ylabel("speed / unfused speed")
+            _ratio_bars(ax, shapes, providers, lambda shape, p, t=timing, e=epilogue: ratio.get((t, e, shape, p)),
+                        "F.linear + torch (unfused)", "speed / unfused speed",
+                        lambda shape: "{}x{}x{}\n{}".format(*shape), rotation=60)  # fmt: skip
             ax.set_title(f"{epilogue}, {timing} timing", fontsize=10)
-            ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     return figures.save(fig, path, dpi=110)
@@ -128,16 +127,8 @@ def plot_model(rows: list, path: Path, title: str) -> Path:
     providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
     ratio = {(key(r), r.provider): r.ratio_to_torch for r in rows}
     fig, ax = plt.subplots(figsize=(max(8, 0.4 * len(settings) * max(1, len(providers))), 5))
-    width = 0.8 / max(1, len(providers))
-    for i, provider in enumerate(providers):
-        xs = [p + i * width for p in range(len(settings))]
-        ys = [ratio.get((setting, provider)) or 0.0 for setting in settings]
-        ax.bar(xs, ys, width=width, label=provider)
-    ax.axhline(1.0, color="black", linestyle="--", linewidth=1, label="torch (eager)")
-    ax.set_xticks([p + 0.4 - width / 2 for p in range(len(settings))])
-    ax.set_xticklabels([f"{phase}\nbatch {b} x {t}" for phase, b, t in settings], fontsize=8)
-    ax.set_ylabel("speed / eager torch's speed")
+    _ratio_bars(ax, settings, providers, lambda setting, p: ratio.get((setting, p)), "torch (eager)",
+                "speed / eager torch's speed", lambda s: f"{s[0]}\nbatch {s[1]} x {s[2]}", fontsize=8)  # fmt: skip
     ax.set_title(title)
     ax.legend(fontsize=8)
-    ax.grid(axis="y", alpha=0.3)
     return figures.save(fig, path, dpi=110)
