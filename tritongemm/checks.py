@@ -23,39 +23,51 @@ def _shape(t: torch.Tensor) -> str:
 
 def check_operands(a, b) -> None:
     for name, t in (("a", a), ("b", b)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"matmul: expected {name} to be a torch.Tensor, but got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise TypeError(
-                f"matmul: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported; "
-                f"pass {name}.to_dense()"
-            )
-        if name == "a" and t.dim() < 2:
-            raise ValueError(
-                "matmul: expected a to have 2 or more dimensions, (..., M, K), but got a "
-                f"{t.dim()}D tensor of shape {tuple(t.shape)}"
-            )
-        if name == "b" and t.dim() != 2:
-            batched = f" (with a of shape {tuple(a.shape)}); batched GEMM, a 3D b, is not supported yet"
-            raise ValueError(
-                f"matmul: expected b to be a 2D tensor (K, N), but got a {t.dim()}D tensor of shape "
-                f"{tuple(t.shape)}{batched if t.dim() > 2 else ''}"
-            )
+        _check_dense("matmul", name, t)
+    if a.dim() < 2:
+        raise ValueError(
+            "matmul: expected a to have 2 or more dimensions, (..., M, K), but got a "
+            f"{a.dim()}D tensor of shape {tuple(a.shape)}"
+        )
+    if b.dim() != 2:
+        batched = f" (with a of shape {tuple(a.shape)}); batched GEMM, a 3D b, is not supported yet"
+        raise ValueError(
+            f"matmul: expected b to be a 2D tensor (K, N), but got a {b.dim()}D tensor of shape "
+            f"{tuple(b.shape)}{batched if b.dim() > 2 else ''}"
+        )
+    _check_dtype_and_device("matmul", ("a", a), ("b", b))
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(a)} and {_shape(b)})")
+
+
+def _check_dense(op: str, name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op}: expected {name} to be a torch.Tensor, but got {type(t).__name__}")
+    if t.layout != torch.strided:
+        raise TypeError(
+            f"{op}: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported; "
+            f"pass {name}.to_dense()"
+        )
+
+
+def _check_dtype_and_device(op: str, *named: tuple[str, torch.Tensor]) -> None:
+    """The operands of one GEMM: each of a supported dtype, all of the same one, on one device."""
+    for name, t in named:
         if t.dtype not in SUPPORTED_DTYPES:
             raise TypeError(
-                f"matmul: {name} has dtype {_dtype_name(t.dtype)}, but only float16, bfloat16 and float32 are supported"
+                f"{op}: {name} has dtype {_dtype_name(t.dtype)}, but only float16, bfloat16 and float32 are supported"
             )
+    (first, a), (second, b) = named
     if a.dtype != b.dtype:
         raise TypeError(
-            "matmul: expected a and b to have the same dtype, "
-            f"but got a: {_dtype_name(a.dtype)} != b: {_dtype_name(b.dtype)}"
+            f"{op}: expected {first} and {second} to have the same dtype, "
+            f"but got {first}: {_dtype_name(a.dtype)} != {second}: {_dtype_name(b.dtype)}"
         )
     if a.device != b.device:
         raise ValueError(
-            f"matmul: expected a and b to be on the same device, but got a on {a.device} and b on {b.device}"
+            f"{op}: expected {first} and {second} to be on the same device, "
+            f"but got {first} on {a.device} and {second} on {b.device}"
         )
-    if a.shape[-1] != b.shape[0]:
-        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(a)} and {_shape(b)})")
 
 
 def check_device(kernel: KernelInfo, device: torch.device) -> None:
@@ -107,12 +119,7 @@ def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> tor
     """linear's own arguments (see fused.linear); returns the output dtype. The GEMM's operands
     are then checked as matmul's."""
     for name, t in (("x", x), ("weight", weight)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"linear: expected {name} to be a torch.Tensor, but got {type(t).__name__}")
-        if t.layout != torch.strided:
-            raise TypeError(
-                f"linear: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported"
-            )
+        _check_dense("linear", name, t)
     if x.dim() < 1:
         raise ValueError("linear: expected x to have 1 or more dimensions, (..., K), but got a scalar")
     if weight.dim() != 2:
@@ -120,19 +127,7 @@ def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> tor
             f"linear: expected weight to be a 2D tensor (out_features, in_features), but got a {weight.dim()}D "
             f"tensor of shape {tuple(weight.shape)}"
         )
-    if x.dtype not in SUPPORTED_DTYPES:
-        raise TypeError(
-            f"linear: x has dtype {_dtype_name(x.dtype)}, but only float16, bfloat16 and float32 are supported"
-        )
-    if weight.dtype != x.dtype:
-        raise TypeError(
-            "linear: expected x and weight to have the same dtype, "
-            f"but got x: {_dtype_name(x.dtype)} != weight: {_dtype_name(weight.dtype)}"
-        )
-    if weight.device != x.device:
-        raise ValueError(
-            f"linear: expected x and weight on one device, but got x on {x.device}, weight on {weight.device}"
-        )
+    _check_dtype_and_device("linear", ("x", x), ("weight", weight))
     if x.shape[-1] != weight.shape[1]:
         raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(x)} and {_shape(weight.T)})")
     if activation not in ACTIVATIONS:
@@ -157,10 +152,7 @@ def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> tor
 def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device) -> None:
     if t is None:
         return
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"linear: expected {name} to be None or a torch.Tensor, but got {type(t).__name__}")
-    if t.layout != torch.strided:
-        raise TypeError(f"linear: {name} has layout {t.layout}, but only dense (torch.strided) tensors are supported")
+    _check_dense("linear", name, t)
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"linear: expected {name} of shape {tuple(shape)}, but got {tuple(t.shape)}")
     if t.dtype not in dtypes:
