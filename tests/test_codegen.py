@@ -12,6 +12,7 @@ import sys
 import pytest
 import torch
 
+from tritongemm.epilogue import PLAIN
 from tritongemm.ladder import _host
 
 KERNELS = ("naive", "grouped", "persistent")
@@ -43,8 +44,10 @@ def _compile(kernel: str, M: int, N: int, K: int, align: list) -> str:
     a, b, c = (torch.empty(r, k, device="meta", dtype=torch.float16) for r, k in ((M, K), (K, N), (M, N)))
     names = ("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
     values = (M, N, K, *a.stride(), *b.stride(), *c.stride())
-    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "trace_ptr": "*fp16"}
-    constexprs = dict(TILE, INPUT_PRECISION="tf32", INT64=False, TRACE=False, ALIGN=align)
+    # No trace, no epilogue: its unused pointers and strides are the integer 0 (_host.planned_launch)
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "alpha": "fp32"}
+    signature |= dict.fromkeys(("trace_ptr", "bias_ptr", "residual_ptr", "stride_rm", "stride_rn"), "i32")
+    constexprs = dict(TILE, INPUT_PRECISION="tf32", INT64=False, TRACE=False, ALIGN=align, **PLAIN.constexprs())
     constexprs |= {"GROUP_SIZE_M": 8} if kernel != "naive" else {}
     constexprs |= {"NUM_SMS": 132} if kernel == "persistent" else {}
     attrs = {}
