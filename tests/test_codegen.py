@@ -46,7 +46,8 @@ def _compile(kernel: str, M: int, N: int, K: int, align: list) -> str:
     values = (M, N, K, *a.stride(), *b.stride(), *c.stride())
     # No trace, no epilogue: its unused pointers and strides are the integer 0 (_host.planned_launch)
     signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "alpha": "fp32"}
-    signature |= dict.fromkeys(("trace_ptr", "bias_ptr", "residual_ptr", "stride_rm", "stride_rn"), "i32")
+    unused = ("trace_ptr", "bias_ptr", "residual_ptr", "preact_ptr", "stride_rm", "stride_rn", "stride_pm")
+    signature |= dict.fromkeys(unused, "i32")
     constexprs = dict(TILE, INPUT_PRECISION="tf32", INT64=False, TRACE=False, ALIGN=align, **PLAIN.constexprs())
     constexprs |= {"GROUP_SIZE_M": 8} if kernel != "naive" else {}
     constexprs |= {"NUM_SMS": 132} if kernel == "persistent" else {}

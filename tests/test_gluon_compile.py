@@ -23,9 +23,10 @@ from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_
 KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
 # Every default tile with B row-major; the big tile also with B K-major (a transposed weight),
 # with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot), and with fused
-# epilogues (epilogue.py): GELU (erf) with alpha, bias and residual; SiLU with a bias.
+# epilogues (epilogue/): GELU (erf) with alpha, bias, residual and the pre-activation stored;
+# SiLU with a bias.
 FUSED = {
-    "gelu": Epilogue(activation="gelu", alpha=0.5, bias=True, residual=True),
+    "gelu": Epilogue(activation="gelu", alpha=0.5, bias=True, residual=True, preact=True),
     "silu": Epilogue(activation="silu", bias=True),
 }
 CASES = [(i, False, 1, None) for i in range(len(TILES))] + [(0, True, 1, None), (0, False, 2, None)]
@@ -92,8 +93,8 @@ def _compile_all(kernel: str) -> list[dict]:
             fn = tma_persistent._tma_persistent_kernel if persistent else tma_pipelined._tma_pipelined_kernel
             extra = dict(Scheduler=scheduler) if persistent else {}
         epilogue = FUSED[fused] if fused else PLAIN
-        bias, residual = torch.empty(N, dtype=torch.float16), torch.empty(M, N, dtype=torch.float16)
-        epilogue_args = (*epilogue.pointers(bias, residual), *epilogue.fixed_args(residual))
+        bias, residual, preact = torch.empty(N, dtype=torch.float16), *(torch.empty(M, N, dtype=torch.float16),) * 2
+        epilogue_args = (*epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact))
         compiled = fn.warmup(
             desc.a, desc.b, desc.c, *epilogue_args, B_K_MAJOR=desc.b_k_major, **common, **extra,
             **epilogue.constexprs(), grid=(1,),

@@ -17,6 +17,7 @@ import torch
 from cases import DEVICE, DTYPES, HOPPER, LADDER, ON_GPU, ON_HOPPER
 
 import tritongemm
+from tritongemm import fused
 from tritongemm.epilogue import ACTIVATIONS, activate_torch, reference_linear
 from tritongemm.plan import PlanCache, problem_key
 from tritongemm.reference import rel_error, tolerance
@@ -111,8 +112,21 @@ def test_empty_problems(M, N, K):
     assert y.shape == (M, N) and torch.allclose(y, expected)
 
 
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_stored_pre_activation_is_alpha_x_w_plus_b(kernel):
+    """STORE_PREACT: the same kernel writes y and z = alpha * x @ w.T + b, the activation's input."""
+    dtype = torch.float16 if kernel in HOPPER else torch.float32
+    x, w, b, r = inputs((3, 7), 24, 16, dtype, True, True, kernel)
+    y, z = fused._linear(x, w, b, r, "silu", 0.5, dtype, kernel, None, store_preact=True)
+    assert rel_error(y, reference_linear(x, w, b, "silu", r, 0.5)) <= tolerance(dtype, 16)
+    assert z.shape == y.shape and z.dtype == dtype
+    assert rel_error(z, reference_linear(x, w, b, None, None, 0.5)) <= tolerance(dtype, 16)
+
+
+@pytest.mark.parametrize("preact", ["store", "recompute"])
 @pytest.mark.parametrize("activation", ACTIVATIONS, ids=str)
-def test_gradients_match_torch_autograd(activation):
+def test_gradients_match_torch_autograd(activation, preact, monkeypatch):
+    monkeypatch.setattr(fused, "PREACT", preact)
     x, w, b, r = inputs((2, 5), 12, 16, torch.float32, True, True, activation)
     leaves = [t.requires_grad_() for t in (x, w, b, r)]
     y = tritongemm.linear(x, w, b, activation=activation, residual=r, alpha=0.5)

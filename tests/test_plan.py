@@ -183,9 +183,10 @@ def test_every_kernel_passes_runtime_arguments_first():
     from tritongemm.ladder import grouped, naive, persistent
 
     ladder = [naive._naive_kernel, grouped._grouped_kernel, persistent._persistent_kernel]
-    epilogue = ["bias_ptr", "residual_ptr", "stride_rm", "stride_rn", "alpha"]  # Epilogue.pointers + fixed_args
+    epilogue = ["bias_ptr", "residual_ptr", "preact_ptr", "stride_rm", "stride_rn", "stride_pm", "alpha"]
+    # ^ Epilogue.pointers, then Epilogue.fixed_args
     for kernel in ladder:
-        assert split_parameters(kernel)[0][-6:] == ["trace_ptr", *epilogue]  # _host.planned_launch's order
+        assert split_parameters(kernel)[0][-8:] == ["trace_ptr", *epilogue]  # _host.planned_launch's order
     gluon = [
         tma_pipelined._tma_pipelined_kernel,
         tma_persistent._tma_persistent_kernel,

@@ -65,6 +65,12 @@ def linear(
 
 def checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> torch.Tensor:
     """`linear` after `checks.check_linear`, without autograd: fold, plan, launch, unfold."""
+    return _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact=False)[0]
+
+
+def _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact: bool):
+    """(y, z): the output, and with `store_preact` the activation's input z = alpha * x @ weight.T +
+    bias in out_dtype, written by the same kernel (else None)."""
     *lead, K = x.shape
     N = weight.shape[0]
     M = math.prod(lead)
@@ -72,32 +78,25 @@ def checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kern
     b = weight.T
     if M == 0 or N == 0 or K == 0:  # nothing for a kernel to do; the epilogue of a zero sum may be
         PLANS.lookup(x2, b, None, kernel, config)  # not zero, but the kernel and config are checked
-        y = _epilogue_of_zeros(M, N, x, bias, residual, activation, out_dtype)
-        return y.view(*lead, N)
+        z = x.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
+        y = activate_torch(z, activation) + (0.0 if residual is None else residual.reshape(M, N).float())
+        return y.to(out_dtype).view(*lead, N), z.to(out_dtype).view(*lead, N) if store_preact else None
     if bias is not None and bias.stride(0) != 1:  # the kernels read the bias as a contiguous row
         bias = bias.contiguous()
     bias = None if bias is None else bias.resolve_neg()
     residual = None if residual is None else residual.resolve_neg().reshape(M, N)
-    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
-    plan = PLANS.lookup(x2, b, None, kernel, config, Fused(spec, bias, residual, out_dtype))
-    return plan.run(x2, b, None, bias, residual).view(*lead, N)
+    preact = x2.new_empty((M, N), dtype=out_dtype) if store_preact else None
+    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None, store_preact)
+    plan = PLANS.lookup(x2, b, None, kernel, config, Fused(spec, bias, residual, out_dtype, preact))
+    y = plan.run(x2, b, None, bias, residual, preact)
+    return y.view(*lead, N), None if preact is None else preact.view(*lead, N)
 
 
-def _epilogue_of_zeros(M, N, x, bias, residual, activation, out_dtype) -> torch.Tensor:
-    y = x.new_zeros((M, N), dtype=torch.float32)
-    if bias is not None:
-        y = y + bias.float()
-    y = activate_torch(y, activation)
-    if residual is not None:
-        y = y + residual.reshape(M, N).float()
-    return y.to(out_dtype)
-
-
-def linear_grads(grad_y, x, weight, bias, residual, activation, alpha, needs_grad, lin) -> tuple:
+def linear_grads(grad_y, x, weight, bias, residual, activation, alpha, needs_grad, lin, preact=None) -> tuple:
     """(dx, dweight, dbias, dresidual) of y = activation(alpha * x @ weight.T + bias) + residual,
     with `lin(x, weight, bias, activation, alpha, out_dtype)` computing the GEMMs (eager: the
-    direct path; compiled: the operator). The pre-activation z is recomputed, in fp32, only
-    when the activation's derivative needs it; it is never stored by the forward."""
+    direct path; compiled: the operator). The activation's derivative reads the pre-activation
+    z: `preact` where the forward stored it, else recomputed here in fp32."""
     N, K = weight.shape
     grad_x = grad_weight = grad_bias = grad_residual = None
     if needs_grad[3]:
@@ -105,7 +104,7 @@ def linear_grads(grad_y, x, weight, bias, residual, activation, alpha, needs_gra
     if activation is None:
         grad_z32 = grad_y.float()
     else:
-        z = lin(x, weight, bias, None, alpha, torch.float32)
+        z = lin(x, weight, bias, None, alpha, torch.float32) if preact is None else preact.float()
         grad_z32 = grad_y.float() * activation_grad(z, activation)
     grad_z = grad_z32.to(x.dtype)
     if needs_grad[0]:  # dz @ weight, scaled: linear with weight.T as its (K, N) weight
@@ -124,22 +123,33 @@ def backward_kernel(kernel: str) -> str:
     return kernel if kernel == "auto" or registry.get(kernel).any_out_dtype else "auto"
 
 
+# How the eager backward gets the pre-activation z that an activation's derivative reads:
+# "store" has the forward's epilogue write it beside y (QuACK's store_preact; M x N of out_dtype
+# held until the backward, what torch keeps for F.gelu(F.linear(...)) too), "recompute" runs the
+# GEMM again in the backward (no memory, one more GEMM). Which is faster is for the H100 to say
+# (docs/epilogue.md); "store" costs a write of M x N where "recompute" costs 2MNK FLOPs.
+PREACT = "store"
+
+
 class _LinearFunction(torch.autograd.Function):
     """Eager autograd for `linear`; under torch.compile the operator's autograd serves (ops.py)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, residual, activation, alpha, out_dtype, kernel, config):
-        ctx.save_for_backward(x, weight, bias, residual)
+        store = activation is not None and PREACT == "store"
+        y, z = _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store)
+        ctx.save_for_backward(x, weight, bias, residual, z)
         ctx.activation, ctx.alpha, ctx.kernel = activation, alpha, kernel
-        return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
+        return y
 
     @staticmethod
     def backward(ctx, grad_y):
-        x, weight, bias, residual = ctx.saved_tensors
+        x, weight, bias, residual, z = ctx.saved_tensors
         kernel = backward_kernel(ctx.kernel)  # the forward's config fits only the forward's shape
 
         def lin(x, weight, bias, activation, alpha, out_dtype):
             return checked_linear(x, weight, bias, None, activation, alpha, out_dtype, kernel, None)
 
-        grads = linear_grads(grad_y, x, weight, bias, residual, ctx.activation, ctx.alpha, ctx.needs_input_grad, lin)
+        needs = ctx.needs_input_grad
+        grads = linear_grads(grad_y, x, weight, bias, residual, ctx.activation, ctx.alpha, needs, lin, z)
         return *grads, None, None, None, None, None

@@ -43,16 +43,17 @@ class Plan:
     device_index: int | None  # the CUDA device the launch must run on; None on the CPU
     compact: bool  # the kernel's c is a row-padded view: return c.contiguous() when out is None
 
-    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, bias=None, residual=None) -> torch.Tensor:
+    def run(self, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, *epilogue) -> torch.Tensor:
+        """`epilogue`: linear's bias, residual and pre-activation output (fused.py), or nothing."""
         if self.resolve_neg:  # (resolve_neg() of a tensor that is not negated returns it)
             a, b = a.resolve_neg(), b.resolve_neg()
         a, b, c = self.prepare(a, b, out)
         # torch.cuda.current_device() without its lazy-init check: building the plan initialized CUDA.
         if self.device_index is None or torch._C._cuda_getDevice() == self.device_index:
-            self.launch(a, b, c, bias, residual)
+            self.launch(a, b, c, *epilogue)
         else:
             with torch.cuda.device(self.device_index):
-                self.launch(a, b, c, bias, residual)
+                self.launch(a, b, c, *epilogue)
         if out is None:
             return c.contiguous() if self.compact else c
         if c is not out:
@@ -108,13 +109,14 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         config = info.default_config(a.dtype, M, N, K, a.device)
     prepare = info.plan_operands(a, b, out, out_dtype)
     pa, pb, c = prepare(a, b, out)  # this call's own operands, to plan (and compile) on
-    epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias, residual=fused.residual)
+    epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias, residual=fused.residual,
+                                             preact=fused.preact)  # fmt: skip
     with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
         launch = info.plan(pa, pb, c, config, **epilogue)
     return Plan(info.name, config, resolve_neg, prepare, launch, device_index, not c.is_contiguous())
 
 
-def _zero_fill(a, b, c, bias=None, residual=None) -> None:
+def _zero_fill(a, b, c, *epilogue) -> None:
     c.zero_()
 
 

@@ -31,6 +31,7 @@ class Epilogue:
     alpha: float = 1.0
     bias: bool = False
     residual: bool = False
+    preact: bool = False  # also store alpha * acc + bias, the activation's input, for the backward
 
     def constexprs(self) -> dict:
         return dict(
@@ -38,23 +39,26 @@ class Epilogue:
             HAS_ALPHA=self.alpha != 1.0,
             HAS_BIAS=self.bias,
             HAS_RESIDUAL=self.residual,
+            STORE_PREACT=self.preact,
         )
 
     @property
     def plain(self) -> bool:
         return self == PLAIN
 
-    def pointers(self, bias, residual) -> tuple:
-        """The kernels' bias and residual pointer arguments: 0 where there is none. The kernel
-        never reads it (its constexpr is off), and an integer spares Triton's launcher the
-        pointer query (a driver call) it makes for every tensor argument."""
-        return (bias if self.bias else 0, residual if self.residual else 0)
+    def pointers(self, bias, residual, preact=None) -> tuple:
+        """The kernels' bias, residual and pre-activation pointer arguments: 0 where there is
+        none. The kernel never reads it (its constexpr is off), and an integer spares Triton's
+        launcher the pointer query (a driver call) it makes for every tensor argument."""
+        return (bias if self.bias else 0, residual if self.residual else 0, preact if self.preact else 0)
 
-    def fixed_args(self, residual: torch.Tensor | None) -> tuple:
+    def fixed_args(self, residual: torch.Tensor | None, preact: torch.Tensor | None = None) -> tuple:
         """The rest of the kernels' epilogue arguments, the same for every call of a plan (whose
-        key holds the residual's strides and alpha): the residual's strides, alpha."""
+        key holds the residual's and pre-activation's strides, and alpha): the residual's strides,
+        the pre-activation's row stride (its columns are contiguous), alpha."""
         strides = tuple(residual.stride()) if self.residual else (0, 0)
-        return (*strides, float(self.alpha))
+        preact_rows = preact.stride(0) if self.preact else 0
+        return (*strides, preact_rows, float(self.alpha))
 
 
 PLAIN = Epilogue()
@@ -69,11 +73,13 @@ class Fused:
     bias: torch.Tensor | None
     residual: torch.Tensor | None
     out_dtype: torch.dtype
+    preact: torch.Tensor | None = None  # (M, N), unit column stride: where STORE_PREACT writes
 
     def key(self) -> tuple:
         from tritongemm.plan import tensor_facts
 
-        return self.spec, self.out_dtype, tensor_facts(self.bias), tensor_facts(self.residual)
+        tensors = (self.bias, self.residual, self.preact)
+        return self.spec, self.out_dtype, *map(tensor_facts, tensors)
 
 
 def reference_linear(x, weight, bias=None, activation=None, residual=None, alpha=1.0, out_dtype=None):

@@ -32,21 +32,27 @@ def _activate_tl(y, ACTIVATION: tl.constexpr):
 @triton.jit
 def apply_tl(
     acc, offs_m, offs_n, M, N,
-    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    STORE_PREACT: tl.constexpr,
 ):  # fmt: skip
-    """The epilogue on a (BLOCK_M, BLOCK_N) fp32 tile whose rows are offs_m, columns offs_n."""
+    """The epilogue on a (BLOCK_M, BLOCK_N) fp32 tile whose rows are offs_m, columns offs_n.
+    STORE_PREACT also writes alpha * acc + bias, the activation's input, to preact (M, N) with
+    rows stride_pm apart: what the backward's activation derivative reads."""
     if HAS_ALPHA:
         acc = acc * alpha
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
         acc = acc + bias.to(tl.float32)[None, :]
+    rows = offs_m.to(tl.int64)[:, None]  # a residual may span 2**31 elements on its own
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if STORE_PREACT:
+        p_ptrs = preact_ptr + rows * stride_pm + offs_n[None, :]
+        tl.store(p_ptrs, acc.to(preact_ptr.dtype.element_ty), mask=mask)
     acc = _activate_tl(acc, ACTIVATION)
     if HAS_RESIDUAL:
-        rows = offs_m.to(tl.int64)[:, None]  # a residual may span 2**31 elements on its own
         r_ptrs = residual_ptr + rows * stride_rm + offs_n[None, :] * stride_rn
-        r_mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-        acc = acc + tl.load(r_ptrs, mask=r_mask, other=0.0).to(tl.float32)
+        acc = acc + tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
     return acc
 
 
@@ -75,10 +81,11 @@ def _activate_gl(y, ACTIVATION: gl.constexpr):
 @gluon.jit
 def apply_gl(
     acc, off_m, off_n, M, N,
-    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr,
 ):  # fmt: skip
-    """The epilogue on the fp32 accumulator of the tile at (off_m, off_n)."""
+    """The epilogue on the fp32 accumulator of the tile at (off_m, off_n) (see apply_tl)."""
     layout: gl.constexpr = acc.type.layout
     BLOCK_M: gl.constexpr = acc.shape[0]
     BLOCK_N: gl.constexpr = acc.shape[1]
@@ -88,12 +95,14 @@ def apply_gl(
     if HAS_BIAS:
         bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
         acc = acc + gl.expand_dims(bias.to(gl.float32), 0)
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    rows = gl.expand_dims(offs_m.to(gl.int64), 1)
+    cols = gl.expand_dims(offs_n, 0)
+    mask = (rows < M) & (cols < N)
+    if STORE_PREACT:
+        gl.store(preact_ptr + rows * stride_pm + cols, acc.to(preact_ptr.dtype.element_ty), mask=mask)
     acc = _activate_gl(acc, ACTIVATION)
     if HAS_RESIDUAL:
-        offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-        rows = gl.expand_dims(offs_m.to(gl.int64), 1)
-        cols = gl.expand_dims(offs_n, 0)
         r_ptrs = residual_ptr + rows * stride_rm + cols * stride_rn
-        r_mask = (rows < M) & (cols < N)
-        acc = acc + gl.load(r_ptrs, mask=r_mask, other=0.0).to(gl.float32)
+        acc = acc + gl.load(r_ptrs, mask=mask, other=0.0).to(gl.float32)
     return acc

@@ -209,11 +209,13 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
     )
 
 
-def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, c: torch.Tensor, epilogue: Epilogue = PLAIN,
-                   bias=None, residual=None):  # fmt: skip
+def planned_launch(
+    kernel, grid, desc: Descriptors, constexprs: dict, c: torch.Tensor, epilogue: Epilogue = PLAIN, bias=None,
+    residual=None, preact=None,
+):  # fmt: skip
     """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *epilogue arguments,
-    *constexprs) for this geometry and return `launch(a, b, c, bias=None, residual=None)` for
-    tensors of the same geometry.
+    *constexprs) for this geometry and return `launch(a, b, c, bias=None, residual=None,
+    preact=None)` for tensors of the same geometry.
 
     A descriptor is its tensor's address, shape, strides and block: only the address changes from
     call to call, so each call encodes the plan's descriptors at the new tensors' addresses
@@ -221,15 +223,19 @@ def planned_launch(kernel, grid, desc: Descriptors, constexprs: dict, c: torch.T
     building and checking one from scratch took about 40 us; an operand at the address of the
     previous call (a weight, always) reuses that call's encoding.
     """
-    fixed = epilogue.fixed_args(residual)
-    runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(bias, residual), *fixed)
+    fixed = epilogue.fixed_args(residual, preact)
+    runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(bias, residual, preact), *fixed)
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
     # A K-major b's descriptor describes b.T: the same data pointer and dtype, which is all that a
     # launch reads from a descriptor's tensor (its shape and strides are the plan's), so b serves.
     launch = compiled.with_descriptors((desc.a, desc.b, desc.c), _bind)
     if epilogue.plain:  # matmul's launch, in the fewest steps
-        return lambda a, b, c, bias=None, residual=None: launch(a, b, c, 0, 0, *fixed)
-    return lambda a, b, c, bias=None, residual=None: launch(a, b, c, *epilogue.pointers(bias, residual), *fixed)
+        return lambda a, b, c, *_: launch(a, b, c, 0, 0, 0, *fixed)
+
+    def fused_launch(a, b, c, bias=None, residual=None, preact=None):
+        launch(a, b, c, *epilogue.pointers(bias, residual, preact), *fixed)
+
+    return fused_launch
 
 
 def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:

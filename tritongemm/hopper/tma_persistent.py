@@ -41,11 +41,14 @@ def _tma_persistent_kernel(
     a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
-    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the constexprs say
     bias_ptr,
     residual_ptr,
+    preact_ptr,
     stride_rm,
     stride_rn,
+    stride_pm,
     alpha,
     # meta-parameters
     Scheduler: gl.constexpr,  # a class from schedulers.py
@@ -56,6 +59,7 @@ def _tma_persistent_kernel(
     HAS_ALPHA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
@@ -96,8 +100,8 @@ def _tma_persistent_kernel(
         c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
         acc, mma = mma.take_result()
         acc = apply_gl(
-            acc, off_m, off_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, stride_rm, stride_rn,
-            alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+            acc, off_m, off_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, preact_ptr, stride_rm,
+            stride_rn, stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
         )  # fmt: skip
         store_tile(acc, c_desc, c_smem, off_m, off_n)
         tma.store_wait(pendings=0)

@@ -44,11 +44,14 @@ def _tma_persistent_pipelined_kernel(
     a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N // EPI_SPLIT]: one epilogue piece
-    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
+    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the constexprs say
     bias_ptr,
     residual_ptr,
+    preact_ptr,
     stride_rm,
     stride_rn,
+    stride_pm,
     alpha,
     # meta-parameters
     Scheduler: gl.constexpr,  # a class from schedulers.py
@@ -60,6 +63,7 @@ def _tma_persistent_pipelined_kernel(
     HAS_ALPHA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
@@ -126,8 +130,8 @@ def _tma_persistent_pipelined_kernel(
         # 6. Epilogue, overlapped with the next tile's loads (in flight) and MMAs (after it).
         acc, mma = mma.take_result()
         acc = apply_gl(
-            acc, out_m, out_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, stride_rm, stride_rn,
-            alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+            acc, out_m, out_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, preact_ptr, stride_rm,
+            stride_rn, stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
         )  # fmt: skip
         if STEAL_B:
             # Free now: the EPI_SPLIT B slots from `producer` on (NUM_BUFFERS - 1 are loading).

@@ -53,24 +53,25 @@ def gemm_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
 
 
 def planned_launch(
-    kernel, grid, a, b, c, constexprs: dict, trace=None, epilogue: Epilogue = PLAIN, bias=None, residual=None
-):
+    kernel, grid, a, b, c, constexprs: dict, trace=None, epilogue: Epilogue = PLAIN, bias=None, residual=None,
+    preact=None,
+):  # fmt: skip
     """Compile a ladder kernel for this geometry and return `launch(a, b, c, bias=None,
-    residual=None)` for tensors of the same geometry (see fast_launch). Every ladder kernel takes
-    `gemm_args`, then `trace_ptr` (the optional tile trace of _tiles.record_tile; 0, never written,
-    when off, as Epilogue.pointers says why), then the epilogue's arguments (epilogue/)."""
+    residual=None, preact=None)` for tensors of the same geometry (see fast_launch). Every ladder
+    kernel takes `gemm_args`, then `trace_ptr` (the optional tile trace of _tiles.record_tile; 0,
+    never written, when off, as Epilogue.pointers says why), then the epilogue's arguments."""
     args = gemm_args(a, b, c)
     sizes_and_strides = args[3:]
-    fixed = epilogue.fixed_args(residual)
-    runtime = (*args, 0 if trace is None else trace, *epilogue.pointers(bias, residual), *fixed)
+    fixed = epilogue.fixed_args(residual, preact)
+    runtime = (*args, 0 if trace is None else trace, *epilogue.pointers(bias, residual, preact), *fixed)
     meta = {**constexprs, **epilogue.constexprs(), "TRACE": trace is not None}
     compiled = compile_launch(kernel, grid, runtime, meta, c.device)
     if trace is None and epilogue.plain:  # matmul's launch, in the fewest steps
-        return lambda a, b, c, bias=None, residual=None: compiled(a, b, c, *sizes_and_strides, 0, 0, 0, *fixed)
+        return lambda a, b, c, *_: compiled(a, b, c, *sizes_and_strides, 0, 0, 0, 0, *fixed)
 
-    def launch(a, b, c, bias=None, residual=None):
+    def launch(a, b, c, bias=None, residual=None, preact=None):
         trace_ptr = 0 if trace is None else trace
-        compiled(a, b, c, *sizes_and_strides, trace_ptr, *epilogue.pointers(bias, residual), *fixed)
+        compiled(a, b, c, *sizes_and_strides, trace_ptr, *epilogue.pointers(bias, residual, preact), *fixed)
 
     return launch
 

@@ -36,13 +36,15 @@ def _grouped_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
-    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
-    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the constexprs say
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
     ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    STORE_PREACT: tl.constexpr,
 ):
     # fmt: on
     # 1. Which output tile am I? One program id, mapped through the grouped order.
@@ -61,8 +63,8 @@ def _grouped_kernel(
 
     # 3. The fused epilogue (compiled out for a plain GEMM), then store.
     acc = apply_tl(
-        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
-        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
     )  # fmt: skip
     store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
     record_tile(trace_ptr, pid_m, pid_n, num_pid_n, pid, 0, TRACE)
@@ -101,7 +103,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     epilogue's spec, bias and residual (_host.planned_launch's keywords)."""
     if config == "autotune":
         spec = epilogue.get("epilogue", PLAIN)
-        return lambda a, b, c, bias=None, residual=None: _launch_autotuned(a, b, c, trace, spec, bias, residual)
+        return lambda a, b, c, *tensors: _launch_autotuned(a, b, c, trace, spec, *tensors)
     grid = (config.num_tiles(*c.shape),)
     constexprs = {**_host.common_constexprs(a, b, c), **config.meta()}
     return _host.planned_launch(_grouped_kernel, grid, a, b, c, constexprs, trace, **epilogue)
@@ -111,11 +113,11 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     plan(a, b, c, config, trace)(a, b, c)
 
 
-def _launch_autotuned(a, b, c, trace, spec: Epilogue = PLAIN, bias=None, residual=None) -> None:
+def _launch_autotuned(a, b, c, trace, spec: Epilogue = PLAIN, bias=None, residual=None, preact=None) -> None:
     M, N = c.shape
     grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
     trace_ptr = 0 if trace is None else trace
-    epilogue_args = (*spec.pointers(bias, residual), *spec.fixed_args(residual))
+    epilogue_args = (*spec.pointers(bias, residual, preact), *spec.fixed_args(residual, preact))
     meta = {**_host.common_constexprs(a, b, c), **spec.constexprs(), "TRACE": trace is not None}
     with _AUTOTUNE_LOCK:
         _autotuned_kernel[grid](*_host.gemm_args(a, b, c), trace_ptr, *epilogue_args, **meta)

@@ -30,13 +30,15 @@ def _naive_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
-    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
-    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the constexprs say
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
     ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    STORE_PREACT: tl.constexpr,
 ):
     # fmt: on
     # 1. Which output tile am I? The grid is (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)).
@@ -54,8 +56,8 @@ def _naive_kernel(
     # 3. The fused epilogue (a plain GEMM compiles it out), then cast to C's dtype and store the
     #    in-bounds part.
     acc = apply_tl(
-        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
-        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
     )  # fmt: skip
     store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
     record_tile(trace_ptr, pid_m, pid_n, tl.num_programs(1), pid_m + pid_n * tl.num_programs(0), 0, TRACE)

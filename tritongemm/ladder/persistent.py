@@ -33,14 +33,16 @@ def _persistent_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, step) when TRACE
     trace_ptr,
-    # the fused epilogue (epilogue.py): bias (N,), residual (M, N), alpha; used where the constexprs say
-    bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
+    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the constexprs say
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
     NUM_SMS: tl.constexpr,  # tile-loop stride; the grid is min(NUM_SMS, number of tiles)
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr, TRACE: tl.constexpr,
     ALIGN: tl.constexpr,  # what the host knows about alignment: _host.alignment_hints
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    STORE_PREACT: tl.constexpr,
 ):
     # fmt: on
     start_pid = tl.program_id(0)
@@ -71,8 +73,8 @@ def _persistent_kernel(
         # 4. The fused epilogue (compiled out for a plain GEMM), then store, both with the real
         #    (unclamped) offsets.
         acc = apply_tl(
-            acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, stride_rm, stride_rn, alpha,
-            ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL,
+            acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+            ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
         )  # fmt: skip
         store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
         record_tile(trace_ptr, pid_m, pid_n, num_pid_n, start_pid, (tile_id - start_pid) // NUM_SMS, TRACE)
