@@ -49,8 +49,8 @@ def linear(
 
     The GEMM accumulates in fp32 and the whole epilogue runs in fp32 on the accumulator, rounded
     once at the store. Differentiable in x, weight, bias and residual, with tritongemm's GEMMs
-    (the backward recomputes the pre-activation when the activation's derivative needs it), and
-    traceable by `torch.compile` (through `torch.ops.tritongemm.linear`).
+    (the forward's epilogue also stores the pre-activation where the activation's derivative
+    needs it), and traceable by `torch.compile` (through `torch.ops.tritongemm.linear`).
     """
     if torch.compiler.is_compiling():
         from tritongemm import ops
