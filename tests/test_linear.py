@@ -218,8 +218,9 @@ def test_plans_keep_no_epilogue_tensor_alive():
     assert all(ref() is None for ref in refs)
 
 
-def test_operator_and_fake_shapes():
-    x, w, b, r = inputs((2, 3), 8, 16, torch.float32, True, True)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_operator_and_fake_shapes(dtype):
+    x, w, b, r = inputs((2, 3), 8, 16, dtype, True, True)
     args = (x, w, b, r, "silu", 2.0, None, "auto", None)
     torch.library.opcheck(torch.ops.tritongemm.linear.default, args)
     for t in (x, w, b, r):
@@ -231,16 +232,22 @@ def test_operator_and_fake_shapes():
     fx, fw = mode.from_tensor(x.detach()), mode.from_tensor(w.detach())
     with mode:
         y = torch.ops.tritongemm.linear(fx, fw, None, None, "gelu", 1.0, None)
-    assert y.shape == (2, 3, 8) and y.dtype == torch.float32
+    assert y.shape == (2, 3, 8) and y.dtype == dtype
 
 
-def test_torch_compile_fullgraph_forward_and_backward():
-    backend = "inductor" if ON_GPU else "aot_eager"
+COMPILE_MODES = (
+    [dict(backend="inductor"), dict(backend="inductor", mode="reduce-overhead")]
+    if ON_GPU
+    else [dict(backend="aot_eager")]
+)
 
+
+@pytest.mark.parametrize("options", COMPILE_MODES, ids=lambda o: o.get("mode", o["backend"]))
+def test_torch_compile_fullgraph_forward_and_backward(options):
     def block(x, w, b, r):
         return tritongemm.linear(x, w, b, activation="gelu", residual=r, alpha=0.5)
 
-    compiled = torch.compile(block, backend=backend, fullgraph=True, dynamic=True)
+    compiled = torch.compile(block, fullgraph=True, dynamic=True, **options)
     for M in (5, 9):
         x, w, b, r = inputs((M,), 8, 16, torch.float32, True, True, f"compile{M}")
         leaves = [t.requires_grad_() for t in (x, w, b, r)]
