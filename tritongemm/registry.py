@@ -45,8 +45,12 @@ class KernelInfo:
     plan: Planner
     default_config: Callable[[torch.dtype, int, int, int, torch.device], MatmulConfig]
     # Why this kernel can't take these operands as they are (None = it can), e.g. TMA alignment;
-    # kernel="auto" passes such operands over to a kernel that can.
+    # kernel="auto" passes such operands over to a kernel that can (or copies them: aligned_copy_fits).
     unsupported_reason: Callable[[torch.Tensor, torch.Tensor], str | None] = lambda a, b: None
+    # For a kernel whose plan_operands copies an operand it can't read in place into an aligned
+    # buffer (the TMA kernels): whether such a copy serves these operands (None: it copies nothing).
+    # kernel="auto" takes that route for a large enough problem (plan.STAGING_MIN_FLOPS).
+    aligned_copy_fits: Callable[[torch.Tensor, torch.Tensor], bool] | None = None
     # Whether C may have another dtype than the operands (linear's out_dtype): the triton.language
     # kernels cast at the store; the Gluon ones size and type C's shared-memory tile by the operands'.
     any_out_dtype: bool = True

@@ -229,3 +229,21 @@ def test_scheduler_matches_tile_order(scheduler, group, num_pid_m, num_pid_n, nu
     expected = tile_order.schedule(ordering, num_pid_m, num_pid_n, group, num_programs=programs)
     np.testing.assert_array_equal(program.cpu().numpy(), expected.program)
     np.testing.assert_array_equal(step.cpu().numpy(), expected.step)
+
+
+# ---------------------------------------------------------------------------------------------
+# kernel="auto" on operands TMA can't read in place: a large problem goes through aligned copies
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_auto_copies_misaligned_operands_of_a_large_problem(dtype):
+    """Rows of 1000 and 1030 fp16 elements (2000 and 2060 bytes): b's are not 16-byte multiples."""
+    import tritongemm
+
+    a = torch.randn(1024, 1000, device="cuda", dtype=dtype)
+    b = torch.randn(1000, 1031, device="cuda", dtype=dtype)[:, :1030]
+    out = torch.full((1024, 1030), float("nan"), device="cuda", dtype=dtype)
+    tritongemm.matmul(a, b, out=out)
+    assert rel_error(out, reference_matmul(a, b)) <= tolerance(dtype, 1000)
+    assert tritongemm.plans.lookup(a, b, out, "auto", None).kernel == "tma_persistent_pipelined"

@@ -13,7 +13,7 @@ import torch
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
-from tritongemm.hopper.descriptors import plan_operands, tma_unsupported_reason
+from tritongemm.hopper.descriptors import aligned_copy_fits, plan_operands, tma_unsupported_reason
 from tritongemm.registry import KernelInfo, register
 
 # Tiles, largest first. Kernel-only bf16 TFLOP/s of tma_persistent_pipelined on the H100 (CUDA
@@ -62,6 +62,7 @@ _COMMON = dict(
     default_config=default_config,
     unsupported_reason=tma_unsupported_reason,
     plan_operands=plan_operands,
+    aligned_copy_fits=aligned_copy_fits,
     any_out_dtype=False,  # C in the operands' dtype: the shared-memory plans are sized for it
 )
 

@@ -136,6 +136,12 @@ def _padded_columns(N: int, dtype: torch.dtype) -> int:
     return -(-N // per_chunk) * per_chunk
 
 
+def aligned_copy_fits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether plan_operands' aligned copies make any a and b of these shapes TMA-readable: they
+    do unless a dimension is past what a descriptor takes."""
+    return max(*a.shape, *b.shape) <= _TMA_MAX_DIM
+
+
 def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, out_dtype: torch.dtype):
     """`prepare(a, b, out) -> (a, b, c)` for operands of this geometry, for `matmul`: a and b as
     given where TMA reads them in place, else copied into rows padded to 16 bytes; c is `out`
