@@ -1,18 +1,18 @@
-"""What kernel="auto" chooses (plan._choose_kernel), on the CPU: every kernel is made available
+"""What kernel="auto" chooses (dispatch.choose), on the CPU: every kernel is made available
 with its GPU dtypes, as on an H100, so the choice alone is tested; meta tensors stand for operands
 of any size. Whether the choices are fast is for the benchmarks to say (BENCHMARKS.md)."""
 
 import pytest
 import torch
 
-from tritongemm import plan, registry
+from tritongemm import dispatch, dispatch_table, registry
 
 F16, F32 = torch.float16, torch.float32
 
 
 @pytest.fixture(autouse=True)
 def as_on_an_h100(monkeypatch):
-    monkeypatch.setattr(registry.KernelInfo, "available_on", lambda self, device: True)
+    monkeypatch.setattr(registry.KernelInfo, "unavailable_reason", lambda self, device: None)
     monkeypatch.setattr(registry.KernelInfo, "dtypes_on", lambda self, device: self.dtypes)
 
 
@@ -23,7 +23,7 @@ def operand(rows, cols, dtype=F16, row_stride=None):
 
 
 def choose(a, b, out_dtype=None) -> str:
-    return plan._choose_kernel("auto", a, b, out_dtype or a.dtype).name
+    return dispatch.choose("auto", None, a, b, out_dtype or a.dtype)[0].name
 
 
 def test_aligned_operands_take_the_top_rung():
@@ -56,3 +56,65 @@ def test_misaligned_rows_are_copied_for_large_problems_only(M, N, K, expected):
 def test_no_copy_serves_a_dimension_past_what_a_descriptor_takes():
     a, b = operand(2**31, 24, row_stride=25), operand(24, 64)
     assert choose(a, b) == "persistent"
+
+
+# ---------------------------------------------------------------------------------------------
+# The measured table (dispatch_table.py): buckets, the file, which table applies, and its use
+# ---------------------------------------------------------------------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def test_buckets_round_up_to_powers_of_two_and_know_the_layout():
+    bucket = dispatch_table.bucket_of(operand(1000, 4096), operand(14336, 4096).T)
+    assert bucket == dispatch_table.Bucket("float16", "nt", True, 1024, 16384, 4096)
+    assert dispatch_table.bucket_of(operand(1, 100).T.T, operand(100, 8, row_stride=9)).m == 1
+    assert not dispatch_table.bucket_of(operand(64, 100), operand(100, 64)).aligned  # 200-byte rows
+
+
+def winner_table(path=None, device=H100, **entry) -> dispatch_table.Table:
+    bucket = dispatch_table.Bucket("float16", "nn", True, 512, 512, 512)
+    row = dict(kernel="grouped", config="64x64x64 g8 w4 s4", problem=[300, 400, 500], ms=0.010, cublas_ms=0.012)
+    return dispatch_table.Table(device, "2.11.0", "3.6.0", {bucket: row | entry}, path)
+
+
+def test_a_table_survives_its_file(tmp_path):
+    table = winner_table()
+    table.save(tmp_path / "t.json")
+    again = dispatch_table.Table.from_json((tmp_path / "t.json").read_text(), tmp_path / "t.json")
+    assert again.entries == table.entries and (again.device, again.torch, again.triton) == (H100, "2.11.0", "3.6.0")
+    text = (tmp_path / "t.json").read_text().replace('"format": 1', '"format": 99')
+    assert dispatch_table.Table.from_json(text) is None  # another layout of file: ignored, never misread
+
+
+def test_the_users_table_comes_before_the_shipped_one(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITONGEMM_CACHE_DIR", str(tmp_path / "user"))
+    monkeypatch.setattr(dispatch_table, "SHIPPED", tmp_path / "shipped")
+    dispatch_table.reload()
+    assert dispatch_table.table_for(H100) is None
+    winner_table(kernel="naive").save(dispatch_table.shipped_table_path(H100))
+    dispatch_table.reload()
+    assert dispatch_table.table_for(H100).entries  # the shipped one, for want of another
+    assert next(iter(dispatch_table.table_for(H100).entries.values()))["kernel"] == "naive"
+    winner_table(kernel="persistent").save(dispatch_table.user_table_path(H100))
+    dispatch_table.reload()
+    assert next(iter(dispatch_table.table_for(H100).entries.values()))["kernel"] == "persistent"
+    assert dispatch_table.table_for("NVIDIA A100-SXM4-80GB") is None  # another GPU: no table
+    dispatch_table.reload()
+
+
+def test_auto_takes_the_tables_winner_where_it_can(monkeypatch):
+    table = winner_table()
+    monkeypatch.setattr(dispatch_table, "lookup", lambda a, b: table.choose(dispatch_table.bucket_of(a, b)))
+    a, b = operand(300, 512), operand(512, 400)  # the table's bucket: rows of 1024 and 800 bytes
+    info, config, why = dispatch.choose("auto", None, a, b, F16)
+    assert (info.name, config.short()) == ("grouped", "64x64x64 g8 w4 s4") and "1.20x cuBLAS" in why
+    assert dispatch.choose("auto", None, operand(1000, 512), b, F16)[0].name == "tma_persistent_pipelined"  # no bucket
+    table = winner_table(kernel="tma_persistent_pipelined", config=None)  # a winner that can't write fp32
+    assert dispatch.choose("auto", None, a, b, F32)[0].name == "persistent"
+
+
+def test_explain_says_what_and_why():
+    text = dispatch.explain(operand(64, 100), operand(100, 64))
+    assert text.startswith("64 x 64 x 100 float16 on meta: persistent, ")
+    assert "not tma_persistent_pipelined" in text and "costs more than it saves" in text

@@ -44,7 +44,7 @@ def matmul(
             a unit-stride last dimension (b may be a transposed (N, K) weight); when named
             explicitly they copy operands that break this into contiguous tensors, and "auto"
             passes such operands to a `triton.language` kernel instead, or, for a problem large
-            enough to repay the copy, to a TMA kernel with aligned copies (plan.STAGING_MIN_FLOPS).
+            enough to repay the copy, to a TMA kernel with aligned copies (dispatch.STAGING_MIN_FLOPS).
         config: None (the kernel's default for this shape and dtype), a MatmulConfig, or
             "autotune" (kernel "grouped" only: tries the seed lesson's five configs per shape).
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tritongemm import checks, registry
+from tritongemm import checks, dispatch, registry
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Fused
 
@@ -96,7 +96,7 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
     resolve_neg = a.is_neg() or b.is_neg()
     a, b = a.resolve_neg(), b.resolve_neg()
     out_dtype = a.dtype if fused is None else fused.out_dtype
-    info = _choose_kernel(kernel, a, b, out_dtype)
+    info, config, _ = dispatch.choose(kernel, config, a, b, out_dtype)
     checks.check_config(info, config, a.device)
     M, K = a.shape
     N = b.shape[1]
@@ -118,52 +118,6 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
 
 def _zero_fill(a, b, c, *epilogue) -> None:
     c.zero_()
-
-
-# kernel="auto" takes the first of these that runs on the device, computes the dtype and accepts
-# the operands as laid out (Gluon/TMA kernels refuse misaligned or non-unit-stride operands), or,
-# for a large problem, takes them through an aligned copy (STAGING_MIN_FLOPS).
-# Order from the committed H100 benchmarks (BENCHMARKS.md).
-AUTO_ORDER = ("tma_persistent_pipelined", "persistent", "grouped", "naive")
-# Decode-sized M (a few tokens) is one row of mostly-padding tiles and memory-bound: the grouped
-# kernel measured 0.63-0.93x cuBLAS at M = 1 and 16 on the llm suite, the TMA kernels 0.56-0.79x
-# and the persistent one 0.34-0.41x (H100, fp16 and bf16).
-SKINNY_M = 16
-AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
-# Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
-# pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
-# 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned
-# copies (issue 14). A copy is one read and one write of the operand and a launch, about
-# 5 us + bytes / 2.5 TB/s; what it saves grows with the FLOPs, by at least 10 fs a FLOP (the
-# measured gap is 25). Modelled, not measured: a square fp16 problem breaks even near 2**29
-# FLOPs, and the bar is twice that until a measured dispatch table replaces it.
-STAGING_MIN_FLOPS = 2**30
-
-
-def _choose_kernel(name: str, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> registry.KernelInfo:
-    if name != "auto":
-        info = registry.get(name)
-        checks.check_device(info, a.device)
-        checks.check_kernel_dtype(info, a.dtype, a.device)
-        checks.check_out_dtype(info, a.dtype, out_dtype)
-        return info
-    order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
-    candidates = [registry.get(n) for n in order]
-    large = 2 * a.shape[0] * a.shape[1] * b.shape[1] >= STAGING_MIN_FLOPS
-    for info in candidates:
-        if (
-            info.available_on(a.device)
-            and a.dtype in info.dtypes_on(a.device)
-            and (out_dtype == a.dtype or info.any_out_dtype)
-            and (
-                info.unsupported_reason(a, b) is None
-                or (large and info.aligned_copy_fits is not None and info.aligned_copy_fits(a, b))
-            )
-        ):
-            return info
-    checks.check_device(candidates[-1], a.device)  # raises the most helpful error
-    checks.check_kernel_dtype(candidates[-1], a.dtype, a.device)
-    raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
 
 
 class PlanCache:

@@ -49,7 +49,7 @@ class KernelInfo:
     unsupported_reason: Callable[[torch.Tensor, torch.Tensor], str | None] = lambda a, b: None
     # For a kernel whose plan_operands copies an operand it can't read in place into an aligned
     # buffer (the TMA kernels): whether such a copy serves these operands (None: it copies nothing).
-    # kernel="auto" takes that route for a large enough problem (plan.STAGING_MIN_FLOPS).
+    # kernel="auto" takes that route for a large enough problem (dispatch.STAGING_MIN_FLOPS).
     aligned_copy_fits: Callable[[torch.Tensor, torch.Tensor], bool] | None = None
     # Whether C may have another dtype than the operands (linear's out_dtype): the triton.language
     # kernels cast at the store; the Gluon ones size and type C's shared-memory tile by the operands'.

@@ -1,0 +1,93 @@
+"""How a call's kernel and config are chosen, in one place: the kernel named, or for "auto" the
+measured winner of the problem's bucket (dispatch_table.py, written by `tritongemm tune`), or
+when no table answers, the rules below. `explain` says which applied and why, for
+`tritongemm explain-choice`. Plans are built by plan.py, once per problem; nothing here runs on
+a plan-cache hit.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm import checks, dispatch_table, registry
+from tritongemm.config import MatmulConfig
+
+# The rules: kernel="auto" takes the first of these that runs on the device, computes the dtype
+# and accepts the operands as laid out (Gluon/TMA kernels refuse misaligned or non-unit-stride
+# operands), or, for a large problem, takes them through an aligned copy (STAGING_MIN_FLOPS).
+# Order from the committed H100 benchmarks (BENCHMARKS.md).
+AUTO_ORDER = ("tma_persistent_pipelined", "persistent", "grouped", "naive")
+# Decode-sized M (a few tokens) is one row of mostly-padding tiles and memory-bound: the grouped
+# kernel measured 0.63-0.93x cuBLAS at M = 1 and 16 on the llm suite, the TMA kernels 0.56-0.79x
+# and the persistent one 0.34-0.41x (H100, fp16 and bf16).
+SKINNY_M = 16
+AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
+# Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
+# pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
+# 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned
+# copies (issue 14). A copy is one read and one write of the operand and a launch, about
+# 5 us + bytes / 2.5 TB/s; what it saves grows with the FLOPs, by at least 10 fs a FLOP (the
+# measured gap is 25). Modelled, not measured: a square fp16 problem breaks even near 2**29
+# FLOPs, and the bar is twice that until a measured dispatch table replaces it.
+STAGING_MIN_FLOPS = 2**30
+
+
+def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype):
+    """(KernelInfo, config, why) for a call; config None means the kernel's default. Raises the
+    caller's error for a kernel that can't run here."""
+    if kernel != "auto":
+        info = registry.get(kernel)
+        checks.check_device(info, a.device)
+        checks.check_kernel_dtype(info, a.dtype, a.device)
+        checks.check_out_dtype(info, a.dtype, out_dtype)
+        return info, config, f"kernel={kernel!r} was asked for"
+    if config is None:  # a config given with "auto" was chosen for the rules' kernel, not a table's
+        choice = dispatch_table.lookup(a, b)
+        if choice is not None and choice.kernel in {k.name for k in registry.all_kernels()}:
+            info = registry.get(choice.kernel)
+            if cannot_take(info, a, b, out_dtype) is None:
+                return info, choice.config, choice.why
+    order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
+    candidates = [registry.get(name) for name in order]
+    passed = []
+    for info in candidates:
+        reason = cannot_take(info, a, b, out_dtype)
+        if reason is None:
+            rule = f"M <= {SKINNY_M}: {AUTO_ORDER_SKINNY}" if order is AUTO_ORDER_SKINNY else f"{AUTO_ORDER}"
+            skipped = "".join(f"; not {name}: {why}" for name, why in passed)
+            return info, config, f"the first of {rule} that takes the problem{skipped}"
+        passed.append((info.name, reason))
+    checks.check_device(candidates[-1], a.device)  # raises the most helpful error
+    checks.check_kernel_dtype(candidates[-1], a.dtype, a.device)
+    raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
+
+
+def cannot_take(info: registry.KernelInfo, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> str | None:
+    """Why kernel="auto" can't give this problem to `info` (None: it can)."""
+    unavailable = info.unavailable_reason(a.device)
+    if unavailable is not None:
+        return unavailable
+    if a.dtype not in info.dtypes_on(a.device):
+        return f"no {str(a.dtype).removeprefix('torch.')} here"
+    if out_dtype != a.dtype and not info.any_out_dtype:
+        return "writes the inputs' dtype only"
+    layout = info.unsupported_reason(a, b)
+    if layout is None:
+        return None
+    if info.aligned_copy_fits is None or not info.aligned_copy_fits(a, b):
+        return layout
+    flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    if flops < STAGING_MIN_FLOPS:
+        return f"{layout}, and at {flops:.2g} FLOPs an aligned copy costs more than it saves"
+    return None
+
+
+def explain(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> str:
+    """What kernel="auto" takes for a problem shaped and laid out like a @ b, and why."""
+    out_dtype = out_dtype or a.dtype
+    info, config, why = choose("auto", None, a, b, out_dtype)
+    M, K = a.shape
+    N = b.shape[1]
+    config = config or info.default_config(a.dtype, M, N, K, a.device)
+    shown = config.short() if isinstance(config, MatmulConfig) else config
+    return f"{M} x {N} x {K} {str(a.dtype).removeprefix('torch.')} on {a.device}: {info.name}, {shown}\n  because {why}"
