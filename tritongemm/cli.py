@@ -86,6 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     tools.add_commands(commands)
+    from tritongemm import tune
+
+    tune.add_commands(commands)
     return parser
 
 
@@ -152,6 +155,10 @@ def _run(args: argparse.Namespace) -> int:
         return 0
     if args.command in tools.COMMANDS:
         return tools.run(args)
+    if args.command in ("tune", "explain-choice"):
+        from tritongemm import tune
+
+        return tune.run(args)
     if args.markdown:
         from tritongemm.bench.report import markdown_pivot, read_rows
 

@@ -64,7 +64,7 @@ def run_bench(
     timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
 
     rows: list[Row] = []
-    with _Progress(len(plan.problems), enabled=progress) as advance:
+    with Progress(len(plan.problems), enabled=progress) as advance:
         for problem in plan.problems:
             providers = _providers(plan, problem, tritongemm.matmul, eager=timing == "eager")
             rows += measure_problem(
@@ -194,14 +194,14 @@ def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     """cuBLAS first, then each kernel (x each config of a sweep) that runs this problem here."""
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
-    providers = [("cublas", "torch.matmul", _provider(torch.matmul, eager))]
+    providers = [("cublas", "torch.matmul", provider(torch.matmul, eager))]
     for kernel, config in itertools.product(runnable, plan.configs or (None,)):
         label = config.short() if config else "default"
-        providers.append((kernel, label, _provider(matmul, eager, kernel=kernel, config=config)))
+        providers.append((kernel, label, provider(matmul, eager, kernel=kernel, config=config)))
     return providers
 
 
-def _provider(fn, eager: bool, **kwargs):
+def provider(fn, eager: bool, **kwargs):
     """Eager: `fn(a, b, **kwargs)` exactly as a user calls it, a new output each time (a partial,
     so the harness adds no Python frame). Otherwise (a, b, out) -> `fn(a, b, out=out, **kwargs)`."""
     if eager:
@@ -220,7 +220,7 @@ def _plot(rows: list[Row], plan: _Plan, path: Path, device: str, timing: str) ->
     return plots.plot_ratios(rows, path, title)
 
 
-class _Progress:
+class Progress:
     """A rich progress bar when rich is installed and output is a terminal; otherwise a line per step."""
 
     def __init__(self, total: int, enabled: bool):

@@ -340,7 +340,7 @@ def run_epilogue(
     if unknown or not timings:
         raise ValueError(f"bench epilogue: expected timings from {TIMINGS}, but got {timings!r}")
     problems, note = plan_problems(shapes, dtypes, epilogues, on_gpu=on_gpu)
-    from tritongemm.bench import _Progress
+    from tritongemm.bench import Progress
     from tritongemm.bench.environment import describe_environment
     from tritongemm.bench.report import format_epilogue_table, write_results
 
@@ -350,7 +350,7 @@ def run_epilogue(
         print(note)
     start = time.perf_counter()
     rows: list[EpilogueRow] = []
-    with _Progress(len(problems), enabled=progress) as advance:
+    with Progress(len(problems), enabled=progress) as advance:
         for problem in problems:
             rows += measure_epilogue(
                 problem, device=device, device_name=env["device"], l2_bytes=env["l2_bytes"], timings=timings,

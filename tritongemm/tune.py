@@ -1,0 +1,173 @@
+"""`tritongemm tune`: find the fastest kernel and config for each problem's bucket on this GPU and
+write kernel="auto"'s dispatch table (dispatch_table.py).
+
+For every problem every kernel that runs it here is tried with its default config and the
+configs that make sense for it (the Hopper tiles for the TMA kernels, the lesson's configs for the
+`triton.language` ones), each checked against the fp64 reference, then timed kernel-only as the
+benchmarks time them (CUDA graphs, interleaved rounds, medians; bench/measure.py) beside
+torch.matmul. The winner goes into the table, which is written after every problem: an
+interrupted run keeps what it measured, and a second run skips the buckets the table has.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from tritongemm.bench.suites import LLM_WEIGHTS, Problem
+
+# What a user's GEMMs look like: the LLM suite's token counts on a Llama-3-8B layer's weights,
+# squares, and odd shapes (a non-multiple of 8, a prime), in both half-precision dtypes.
+TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
+SQUARES = (256, 512, 1024, 2048, 4096, 8192)
+ODD = ((1000, 1000, 1000), (3000, 5000, 1000), (5000, 3000, 7000), (997, 1009, 1013))
+DTYPES = ("float16", "bfloat16")
+CPU_SMOKE = (Problem(16, 16, 16, "float32"), Problem(48, 32, 24, "float32", "nt"))
+
+
+def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
+    shapes = [(m, n, k, "nt") for m in TOKENS for n, k in LLM_WEIGHTS]
+    shapes += [(s, s, s, "nn") for s in SQUARES] + [(*shape, "nn") for shape in ODD]
+    return tuple(Problem(m, n, k, dtype, layout) for dtype in dtypes for m, n, k, layout in shapes)
+
+
+def candidates(kernel: str, dtype: torch.dtype, on_gpu: bool) -> tuple:
+    """The configs tried for a kernel: its default (None) and the others it is built for."""
+    if not on_gpu:
+        return (None,)
+    from tritongemm import registry
+
+    if not registry.get(kernel).interpretable:  # a Gluon kernel: the Hopper tile table
+        from tritongemm.hopper import TILES
+
+        return (None, *TILES)
+    from tritongemm.config import BIG_CONFIG, FP32_CONFIG, MID_CONFIG, SMALL_CONFIG
+    from tritongemm.ladder.grouped import LESSON_CONFIGS
+
+    if dtype == torch.float32:
+        return (None, FP32_CONFIG)
+    return tuple(dict.fromkeys((None, SMALL_CONFIG, MID_CONFIG, BIG_CONFIG, *LESSON_CONFIGS)))
+
+
+def tune(problems=None, *, path: str | Path | None = None, resume: bool = True, progress: bool = True):
+    """Measure `problems` (default: `default_problems()`, or a CPU smoke set without a GPU) and
+    write the table to `path` (default: this GPU's user table, which kernel="auto" then reads).
+    Returns the table."""
+    from tritongemm import dispatch_table
+    from tritongemm.bench import Progress, provider, use_interpreter_without_gpu
+    from tritongemm.bench.environment import describe_environment
+    from tritongemm.bench.measure import cpu_timer, gpu_timer, measure_problem, operand, runnable_kernels
+
+    on_gpu = use_interpreter_without_gpu()
+    import tritongemm
+
+    env = describe_environment()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    problems = problems or (default_problems() if on_gpu else CPU_SMOKE)
+    path = Path(path) if path else dispatch_table.user_table_path(env["device"])
+    table = _existing(path, env["device"]) if resume else None
+    table = table or dispatch_table.Table(env["device"], *dispatch_table.versions(), path=path)
+    measured = skipped = 0
+    with Progress(len(problems), enabled=progress) as advance:
+        for problem in problems:
+            dtype = getattr(torch, problem.dtype)
+            a = operand(problem.M, problem.K, problem.layout[0] == "t", dtype, device)
+            b = operand(problem.K, problem.N, problem.layout[1] == "t", dtype, device)
+            bucket = dispatch_table.bucket_of(a, b)
+            if bucket in table.entries:
+                skipped += 1
+                advance(f"{problem.label()} {problem.dtype}: in the table")
+                continue
+            providers = [("cublas", "torch.matmul", provider(torch.matmul, False))]
+            for kernel in runnable_kernels(dtype, device):
+                for config in candidates(kernel, dtype, on_gpu):
+                    label = config.short() if config else None
+                    call = provider(tritongemm.matmul, False, kernel=kernel, config=config)
+                    providers.append((kernel, label, call))
+            rows = measure_problem(
+                problem, providers, device=device, device_name=env["device"],
+                timer=gpu_timer if on_gpu else cpu_timer, l2_bytes=env["l2_bytes"],
+            )  # fmt: skip
+            cublas = next(r for r in rows if r.kernel == "cublas")
+            timed = [r for r in rows if r.kernel != "cublas" and r.ms]
+            if timed and cublas.ms:
+                best = min(timed, key=lambda r: r.ms)
+                table.entries[bucket] = dict(
+                    kernel=best.kernel, config=best.config, problem=[problem.M, problem.N, problem.K],
+                    ms=best.ms, cublas_ms=cublas.ms, tried=len(providers) - 1, correct=len(timed),
+                )  # fmt: skip
+                table.save(path)
+                measured += 1
+            advance(f"{problem.label()} {problem.dtype}")
+    print(f"{measured} buckets measured, {skipped} already in the table; wrote {path}")
+    dispatch_table.reload()  # kernel="auto" reads the new table for every plan built from now on,
+    tritongemm.plans.clear()  # and the plans it chose before are rebuilt
+    return table
+
+
+def _existing(path: Path, device: str):
+    from tritongemm import dispatch_table
+
+    if not path.is_file():
+        return None
+    table = dispatch_table.Table.from_json(path.read_text(), path)
+    return table if table is not None and table.device == device else None
+
+
+# ---------------------------------------------------------------------------------------------
+# The commands: `tritongemm tune` writes the table, `tritongemm explain-choice` reads it
+# ---------------------------------------------------------------------------------------------
+
+COMMANDS = ("tune", "explain-choice")
+
+
+def add_commands(commands) -> None:
+    from tritongemm.cli import dtypes, shapes
+
+    tune_parser = commands.add_parser(
+        "tune", help="measure the fastest kernel and config per shape bucket on this GPU: kernel='auto''s table"
+    )
+    tune_parser.add_argument("--shapes", type=shapes, help="'M,N,K;...' (default: LLM, square and odd shapes)")
+    tune_parser.add_argument("--dtypes", type=dtypes, help="e.g. float16,bfloat16 (default: both)")
+    tune_parser.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn", help="with --shapes")
+    tune_parser.add_argument("--out", type=Path, help="the table's file (default: this GPU's user table)")
+    tune_parser.add_argument("--restart", action="store_true", help="measure every bucket again")
+    choice = commands.add_parser("explain-choice", help="which kernel and config kernel='auto' takes, and why")
+    choice.add_argument("M", type=int)
+    choice.add_argument("N", type=int)
+    choice.add_argument("K", type=int)
+    choice.add_argument("--dtype", type=dtypes, default=("float16",), help="default float16")
+    choice.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn")
+
+
+def run(args) -> int:
+    if args.command == "tune":
+        dtypes = args.dtypes or DTYPES
+        problems = None
+        if args.shapes:
+            problems = tuple(Problem(m, n, k, dtype, args.layout) for dtype in dtypes for m, n, k in args.shapes)
+        elif args.dtypes:
+            problems = default_problems(dtypes) if torch.cuda.is_available() else None
+        tune(problems, path=args.out, resume=not args.restart)
+        return 0
+    import sys
+
+    from tritongemm import dispatch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: what the interpreter would run
+    dtype = getattr(torch, args.dtype[0])
+    a = _laid_out(args.M, args.K, args.layout[0] == "t", dtype, device)
+    b = _laid_out(args.K, args.N, args.layout[1] == "t", dtype, device)
+    try:
+        print(dispatch.explain(a, b))
+    except (ValueError, TypeError) as exc:  # no kernel computes this here: say why, in one line
+        print(f"tritongemm: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _laid_out(rows: int, cols: int, transposed: bool, dtype, device) -> torch.Tensor:
+    """An uninitialized (rows, cols) operand laid out as a benchmark's: explain reads no data."""
+    t = torch.empty((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
+    return t.T if transposed else t
