@@ -20,7 +20,7 @@ from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.hopper import TILES
 from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes
 
-KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
+KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k")
 # Every default tile with B row-major; the big tile also with B K-major (a transposed weight),
 # with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot), and with fused
 # epilogues (epilogue/): GELU (erf) with alpha, bias, residual and the pre-activation stored;
@@ -68,7 +68,7 @@ def _compile_all(kernel: str) -> list[dict]:
 
     driver.set_active(_Sm90Target())
 
-    from tritongemm.hopper import pipeline, tma_persistent, tma_persistent_pipelined, tma_pipelined
+    from tritongemm.hopper import pipeline, split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined
     from tritongemm.hopper.descriptors import make_descriptors
     from tritongemm.hopper.schedulers import scheduler_for
 
@@ -95,10 +95,12 @@ def _compile_all(kernel: str) -> list[dict]:
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=torch.float16), *(torch.empty(M, N, dtype=torch.float16),) * 2
         epilogue_args = (*epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact))
-        compiled = fn.warmup(
-            desc.a, desc.b, desc.c, *epilogue_args, B_K_MAJOR=desc.b_k_major, **common, **extra,
-            **epilogue.constexprs(), grid=(1,),
-        )  # fmt: skip
+        args, extra = (desc.a, desc.b, desc.c, *epilogue_args), extra | epilogue.constexprs()
+        if kernel == "split_k":  # the partial kernel: the epilogue is the reduction's, a tl kernel
+            workspace = torch.empty(3, M, N, dtype=torch.float32)
+            _, k_per_split = split_k.split_plan(M, N, K, config, num_sms=132)
+            args, extra, fn = (desc.a, desc.b, workspace, M, N, k_per_split), {}, split_k._split_k_partial_kernel
+        compiled = fn.warmup(*args, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
         ptx = compiled.asm["ptx"]
         instructions = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
         results.append(

@@ -1,6 +1,6 @@
 """Hopper (sm_90) kernels in Gluon: TMA loads, mbarriers, WGMMA, persistent schedulers.
 
-Rungs 4-6 of the ladder, one module each, built from the shared pieces:
+Rungs 4-7 of the ladder, one module each, built from the shared pieces:
   descriptors.py  which operands TMA takes as they are; their descriptors
   mma.py          the WGMMA accumulator as a value
   pipeline.py     the shared-memory ring (loads, MMAs, epilogue) and its footprint
@@ -12,7 +12,7 @@ import torch
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
+from tritongemm.hopper import split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined
 from tritongemm.hopper.descriptors import aligned_copy_fits, plan_operands, tma_unsupported_reason
 from tritongemm.registry import KernelInfo, register
 
@@ -94,5 +94,16 @@ register(
         launch=tma_persistent_pipelined.launch,
         plan=tma_persistent_pipelined.plan,
         **_COMMON,
+    )
+)
+register(
+    KernelInfo(
+        name="split_k",
+        rung=7,
+        idea="K split over several programs per tile; fp32 partials summed in a fixed order by a second kernel",
+        launch=split_k.launch,
+        plan=split_k.plan,
+        # for few output tiles: the smallest tile with rung 4's ring (split_k.split_plan fills the SMs)
+        **_COMMON | dict(default_config=lambda dtype, M, N, K, device: SMALL_TILE),
     )
 )

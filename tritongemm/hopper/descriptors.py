@@ -234,7 +234,7 @@ def planned_launch(
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
     # A K-major b's descriptor describes b.T: the same data pointer and dtype, which is all that a
     # launch reads from a descriptor's tensor (its shape and strides are the plan's), so b serves.
-    launch = compiled.with_descriptors((desc.a, desc.b, desc.c), _bind)
+    launch = compiled.with_descriptors((desc.a, desc.b, desc.c), bind)
     if epilogue.plain:  # matmul's launch, in the fewest steps
         return lambda a, b, c, *_: launch(a, b, c, 0, 0, 0, *fixed)
 
@@ -244,7 +244,8 @@ def planned_launch(
     return fused_launch
 
 
-def _bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:
+def bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:
+    """`unbound` (a plan's descriptor) moved onto `t`, a tensor of the same geometry."""
     bound = object.__new__(TensorDescriptor)  # no __post_init__: it ran when `unbound` was built
     bound.__dict__.update(unbound.__dict__, base=t)
     return bound
