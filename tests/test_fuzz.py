@@ -37,7 +37,7 @@ from tritongemm.plan import Plan
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 _IS_SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
-GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
+GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k")
 KERNELS = (*LADDER, "auto", *(GLUON if _IS_SM90 else ()))
 GLUON_DTYPES = (torch.float16, torch.bfloat16)
 
