@@ -118,3 +118,11 @@ def test_explain_says_what_and_why():
     text = dispatch.explain(operand(64, 100), operand(100, 64))
     assert text.startswith("64 x 64 x 100 float16 on meta: persistent, ")
     assert "not tma_persistent_pipelined" in text and "costs more than it saves" in text
+
+
+def test_fp32_buckets_follow_the_tf32_switch():
+    a, b = operand(256, 512, F32), operand(512, 384, F32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    ieee = dispatch_table.bucket_of(a, b)
+    torch.backends.cuda.matmul.allow_tf32 = True  # the conftest fixture restores it
+    assert (ieee.dtype, dispatch_table.bucket_of(a, b).dtype) == ("float32", "float32+tf32")

@@ -258,3 +258,12 @@ def test_torch_compile_fullgraph_forward_and_backward(options):
         assert rel_error(got, eager.detach()) <= tolerance(torch.float32, 16)
         for g, e in zip(grads, expected_grads):
             assert rel_error(g, e) <= tolerance(torch.float32, 16)
+
+
+def test_a_second_derivative_is_refused_not_wrong():
+    """The backward runs tritongemm GEMMs, which autograd does not differentiate again."""
+    x, w, b, _ = inputs((4,), 8, 16, torch.float32, True, False)
+    x.requires_grad_()
+    (grad_x,) = torch.autograd.grad(tritongemm.linear(x, w, b, activation="gelu").sum(), [x], create_graph=True)
+    with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|has no grad"):
+        torch.autograd.grad(grad_x.sum(), [x])

@@ -217,3 +217,30 @@ def test_patch_unknown_kernel():
     with pytest.raises(ValueError, match=r"patch: expected kernel to be 'auto' or one of \[.*\], but got 'fast'"):
         patch(model, kernel="fast")
     assert type(model[0]) is torch.nn.Linear
+
+
+def test_patch_leaves_hooked_overridden_and_subclass_weight_modules():
+    """What a replacement would silently change: hooks (accelerate, PEFT), an instance forward,
+    weights of a tensor subclass (quantized, sharded)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    hooked, overridden, wrapped = (torch.nn.Linear(IN, OUT).to(DEVICE, DTYPE) for _ in range(3))
+    hooked.register_forward_hook(lambda module, args, out: out)
+    overridden.forward = lambda x: x
+    wrapped.weight = torch.nn.Parameter(TwoTensor(wrapped.weight.data, wrapped.weight.data.clone()))
+    model = patch(torch.nn.ModuleDict({"hooked": hooked, "overridden": overridden, "wrapped": wrapped}))
+    report = model.tritongemm_patch_report
+    assert report.replaced == [] and set(report.skipped) == {"hooked", "overridden", "wrapped"}
+    assert "hooks" in report.skipped["hooked"] and "instance" in report.skipped["overridden"]
+    assert "TwoTensor weights, a tensor subclass" in report.skipped["wrapped"]
+
+
+def test_under_autocast_the_gemm_runs_in_autocasts_dtype():
+    """As nn.Linear under torch.autocast: fp32 parameters, the GEMM (and the output) in fp16."""
+    module = Linear(IN, OUT, device=DEVICE, dtype=DTYPE, activation="relu")
+    x = make_x(3, IN)
+    with torch.autocast(DEVICE.type, dtype=torch.float16):
+        y = module(x)
+        expected = torch.relu(torch.nn.functional.linear(x, module.weight, module.bias))
+    assert y.dtype == expected.dtype == torch.float16
+    assert rel_error(y, expected.double()) <= tolerance(torch.float16, IN)

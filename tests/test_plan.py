@@ -236,3 +236,26 @@ def test_gpu_tma_descriptors_follow_the_addresses():
 
 def _on_hopper() -> bool:
     return ON_GPU and torch.cuda.get_device_capability() == (9, 0)
+
+
+def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkeypatch):
+    """A bucket's winner was measured on another problem in the bucket; a kernel limit (a grid
+    axis, shared memory) may refuse it for this one: then the rules choose, as without a table."""
+    from tritongemm import dispatch_table, plan
+
+    choice = dispatch_table.Choice("grouped", SMALL, dispatch_table.TABLE + "test: measured elsewhere")
+    monkeypatch.setattr(dispatch_table, "lookup", lambda a, b: choice)
+    built, real = [], plan._compiled_plan
+
+    def refuse_the_tables(info, config, *rest):
+        built.append((info.name, config))
+        if config is SMALL:
+            raise ValueError("grouped: a limit of the kernel")
+        return real(info, config, *rest)
+
+    monkeypatch.setattr(plan, "_compiled_plan", refuse_the_tables)
+    a, b = rand(24, 40), rand(40, 16)
+    chosen = PlanCache().lookup(a, b, None, "auto", None)
+    rules = tritongemm.dispatch.choose("auto", None, a, b, F16, use_table=False)[0].name
+    assert built == [("grouped", SMALL), (rules, None)] and chosen.kernel == rules
+    assert rel_error(chosen.run(a, b, None), reference_matmul(a, b)) <= tolerance(F16, 40)

@@ -30,22 +30,25 @@ AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
 # measured gap is 25). Modelled, not measured: a square fp16 problem breaks even near 2**29
 # FLOPs, and the bar is twice that until a measured dispatch table replaces it.
 STAGING_MIN_FLOPS = 2**30
+TABLE = dispatch_table.TABLE  # how a table's choice's `why` begins
 
 
-def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype):
-    """(KernelInfo, config, why) for a call; config None means the kernel's default. Raises the
-    caller's error for a kernel that can't run here."""
+def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, use_table: bool = True):
+    """(KernelInfo, config, why) for a call; config None means the kernel's default, and `why`
+    starts with TABLE when a measured table chose. Raises the caller's error for a kernel that
+    can't run here."""
     if kernel != "auto":
         info = registry.get(kernel)
         checks.check_device(info, a.device)
         checks.check_kernel_dtype(info, a.dtype, a.device)
         checks.check_out_dtype(info, a.dtype, out_dtype)
         return info, config, f"kernel={kernel!r} was asked for"
-    if config is None:  # a config given with "auto" was chosen for the rules' kernel, not a table's
+    if config is None and use_table:  # a config given with "auto" was meant for the rules' kernel
         choice = dispatch_table.lookup(a, b)
         if choice is not None and choice.kernel in {k.name for k in registry.all_kernels()}:
             info = registry.get(choice.kernel)
-            if cannot_take(info, a, b, out_dtype) is None:
+            # The table measured its winner on operands of this bucket, copies included if any.
+            if cannot_take(info, a, b, out_dtype, copy_any_size=True) is None:
                 return info, choice.config, choice.why
     order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
     candidates = [registry.get(name) for name in order]
@@ -62,8 +65,9 @@ def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: tor
     raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
 
 
-def cannot_take(info: registry.KernelInfo, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> str | None:
-    """Why kernel="auto" can't give this problem to `info` (None: it can)."""
+def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, copy_any_size=False) -> str | None:
+    """Why kernel="auto" can't give this problem to `info` (None: it can). `copy_any_size`: an
+    aligned copy is fine whatever the problem's size (a table measured it)."""
     unavailable = info.unavailable_reason(a.device)
     if unavailable is not None:
         return unavailable
@@ -77,7 +81,7 @@ def cannot_take(info: registry.KernelInfo, a: torch.Tensor, b: torch.Tensor, out
     if info.aligned_copy_fits is None or not info.aligned_copy_fits(a, b):
         return layout
     flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
-    if flops < STAGING_MIN_FLOPS:
+    if flops < STAGING_MIN_FLOPS and not copy_any_size:
         return f"{layout}, and at {flops:.2g} FLOPs an aligned copy costs more than it saves"
     return None
 

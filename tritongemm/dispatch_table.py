@@ -25,12 +25,13 @@ import torch
 from tritongemm.config import MatmulConfig
 
 FORMAT = 1  # the JSON layout below; a table of another format is ignored
+TABLE = "table "  # how a Choice's `why` begins
 SHIPPED = Path(__file__).parent / "tables"
 
 
 @dataclass(frozen=True)
 class Bucket:
-    dtype: str
+    dtype: str  # "float16", "bfloat16", "float32", or "float32+tf32" under torch's TF32 switch
     layout: str  # "nn", "nt", "tn", "tt": t = that operand is a transposed view
     aligned: bool  # TMA reads both operands in place
     m: int  # M, N and K rounded up to a power of two
@@ -49,7 +50,10 @@ def bucket_of(a: torch.Tensor, b: torch.Tensor) -> Bucket:
     N = b.shape[1]
     layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
     aligned = tma_unsupported_reason(a, b) is None
-    return Bucket(str(a.dtype).removeprefix("torch."), layout, aligned, _ceil_pow2(M), _ceil_pow2(N), _ceil_pow2(K))
+    dtype = str(a.dtype).removeprefix("torch.")
+    if a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
+        dtype += "+tf32"  # another precision, other winners
+    return Bucket(dtype, layout, aligned, _ceil_pow2(M), _ceil_pow2(N), _ceil_pow2(K))
 
 
 def _ceil_pow2(x: int) -> int:
@@ -78,7 +82,7 @@ class Table:
         config = MatmulConfig.parse(entry["config"]) if entry.get("config") else None
         M, N, K = entry["problem"]
         why = (
-            f"table {self.path or '(in memory)'}: bucket {bucket.describe()} -> measured fastest at "
+            f"{TABLE}{self.path or '(in memory)'}: bucket {bucket.describe()} -> measured fastest at "
             f"{M} x {N} x {K}: {entry['ms'] * 1e3:.1f} us, {entry['cublas_ms'] / entry['ms']:.2f}x cuBLAS"
         )
         return Choice(entry["kernel"], config, why)

@@ -151,8 +151,16 @@ class CompiledLaunch:
         if raw is None:
             return None
         raw, metadata = raw
-        # The descriptors come first, and are every descriptor argument there is.
-        if not metadata or len(metadata) != len(descriptors):
+        # The descriptors must be the first parameters and the only descriptor ones: `launch`
+        # passes their encodings first, then the other arguments as they are.
+        signature = list(getattr(self._compiled.src, "signature", {}).values())
+        is_descriptor = [isinstance(kind, str) and kind.startswith("tensordesc") for kind in signature]
+        if (
+            not metadata
+            or len(metadata) != len(descriptors)
+            or is_descriptor[: len(descriptors)] != [True] * len(descriptors)
+            or any(is_descriptor[len(descriptors) :])
+        ):
             return None
         try:
             from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST

@@ -52,6 +52,8 @@ def linear(
     (the forward's epilogue also stores the pre-activation where the activation's derivative
     needs it), and traceable by `torch.compile` (through `torch.ops.tritongemm.linear`).
     """
+    if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
+        x, weight, bias = _autocast(x, weight, bias)
     if torch.compiler.is_compiling():
         from tritongemm import ops
 
@@ -61,6 +63,13 @@ def linear(
     if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
         return _LinearFunction.apply(*inputs, activation, float(alpha), out_dtype, kernel, config)
     return checked_linear(*inputs, activation, alpha, out_dtype, kernel, config)
+
+
+def _autocast(x, weight, bias):
+    """What F.linear does under torch.autocast: the GEMM in autocast's dtype, whatever the
+    parameters' (an fp32 model trained with AMP). The residual keeps its dtype, as an add would."""
+    dtype = torch.get_autocast_dtype(x.device.type)
+    return x.to(dtype), weight.to(dtype), None if bias is None else bias.to(dtype)
 
 
 def checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> torch.Tensor:
@@ -78,6 +87,8 @@ def _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, con
     b = weight.T
     if M == 0 or N == 0 or K == 0:  # nothing for a kernel to do; the epilogue of a zero sum may be
         PLANS.lookup(x2, b, None, kernel, config)  # not zero, but the kernel and config are checked
+        if kernel != "auto":
+            checks.check_out_dtype(registry.get(kernel), x.dtype, out_dtype)
         z = x.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
         y = activate_torch(z, activation) + (0.0 if residual is None else residual.reshape(M, N).float())
         return y.to(out_dtype).view(*lead, N), z.to(out_dtype).view(*lead, N) if store_preact else None
@@ -92,7 +103,7 @@ def _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, con
     return y.view(*lead, N), None if preact is None else preact.view(*lead, N)
 
 
-def linear_grads(grad_y, x, weight, bias, residual, activation, alpha, needs_grad, lin, preact=None) -> tuple:
+def linear_grads(grad_y, x, weight, bias, residual_dtype, activation, alpha, needs_grad, lin, preact=None) -> tuple:
     """(dx, dweight, dbias, dresidual) of y = activation(alpha * x @ weight.T + bias) + residual,
     with `lin(x, weight, bias, activation, alpha, out_dtype)` computing the GEMMs (eager: the
     direct path; compiled: the operator). The activation's derivative reads the pre-activation
@@ -100,7 +111,7 @@ def linear_grads(grad_y, x, weight, bias, residual, activation, alpha, needs_gra
     N, K = weight.shape
     grad_x = grad_weight = grad_bias = grad_residual = None
     if needs_grad[3]:
-        grad_residual = grad_y.to(residual.dtype)
+        grad_residual = grad_y.to(residual_dtype)
     if activation is None:
         grad_z32 = grad_y.float()
     else:
@@ -138,18 +149,20 @@ class _LinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, residual, activation, alpha, out_dtype, kernel, config):
         store = activation is not None and PREACT == "store"
         y, z = _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store)
-        ctx.save_for_backward(x, weight, bias, residual, z)
+        ctx.save_for_backward(x, weight, bias, z)  # not the residual: its gradient is grad_y's
+        ctx.residual_dtype = None if residual is None else residual.dtype
         ctx.activation, ctx.alpha, ctx.kernel = activation, alpha, kernel
         return y
 
     @staticmethod
+    @torch.autograd.function.once_differentiable  # its GEMMs are not differentiated again
     def backward(ctx, grad_y):
-        x, weight, bias, residual, z = ctx.saved_tensors
+        x, weight, bias, z = ctx.saved_tensors
         kernel = backward_kernel(ctx.kernel)  # the forward's config fits only the forward's shape
 
         def lin(x, weight, bias, activation, alpha, out_dtype):
             return checked_linear(x, weight, bias, None, activation, alpha, out_dtype, kernel, None)
 
         needs = ctx.needs_input_grad
-        grads = linear_grads(grad_y, x, weight, bias, residual, ctx.activation, ctx.alpha, needs, lin, z)
+        grads = linear_grads(grad_y, x, weight, bias, ctx.residual_dtype, ctx.activation, ctx.alpha, needs, lin, z)
         return *grads, None, None, None, None, None

@@ -155,7 +155,14 @@ def _why_not(module: torch.nn.Linear, served) -> str | None:
     """Why `patch` leaves this nn.Linear (None: it replaces it)."""
     if type(module) is not torch.nn.Linear:
         return f"{type(module).__name__}, a subclass of nn.Linear: its forward may compute something else"
+    hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
+    if any(hooks):  # accelerate's device hooks, PEFT's, a user's: a replacement would drop them
+        return "it has hooks, which a replacement would not carry"
+    if "forward" in module.__dict__:
+        return "its forward is replaced on the instance"
     weight = module.weight
+    if type(weight.data) is not torch.Tensor:  # quantized, sharded (DTensor) or float8 weights
+        return f"{type(weight.data).__name__} weights, a tensor subclass: tritongemm reads plain tensors"
     dtype = _dtype_name(weight.dtype)
     if weight.dtype not in _DTYPES:
         return f"{dtype} weights: tritongemm computes {', '.join(map(_dtype_name, _DTYPES))}"

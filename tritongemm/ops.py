@@ -120,18 +120,19 @@ def _linear_fake(x, weight, bias=None, residual=None, activation=None, alpha=1.0
 
 def _setup_linear_context(ctx, inputs, output):
     x, weight, bias, residual, activation, alpha, _, kernel, _ = inputs
-    ctx.save_for_backward(x, weight, bias, residual)
+    ctx.save_for_backward(x, weight, bias)  # not the residual: its gradient is grad_y's
+    ctx.residual_dtype = None if residual is None else residual.dtype
     ctx.activation, ctx.alpha, ctx.kernel = activation, alpha, fused.backward_kernel(kernel)
 
 
 def _linear_backward(ctx, grad_y):
-    x, weight, bias, residual = ctx.saved_tensors
+    x, weight, bias = ctx.saved_tensors
 
     def lin(x, weight, bias, activation, alpha, out_dtype):
         return linear(x, weight, bias, None, activation, alpha, out_dtype, ctx.kernel, None)
 
     needs = ctx.needs_input_grad[:4]
-    grads = fused.linear_grads(grad_y, x, weight, bias, residual, ctx.activation, ctx.alpha, needs, lin)
+    grads = fused.linear_grads(grad_y, x, weight, bias, ctx.residual_dtype, ctx.activation, ctx.alpha, needs, lin)
     return *grads, None, None, None, None, None
 
 

@@ -96,8 +96,8 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
     resolve_neg = a.is_neg() or b.is_neg()
     a, b = a.resolve_neg(), b.resolve_neg()
     out_dtype = a.dtype if fused is None else fused.out_dtype
-    info, config, _ = dispatch.choose(kernel, config, a, b, out_dtype)
-    checks.check_config(info, config, a.device)
+    info, chosen, why = dispatch.choose(kernel, config, a, b, out_dtype)
+    checks.check_config(info, chosen, a.device)
     M, K = a.shape
     N = b.shape[1]
     device_index = a.device.index if a.is_cuda else None
@@ -105,8 +105,22 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         assert fused is None, "linear computes an empty reduction's epilogue itself"
         prepare = registry.plain_operands(a, b, out, out_dtype)
         return Plan("zeros", None, resolve_neg, prepare, _zero_fill, device_index, False)
+    try:
+        return _compiled_plan(info, chosen, a, b, out, out_dtype, fused, resolve_neg, device_index)
+    except (ValueError, TypeError):
+        if not why.startswith(dispatch.TABLE):
+            raise
+    # A table's winner for this bucket was measured on another problem in it, and a kernel's limits
+    # (a grid axis, shared memory) can refuse a config for this one: the rules choose instead.
+    info, chosen, _ = dispatch.choose(kernel, config, a, b, out_dtype, use_table=False)
+    return _compiled_plan(info, chosen, a, b, out, out_dtype, fused, resolve_neg, device_index)
+
+
+def _compiled_plan(info, config, a, b, out, out_dtype, fused, resolve_neg, device_index) -> Plan:
+    checks.check_config(info, config, a.device)
     if config is None:
-        config = info.default_config(a.dtype, M, N, K, a.device)
+        M, K = a.shape
+        config = info.default_config(a.dtype, M, b.shape[1], K, a.device)
     prepare = info.plan_operands(a, b, out, out_dtype)
     pa, pb, c = prepare(a, b, out)  # this call's own operands, to plan (and compile) on
     epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias, residual=fused.residual,

@@ -44,14 +44,15 @@ def apply_tl(
     if HAS_BIAS:
         bias = tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
         acc = acc + bias.to(tl.float32)[None, :]
-    rows = offs_m.to(tl.int64)[:, None]  # a residual may span 2**31 elements on its own
+    rows = offs_m.to(tl.int64)[:, None]  # a residual may span 2**31 elements on its own, and its
+    cols = offs_n.to(tl.int64)[None, :]  # columns may be its long axis (a transposed view)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     if STORE_PREACT:
-        p_ptrs = preact_ptr + rows * stride_pm + offs_n[None, :]
+        p_ptrs = preact_ptr + rows * stride_pm + cols
         tl.store(p_ptrs, acc.to(preact_ptr.dtype.element_ty), mask=mask)
     acc = _activate_tl(acc, ACTIVATION)
     if HAS_RESIDUAL:
-        r_ptrs = residual_ptr + rows * stride_rm + offs_n[None, :] * stride_rn
+        r_ptrs = residual_ptr + rows * stride_rm + cols * stride_rn
         acc = acc + tl.load(r_ptrs, mask=mask, other=0.0).to(tl.float32)
     return acc
 
@@ -96,8 +97,8 @@ def apply_gl(
         bias = gl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0)
         acc = acc + gl.expand_dims(bias.to(gl.float32), 0)
     offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
-    rows = gl.expand_dims(offs_m.to(gl.int64), 1)
-    cols = gl.expand_dims(offs_n, 0)
+    rows = gl.expand_dims(offs_m.to(gl.int64), 1)  # 64-bit, as in apply_tl
+    cols = gl.expand_dims(offs_n.to(gl.int64), 0)
     mask = (rows < M) & (cols < N)
     if STORE_PREACT:
         gl.store(preact_ptr + rows * stride_pm + cols, acc.to(preact_ptr.dtype.element_ty), mask=mask)
