@@ -117,6 +117,32 @@ def issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
 
 
 @gluon.jit
+def mma_over_k(mma, a_desc, b_desc, off_m, off_n, k_begin, k_end, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
+    """One tile's K-steps k_begin, k_begin + BLOCK_K, ... < k_end through a fresh ring (rungs 4
+    and 7); returns the accumulator state with every MMA retired.
+
+    Prologue: fill all but the two slots the steady state needs (the MMA in flight and the next
+    load). Its loads do not stop at k_end: past K, TMA fills them with zeros, which add nothing,
+    so a range shorter than NUM_BUFFERS - 2 steps must end at K (split_k's plan sees to it).
+    """
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    producer = 0
+    consumer = 0
+    for i in gl.static_range(NUM_BUFFERS - 2):
+        k = k_begin + i * BLOCK_K
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+    # Steady state: one load and one MMA per K-step.
+    for k in range(k_begin + (NUM_BUFFERS - 2) * BLOCK_K, k_end, BLOCK_K):
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+    # Drain: consume what the prologue got ahead.
+    for _ in gl.static_range(NUM_BUFFERS - 2):
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+    return mma.wait_num_outstanding(0)
+
+
+@gluon.jit
 def store_tile(acc, c_desc, c_smem, off_m, off_n):
     """Start the TMA store of a finished tile through `c_smem`. The caller waits for it
     (`tma.store_wait`) before `c_smem` is written again."""

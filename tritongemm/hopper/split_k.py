@@ -33,8 +33,7 @@ from tritongemm.hopper.pipeline import (
     check_wgmma_tile,
     init_barriers,
     invalidate_barriers,
-    issue_loads,
-    issue_mma,
+    mma_over_k,
     require_sm90,
 )
 from tritongemm.ladder._tiles import store_tile, tile_offsets
@@ -54,7 +53,6 @@ def _split_k_partial_kernel(
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
     K = a_desc.shape[1]
@@ -78,18 +76,8 @@ def _split_k_partial_kernel(
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
-    producer = 0
-    consumer = 0
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
-    for i in gl.static_range(NUM_BUFFERS - 2):
-        k = k_begin + i * BLOCK_K
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-    for k in range(k_begin + (NUM_BUFFERS - 2) * BLOCK_K, k_end, BLOCK_K):
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
-    for _ in gl.static_range(NUM_BUFFERS - 2):
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
-    mma = mma.wait_num_outstanding(0)
+    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, k_begin, k_end, ready, a_bufs, b_bufs, B_K_MAJOR)
     invalidate_barriers(ready)
 
     # 3. The fp32 partial tile, straight from the accumulator's registers to the workspace.

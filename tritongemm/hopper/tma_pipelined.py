@@ -23,8 +23,7 @@ from tritongemm.hopper.pipeline import (
     check_wgmma_tile,
     init_barriers,
     invalidate_barriers,
-    issue_loads,
-    issue_mma,
+    mma_over_k,
     require_sm90,
     store_tile,
 )
@@ -58,7 +57,6 @@ def _tma_pipelined_kernel(
 ):
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
     K = a_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
@@ -75,28 +73,16 @@ def _tma_pipelined_kernel(
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
-    producer = 0
-    consumer = 0
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
 
-    # 3. Prologue: fill all but the two slots the steady state needs (MMA in flight + next load).
-    #    When K has fewer steps than that, the extra loads fall past K and TMA zero-fills them.
-    for k in gl.static_range(0, (NUM_BUFFERS - 2) * BLOCK_K, BLOCK_K):
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-
-    # 4. Steady state: one load and one MMA per K-step.
-    for k in range((NUM_BUFFERS - 2) * BLOCK_K, K, BLOCK_K):
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
-
-    # 5. Drain: consume what the prologue got ahead.
-    for _ in gl.static_range(NUM_BUFFERS - 2):
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
-    mma = mma.wait_num_outstanding(0)
+    # 3. Prologue, steady state, drain (pipeline.mma_over_k): the prologue fills all but two slots
+    #    (the MMA in flight and the next load); each steady step issues one load and one MMA; the
+    #    drain consumes what the prologue got ahead. Loads past K come back as zeros from TMA.
+    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, 0, K, ready, a_bufs, b_bufs, B_K_MAJOR)
     invalidate_barriers(ready)
 
-    # 6. Epilogue: the fused one (epilogue/kernels.py), then the store. C's buffer is allocated after the
-    #    loop, so the allocator may overlap it with the dead ring.
+    # 4. Epilogue: the fused one (epilogue/kernels.py), then the store. C's buffer is allocated
+    #    after the loop, so the allocator may overlap it with the dead ring.
     c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
     acc, mma = mma.take_result()
     acc = apply_gl(
