@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tritongemm import cli, dispatch_table, tune
+from tritongemm.bench.suites import Problem
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="tunes the CPU smoke problems")
 
@@ -43,11 +44,24 @@ def test_explain_choice(capsys):
     assert "computes bfloat16 dots wrongly" in capsys.readouterr().err
 
 
-def test_the_candidates_on_a_gpu_cover_each_kernels_configs():
+def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
+    from tritongemm import device_info
     from tritongemm.hopper import TILES
+    from tritongemm.registry import get
 
-    assert tune.candidates("tma_persistent_pipelined", torch.float16, on_gpu=True) == (None, *TILES)
-    ladder = tune.candidates("grouped", torch.bfloat16, on_gpu=True)
-    assert ladder[0] is None and len(set(ladder)) == len(ladder) >= 6
-    assert tune.candidates("grouped", torch.float32, on_gpu=True)[0] is None
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3"))
+    gpu = torch.device("cuda", 0)  # what the kernels' default configs ask of it is answered above
+    problem = Problem(4096, 4096, 4096, "bfloat16")
+    hopper = tune.candidates("tma_persistent_pipelined", problem, gpu)
+    assert set(hopper) == set(TILES) and len(hopper) == len(TILES)  # the default is one of the tiles
+    ladder = tune.candidates("grouped", problem, gpu)
+    assert ladder[0] == get("grouped").default_config(torch.bfloat16, 4096, 4096, 4096, gpu)
+    assert len(set(ladder)) == len(ladder) >= 6
+    assert len(tune.candidates("naive", problem, gpu)) == 1
     assert len({p.dtype for p in tune.default_problems()}) == 2 and len(tune.default_problems()) > 50
+
+
+def test_a_time_budget_stops_between_problems(tmp_path, capsys):
+    problems = (Problem(16, 16, 16, "float32"), Problem(8, 8, 8, "float32"))
+    tune.tune(problems, path=tmp_path / "t.json", minutes=0, progress=False)
+    assert "stopped at the 0-minute budget with 2 problems left" in capsys.readouterr().out

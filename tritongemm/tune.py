@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from tritongemm.bench.suites import LLM_WEIGHTS, Problem
+from tritongemm.config import MatmulConfig
 
 # What a user's GEMMs look like: the LLM suite's token counts on a Llama-3-8B layer's weights,
 # squares, and odd shapes (a non-multiple of 8, a prime), in both half-precision dtypes.
@@ -32,28 +33,40 @@ def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
     return tuple(Problem(m, n, k, dtype, layout) for dtype in dtypes for m, n, k, layout in shapes)
 
 
-def candidates(kernel: str, dtype: torch.dtype, on_gpu: bool) -> tuple:
-    """The configs tried for a kernel: its default (None) and the others it is built for."""
-    if not on_gpu:
-        return (None,)
+def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[MatmulConfig, ...]:
+    """The configs tried for a kernel on a problem: its default for the problem first, then the
+    others it is built for (the Hopper tiles; the ladder's size classes and the lesson's five;
+    naive, the teaching rung, only its default), each once."""
     from tritongemm import registry
 
-    if not registry.get(kernel).interpretable:  # a Gluon kernel: the Hopper tile table
+    info = registry.get(kernel)
+    dtype = getattr(torch, problem.dtype)
+    default = info.default_config(dtype, problem.M, problem.N, problem.K, device)
+    if device.type != "cuda" or kernel == "naive":
+        return (default,)
+    if not info.interpretable:  # a Gluon kernel: the Hopper tile table
         from tritongemm.hopper import TILES
 
-        return (None, *TILES)
+        return tuple(dict.fromkeys((default, *TILES)))
     from tritongemm.config import BIG_CONFIG, FP32_CONFIG, MID_CONFIG, SMALL_CONFIG
     from tritongemm.ladder.grouped import LESSON_CONFIGS
 
     if dtype == torch.float32:
-        return (None, FP32_CONFIG)
-    return tuple(dict.fromkeys((None, SMALL_CONFIG, MID_CONFIG, BIG_CONFIG, *LESSON_CONFIGS)))
+        return tuple(dict.fromkeys((default, FP32_CONFIG)))
+    return tuple(dict.fromkeys((default, SMALL_CONFIG, MID_CONFIG, BIG_CONFIG, *LESSON_CONFIGS)))
 
 
-def tune(problems=None, *, path: str | Path | None = None, resume: bool = True, progress: bool = True):
+def tune(
+    problems=None, *, path: str | Path | None = None, resume: bool = True, progress: bool = True,
+    minutes: float | None = None,
+):  # fmt: skip
     """Measure `problems` (default: `default_problems()`, or a CPU smoke set without a GPU) and
     write the table to `path` (default: this GPU's user table, which kernel="auto" then reads).
+    `minutes`: start no problem after this long (a run resumes where the last one stopped).
     Returns the table."""
+    import time
+
+    deadline = None if minutes is None else time.monotonic() + 60 * minutes
     from tritongemm import dispatch_table
     from tritongemm.bench import Progress, provider, use_interpreter_without_gpu
     from tritongemm.bench.environment import describe_environment
@@ -70,7 +83,7 @@ def tune(problems=None, *, path: str | Path | None = None, resume: bool = True, 
     table = table or dispatch_table.Table(env["device"], *dispatch_table.versions(), path=path)
     measured = skipped = 0
     with Progress(len(problems), enabled=progress) as advance:
-        for problem in problems:
+        for done, problem in enumerate(problems):
             dtype = getattr(torch, problem.dtype)
             a = operand(problem.M, problem.K, problem.layout[0] == "t", dtype, device)
             b = operand(problem.K, problem.N, problem.layout[1] == "t", dtype, device)
@@ -79,12 +92,15 @@ def tune(problems=None, *, path: str | Path | None = None, resume: bool = True, 
                 skipped += 1
                 advance(f"{problem.label()} {problem.dtype}: in the table")
                 continue
+            if deadline is not None and time.monotonic() > deadline:
+                left = len(problems) - done
+                print(f"stopped at the {minutes}-minute budget with {left} problems left: run again to go on")
+                break
             providers = [("cublas", "torch.matmul", provider(torch.matmul, False))]
             for kernel in runnable_kernels(dtype, device):
-                for config in candidates(kernel, dtype, on_gpu):
-                    label = config.short() if config else None
+                for config in candidates(kernel, problem, device):
                     call = provider(tritongemm.matmul, False, kernel=kernel, config=config)
-                    providers.append((kernel, label, call))
+                    providers.append((kernel, config.short(), call))
             rows = measure_problem(
                 problem, providers, device=device, device_name=env["device"],
                 timer=gpu_timer if on_gpu else cpu_timer, l2_bytes=env["l2_bytes"],
@@ -133,6 +149,7 @@ def add_commands(commands) -> None:
     tune_parser.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn", help="with --shapes")
     tune_parser.add_argument("--out", type=Path, help="the table's file (default: this GPU's user table)")
     tune_parser.add_argument("--restart", action="store_true", help="measure every bucket again")
+    tune_parser.add_argument("--minutes", type=float, help="start no problem after this long; run again to go on")
     choice = commands.add_parser("explain-choice", help="which kernel and config kernel='auto' takes, and why")
     choice.add_argument("M", type=int)
     choice.add_argument("N", type=int)
@@ -149,7 +166,7 @@ def run(args) -> int:
             problems = tuple(Problem(m, n, k, dtype, args.layout) for dtype in dtypes for m, n, k in args.shapes)
         elif args.dtypes:
             problems = default_problems(dtypes) if torch.cuda.is_available() else None
-        tune(problems, path=args.out, resume=not args.restart)
+        tune(problems, path=args.out, resume=not args.restart, minutes=args.minutes)
         return 0
     import sys
 
