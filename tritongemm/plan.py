@@ -39,7 +39,7 @@ class Plan:
     config: MatmulConfig | str | None
     resolve_neg: bool  # a or b is a negated view: materialize it first
     prepare: object  # (a, b, out) -> (a, b, c): the registry's plan_operands, decided
-    launch: object  # (a, b, c) -> None, compiled for this geometry
+    launch: object  # (a, b, c[, bias, residual, preact]) -> None, compiled for this geometry
     device_index: int | None  # the CUDA device the launch must run on; None on the CPU
     compact: bool  # the kernel's c is a row-padded view: return c.contiguous() when out is None
 
