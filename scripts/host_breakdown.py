@@ -13,6 +13,7 @@ import torch
 import tritongemm
 from tritongemm.bench.measure import eager_timer
 from tritongemm.epilogue import PLAIN
+from tritongemm.fast_launch import compiled_launches
 from tritongemm.ladder._host import gemm_args
 from tritongemm.plan import PLANS
 
@@ -22,18 +23,6 @@ CASES = [
     (64, 64, 64, torch.float32, "grouped"),
     (1, 4096, 4096, torch.bfloat16, "auto"),
 ]
-
-
-def compiled_launches(fn, depth=0):
-    """The CompiledLaunch objects a plan's launch closes over (fast_launch)."""
-    found = []
-    for cell in getattr(fn, "__closure__", None) or ():
-        value = cell.cell_contents
-        if hasattr(value, "direct"):
-            found.append(value)
-        elif callable(value) and depth < 2:
-            found += compiled_launches(value, depth + 1)
-    return found
 
 
 for m, n, k, dtype, kernel in CASES:

@@ -18,7 +18,7 @@ from cases import DEVICE, ON_GPU
 
 import tritongemm
 from tritongemm.config import MatmulConfig
-from tritongemm.fast_launch import split_parameters
+from tritongemm.fast_launch import compiled_launches, split_parameters
 from tritongemm.plan import PlanCache, problem_key
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
@@ -206,8 +206,7 @@ def test_gpu_plans_launch_directly(kernel):
     c = run(cache, a, b, kernel=kernel, config=None)
     assert rel_error(c, reference_matmul(a, b)) <= tolerance(F16, 200)
     plan = cache.lookup(a, b, None, kernel, None)
-    compiled = plan.launch.__closure__  # the rung's launcher closes over its CompiledLaunch
-    launches = [cell.cell_contents for cell in compiled if hasattr(cell.cell_contents, "direct")]
+    launches = compiled_launches(plan.launch)
     assert launches and all(launch.direct for launch in launches)
     if kernel.startswith("tma"):  # and the descriptors are encoded from the plan's fields
         assert all(launch.encodes_descriptors for launch in launches)

@@ -236,6 +236,19 @@ def split_parameters(jit_fn) -> tuple[list[str], list[str]]:
     return [p.name for p in names[:first]], [p.name for p in names[first:]]
 
 
+def compiled_launches(launch, depth: int = 0) -> list[CompiledLaunch]:
+    """The CompiledLaunch objects a plan's `launch` closes over, through the closures that wrap
+    them (rung and descriptor binding): what tests and scripts/host_breakdown.py inspect."""
+    found = []
+    for cell in getattr(launch, "__closure__", None) or ():
+        value = cell.cell_contents
+        if isinstance(value, CompiledLaunch):
+            found.append(value)
+        elif callable(value) and depth < 3:
+            found += compiled_launches(value, depth + 1)
+    return found
+
+
 def _hooked(hook) -> bool:
     """Whether a launch hook (a profiler's) is installed: then the launcher wants metadata."""
     return hook is not None and bool(getattr(hook, "calls", True))
