@@ -291,24 +291,20 @@ def run_model(
     rows: list[ModelRow] = []
     with torch.no_grad():
         models = build_models(config, device=device, dtype=dtype, providers=providers)
+        if out_dir is not None:
+            out_dir = Path(out_dir)
+            env = _model_environment(env, config, models["torch"])
         for setting in settings:
             outcomes = measure_setting(models, setting, vocab_size=config["vocab_size"], device=device, rounds=rounds)
             rows += make_rows(env["device"], "bfloat16", layers, setting, outcomes)
             done = ", ".join(f"{p} {o.status}" for p, o in outcomes.items())
             print(f"[{time.perf_counter() - start:.0f} s] {setting.label}: {done}", flush=True)
+            if out_dir is not None:  # after every setting: a run cut short still leaves its rows
+                paths = write_results(rows, env, out_dir, name, columns=COLUMNS)
     print(format_model_table(rows))
     print(f"{len(settings)} settings in {time.perf_counter() - start:.0f} s")
-    if out_dir is None:
+    if out_dir is None or not rows:
         return rows
-    out_dir = Path(out_dir)
-    import transformers
-
-    attention = models["torch"].config._attn_implementation
-    env = env | {
-        "transformers": transformers.__version__,
-        "model": {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", **config, "attn_implementation": attention},
-    }
-    paths = write_results(rows, env, out_dir, name, columns=COLUMNS)
     if plot and any(r.ms for r in rows):
         from tritongemm.bench.plots import plot_model
 
@@ -316,3 +312,14 @@ def run_model(
         paths += (plot_model(rows, out_dir / f"{name}.png", title),)
     print("wrote " + ", ".join(str(p) for p in paths))
     return rows
+
+
+def _model_environment(env: dict, config: dict, model) -> dict:
+    """The run's environment with transformers' version and the model's configuration."""
+    import transformers
+
+    attention = model.config._attn_implementation
+    return env | {
+        "transformers": transformers.__version__,
+        "model": {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", **config, "attn_implementation": attention},
+    }
