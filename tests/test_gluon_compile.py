@@ -98,7 +98,7 @@ def _compile_all(kernel: str) -> list[dict]:
         args, extra = (desc.a, desc.b, desc.c, *epilogue_args), extra | epilogue.constexprs()
         if kernel == "split_k":  # the partial kernel: the epilogue is the reduction's, a tl kernel
             workspace = torch.empty(3, M, N, dtype=torch.float32)
-            _, k_per_split = split_k.split_plan(M, N, K, config, num_sms=132)
+            _, k_per_split = split_k.ring_split_plan(M, N, K, config, num_sms=132)
             args, extra, fn = (desc.a, desc.b, workspace, M, N, k_per_split), {}, split_k._split_k_partial_kernel
         compiled = fn.warmup(*args, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
         ptx = compiled.asm["ptx"]

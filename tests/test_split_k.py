@@ -1,6 +1,6 @@
-"""Rung 7, split-K (hopper/split_k.py): how K is partitioned (CPU), the fixed-order reduction with
-the fused epilogue (CPU, interpreter), and the whole rung against the fp64 reference, run to run
-bit for bit (GPU, sm_90)."""
+"""Split-K: how K is partitioned (ladder/_split.py and rung 7's ring, CPU), the fixed-order
+reduction with the fused epilogue (CPU, interpreter), and rung 7 (hopper/split_k.py) against the
+fp64 reference, run to run bit for bit (GPU, sm_90). Rung 8's use of them: test_swap_ab.py."""
 
 import itertools
 
@@ -12,25 +12,37 @@ import tritongemm
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue, reference_linear
 from tritongemm.hopper import SMALL_TILE, TILES, split_k
+from tritongemm.ladder import _split
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 
 @pytest.mark.parametrize("config", TILES, ids=MatmulConfig.short)
 def test_every_k_step_belongs_to_one_split(config):
     for M, N, K in itertools.product((1, 16, 200, 4096), (64, 4096, 14336), (16, 64, 700, 4096, 14336)):
-        S, k_per_split = split_k.split_plan(M, N, K, config, num_sms=132)
+        S, k_per_split = split_k.ring_split_plan(M, N, K, config, num_sms=132)
         steps = -(-K // config.BLOCK_K)
         assert k_per_split % config.BLOCK_K == 0 and S >= 1
         assert (S - 1) * k_per_split < K <= S * k_per_split, (M, N, K)  # no split is empty, none is missing
         if S > 1:  # the ring's prologue stays inside a split (split_k's kernel comment)
-            assert k_per_split // config.BLOCK_K >= max(split_k.MIN_STEPS_PER_SPLIT, config.num_stages - 2)
+            assert k_per_split // config.BLOCK_K >= max(_split.MIN_STEPS_PER_SPLIT, config.num_stages - 2)
         assert S <= max(1, 132 // config.num_tiles(M, N)) and S <= steps
 
 
 def test_few_tiles_and_a_long_k_fill_the_sms():
-    S, _ = split_k.split_plan(16, 4096, 4096, SMALL_TILE, num_sms=132)  # 32 tiles of 64 x 128
+    S, _ = split_k.ring_split_plan(16, 4096, 4096, SMALL_TILE, num_sms=132)  # 32 tiles of 64 x 128
     assert S * SMALL_TILE.num_tiles(16, 4096) >= 100
-    assert split_k.split_plan(8192, 8192, 4096, SMALL_TILE, num_sms=132)[0] == 1  # enough tiles already
+    assert split_k.ring_split_plan(8192, 8192, 4096, SMALL_TILE, num_sms=132)[0] == 1  # enough tiles already
+
+
+@pytest.mark.parametrize("split_k", (1, 2, 3, 7, 1000))
+def test_a_config_s_split_count_is_kept_where_k_has_the_steps(split_k):
+    config = SMALL_TILE.with_(split_k=split_k)
+    for K in (64, 700, 4096):
+        S, k_per_split = _split.split_plan(8192, 8192, K, config, num_sms=132)  # many tiles: 0 would be 1 split
+        steps = -(-K // config.BLOCK_K)
+        assert S <= split_k and (S - 1) * k_per_split < K <= S * k_per_split
+        if split_k * _split.MIN_STEPS_PER_SPLIT <= steps:
+            assert S == split_k or (S < split_k and -(-steps // S) == -(-steps // split_k))
 
 
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the reduction; the GPU runs the whole rung below")
@@ -43,7 +55,7 @@ def test_the_reduction_adds_the_partials_in_order_then_applies_the_epilogue():
     meta = dict(BLOCK_M=16, BLOCK_N=32, ALIGN=(1,) * 9, **spec.constexprs())
     epilogue_args = (*spec.pointers(bias, residual, preact), *spec.fixed_args(residual, preact))
     grid = (-(-M // 16) * -(-N // 32),)
-    split_k._split_k_reduce_kernel[grid](partials, c, M, N, *c.stride(), S, *epilogue_args, **meta)
+    _split._reduce_kernel[grid](partials, c, M, N, *c.stride(), S, *epilogue_args, **meta)
     total = partials[0] + partials[1] + partials[2]  # fp32, in the kernel's order
     z = 0.5 * total + bias
     assert torch.allclose(preact, z, rtol=1e-6, atol=1e-6)

@@ -23,6 +23,7 @@ class MatmulConfig:
     num_warps: int = 4  # warps per program (Hopper WGMMA wants 4 or 8)
     num_stages: int = 3  # pipeline depth: Triton's num_stages, or the Gluon kernels' smem buffers
     scheduler: str = "grouped"  # persistent Gluon kernels: "grouped" (strided) or "chunked"
+    split_k: int = 0  # split_k and swap_ab: programs per output tile along K; 0 = enough to fill the SMs
 
     def __post_init__(self) -> None:
         for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
@@ -40,6 +41,8 @@ class MatmulConfig:
             raise ValueError(f"MatmulConfig: num_stages must be an int >= 1, but got {self.num_stages!r}")
         if self.scheduler not in SCHEDULERS:
             raise ValueError(f"MatmulConfig: scheduler must be one of {SCHEDULERS}, but got {self.scheduler!r}")
+        if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
+            raise ValueError(f"MatmulConfig: split_k must be an int >= 0 (0: per shape), but got {self.split_k!r}")
 
     def meta(self) -> dict:
         """The tile meta-parameters as keyword arguments for a ``@triton.jit`` launch (per call:
@@ -58,11 +61,14 @@ class MatmulConfig:
         return -(-M // self.BLOCK_M) * -(-N // self.BLOCK_N)
 
     def short(self) -> str:
-        """A compact label for tables, e.g. ``128x256x64 g8 w8 s3``."""
+        """A compact label for tables, e.g. ``128x256x64 g8 w8 s3`` (`` chunked`` and `` k4`` follow
+        when the scheduler and split_k are not the defaults)."""
         label = (
             f"{self.BLOCK_M}x{self.BLOCK_N}x{self.BLOCK_K} g{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
         )
-        return label if self.scheduler == "grouped" else f"{label} {self.scheduler}"
+        if self.scheduler != "grouped":
+            label += f" {self.scheduler}"
+        return label + (f" k{self.split_k}" if self.split_k else "")
 
     def with_(self, **changes) -> MatmulConfig:
         return replace(self, **changes)
@@ -77,11 +83,12 @@ class MatmulConfig:
                 f"MatmulConfig.parse: expected a label like '128x256x64 g8 w8 s3' (MatmulConfig.short()), "
                 f"but got {label!r}"
             )
-        m, n, k, group, warps, stages, scheduler = match.groups()
-        return cls(int(m), int(n), int(k), int(group), int(warps), int(stages), scheduler or "grouped")
+        m, n, k, group, warps, stages, scheduler, split_k = match.groups()
+        sizes = (int(m), int(n), int(k), int(group), int(warps), int(stages))
+        return cls(*sizes, scheduler or "grouped", int(split_k or 0))
 
 
-_LABEL = re.compile(r"(\d+)x(\d+)x(\d+) g(\d+) w(\d+) s(\d+)(?: (grouped|chunked))?")
+_LABEL = re.compile(r"(\d+)x(\d+)x(\d+) g(\d+) w(\d+) s(\d+)(?: (grouped|chunked))?(?: k(\d+))?")
 
 
 def _is_power_of_two(value) -> bool:

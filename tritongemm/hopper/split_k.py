@@ -16,15 +16,11 @@ it wins).
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import PLAIN, Epilogue
-from tritongemm.epilogue.kernels import apply_tl
 from tritongemm.fast_launch import compile_launch
 from tritongemm.hopper.descriptors import bind, make_descriptors
 from tritongemm.hopper.mma import WGMMA
@@ -37,7 +33,7 @@ from tritongemm.hopper.pipeline import (
     mma_over_k,
     require_sm90,
 )
-from tritongemm.ladder._tiles import store_tile, tile_offsets
+from tritongemm.ladder._split import MIN_STEPS_PER_SPLIT, reduce_plan, split_plan
 
 
 @gluon.jit
@@ -92,48 +88,10 @@ def _split_k_partial_kernel(
     gl.store(workspace_ptr + plane + rows * N + cols, acc, mask=(rows < M) & (cols < N))
 
 
-@triton.jit
-def _split_k_reduce_kernel(
-    workspace_ptr, c_ptr, M, N, stride_cm, stride_cn, S,
-    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, ALIGN: tl.constexpr,
-    ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-    STORE_PREACT: tl.constexpr,
-):  # fmt: skip
-    """C tile = epilogue(partial_0 + partial_1 + ... + partial_{S-1}), added in that order."""
-    pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    offs_m, offs_n = tile_offsets(pid % num_pid_m, pid // num_pid_m, BLOCK_M, BLOCK_N, True)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    partials = workspace_ptr + offs_m[:, None] * N + offs_n[None, :]
-    plane = tl.cast(M, tl.int64) * N
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for s in range(S):
-        acc += tl.load(partials + s * plane, mask=mask, other=0.0)
-    acc = apply_tl(
-        acc, offs_m, offs_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-    )  # fmt: skip
-    store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
-
-
-# The reduction's tile: it streams S fp32 planes and writes one, so any shape that reads whole
-# 128-byte rows does; 64 x 64 keeps the grid large for the few-tile problems this rung is for.
-_REDUCE_BLOCK = 64
-# A split gets at least this many K-steps: fewer, and the ring's prologue and drain dominate it.
-MIN_STEPS_PER_SPLIT = 4
-
-
-def split_plan(M: int, N: int, K: int, config: MatmulConfig, num_sms: int) -> tuple[int, int]:
-    """(S, k_per_split): enough splits to give every SM a program when the tiles alone can't,
-    each a multiple of BLOCK_K and at least max(MIN_STEPS_PER_SPLIT, num_stages - 2) K-steps
-    (the ring's prologue must stay inside its split). Pure: CPU-testable."""
-    steps = triton.cdiv(K, config.BLOCK_K)
-    least = max(MIN_STEPS_PER_SPLIT, config.num_stages - 2)
-    wanted = max(1, num_sms // config.num_tiles(M, N))
-    splits = max(1, min(wanted, steps // least))
-    steps_per_split = triton.cdiv(steps, splits)
-    return triton.cdiv(steps, steps_per_split), steps_per_split * config.BLOCK_K
+def ring_split_plan(M: int, N: int, K: int, config: MatmulConfig, num_sms: int) -> tuple[int, int]:
+    """(S, k_per_split) as _split.split_plan gives, each split at least num_stages - 2 K-steps: the
+    ring's prologue loads that many ahead and must stay inside its split (the kernel's step 2)."""
+    return split_plan(M, N, K, config, num_sms, max(MIN_STEPS_PER_SPLIT, config.num_stages - 2))
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_sms=None, **epilogue):
@@ -146,7 +104,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     check_sequential_fits("split_k", config, a.element_size())
     M, K = a.shape
     N = b.shape[1]
-    S, k_per_split = split_plan(M, N, K, config, num_sms or device_info.sm_count(c.device))
+    S, k_per_split = ring_split_plan(M, N, K, config, num_sms or device_info.sm_count(c.device))
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
     workspace = torch.empty((S, M, N), device=c.device, dtype=torch.float32)
     partial_meta = dict(
@@ -158,20 +116,13 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         partial_meta, c.device,
     ).with_descriptors((desc.a, desc.b), bind)  # fmt: skip
 
-    spec: Epilogue = epilogue.get("epilogue", PLAIN)
-    bias, residual, preact = (epilogue.get(name) for name in ("bias", "residual", "preact"))
-    fixed = spec.fixed_args(residual, preact)
-    grid = (triton.cdiv(M, _REDUCE_BLOCK) * triton.cdiv(N, _REDUCE_BLOCK),)
-    reduce_meta = dict(BLOCK_M=_REDUCE_BLOCK, BLOCK_N=_REDUCE_BLOCK, ALIGN=(1,) * 9, **spec.constexprs())
-    runtime = (workspace, c, M, N, *c.stride(), S, *spec.pointers(bias, residual, preact), *fixed)
-    reduce = compile_launch(_split_k_reduce_kernel, grid, runtime, reduce_meta, c.device)
-    c_strides = c.stride()
+    reduce = reduce_plan(S, c, epilogue)
     del workspace  # each call takes its own: calls on several streams must not share one
 
     def launch(a, b, c, bias=None, residual=None, preact=None):
         workspace = torch.empty((S, M, N), device=c.device, dtype=torch.float32)
         partial(a, b, workspace, M, N, k_per_split)
-        reduce(workspace, c, M, N, *c_strides, S, *spec.pointers(bias, residual, preact), *fixed)
+        reduce(workspace, c, bias, residual, preact)
 
     return launch
 
