@@ -13,7 +13,7 @@ from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
-LADDER = ("naive", "grouped", "persistent")
+LADDER = ("naive", "grouped", "persistent", "swap_ab")
 HOPPER = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k")
 ON_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 # The interpreter computes a bf16 tl.dot on raw bit patterns (Triton has no bf16 there), so bf16

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import tritongemm
+from tritongemm import registry
 from tritongemm.cli import main
 
 ON_CPU = not torch.cuda.is_available()
@@ -149,4 +150,5 @@ def test_demo_names_what_it_compared(capsys, monkeypatch):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "16x16x16 torch.matmul (CPU)" in out and "cublas" not in out.lower()
-    assert out.splitlines()[-1] == "8 of 8 runs matched the fp64 reference."
+    runs = 2 * (1 + sum(k.interpretable for k in registry.all_kernels()))  # fp16 and fp32: torch, each kernel
+    assert out.splitlines()[-1] == f"{runs} of {runs} runs matched the fp64 reference."

@@ -1,0 +1,66 @@
+"""Rung 8, swap-AB (ladder/swap_ab.py): its host logic (CPU), split and unsplit runs against the
+fp64 reference with the fused epilogue (interpreter, GPU), and its split runs bit for bit equal
+run to run. The generic suites (test_matmul, test_linear, the fuzzer) run it as a ladder kernel."""
+
+import pytest
+import torch
+from cases import DEVICE, DTYPES, ON_GPU, Case, check_matmul, make_operands
+
+import tritongemm
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import reference_linear
+from tritongemm.ladder import _host, _split, swap_ab
+from tritongemm.reference import rel_error, tolerance
+
+# CPU: tiles small enough for the interpreter; split_k 0 lets the plan split for its 4 "SMs".
+CPU_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
+TILES = (CPU_TILE, CPU_TILE.with_(split_k=3)) if not ON_GPU else (
+    None, MatmulConfig(16, 64, 128, 1, 4, 4), MatmulConfig(32, 128, 64, 1, 4, 3, split_k=4),
+)  # fmt: skip
+SKINNY = [(1, 100, 300), (5, 64, 64), (17, 33, 129), (3, 130, 1000), (40, 7, 50), (16, 96, 8)]
+
+
+def test_the_transposed_hints_swap_the_operands_and_keep_k_s_own():
+    align = _host.alignment_hints(torch.empty(6, 12)[:, :10], torch.empty(10, 24), torch.empty(6, 24))
+    M, N, K, am, ak, bk, bn, cm, cn = align
+    assert swap_ab.transposed_alignment(align, 10) == (N, M, 2, bn, bk, ak, am, cn, cm)
+    assert swap_ab.transposed_alignment(align, 4096)[2] == 8  # a split's K is no launch argument Triton sees
+
+
+def test_a_decode_step_fills_the_sms_that_its_tiles_alone_would_not():
+    config = swap_ab.default_config(torch.bfloat16, 1, 4096, 4096, torch.device("cuda"))
+    S, k_per_split = _split.split_plan(1, 4096, 4096, config, num_sms=132)
+    assert config.BLOCK_M == 16 and config.num_tiles(1, 4096) * S >= 100
+    assert k_per_split % config.BLOCK_K == 0 and (S - 1) * k_per_split < 4096 <= S * k_per_split
+
+
+@pytest.mark.parametrize("config", TILES, ids=str)
+@pytest.mark.parametrize("M, N, K", SKINNY)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_swap_ab_matches_the_reference(M, N, K, dtype, config):
+    check_matmul(Case(M, N, K, "nt", config), "swap_ab", dtype)
+
+
+@pytest.mark.parametrize("config", TILES, ids=str)
+@pytest.mark.parametrize("layout", ("nn", "tt", "offset"))
+def test_swap_ab_reads_any_layout(layout, config):
+    check_matmul(Case(9, 70, 130, layout, config), "swap_ab", torch.float32)
+
+
+@pytest.mark.parametrize("config", TILES, ids=str)
+def test_split_or_not_the_fused_epilogue_is_applied_once(config):
+    gen = torch.Generator().manual_seed(3)
+    x, w = (torch.randn(shape, generator=gen).to(DEVICE) for shape in ((2, 7, 200), (90, 200)))
+    bias, residual = torch.randn(90, generator=gen).to(DEVICE), torch.randn(2, 7, 90, generator=gen).to(DEVICE)
+    y = tritongemm.linear(x, w, bias, activation="silu", residual=residual, alpha=0.5, kernel="swap_ab", config=config)
+    ref = reference_linear(x, w, bias, activation="silu", residual=residual, alpha=0.5)
+    assert rel_error(y, ref) <= tolerance(torch.float32, 200)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_runs_are_the_same_bits_every_time(dtype):
+    config = CPU_TILE.with_(split_k=3) if not ON_GPU else MatmulConfig(16, 64, 128, 1, 4, 4, split_k=8)
+    a, b = make_operands(Case(3, 96, 1200, "nt"), dtype)
+    first = tritongemm.matmul(a, b, kernel="swap_ab", config=config)
+    for _ in range(3):
+        assert torch.equal(tritongemm.matmul(a, b, kernel="swap_ab", config=config), first)
