@@ -18,7 +18,7 @@ REQUIRED_COLUMNS = {"device", "dtype", "layout", "m", "n", "k", "kernel", "confi
 
 
 def test_suites_cover_what_the_seeds_measured():
-    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm"}  # and `overhead`, measured apart
+    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm", "auto"}  # and `overhead`, measured apart
     assert [p.K for p in SUITES["ksweep"].problems if p.dtype == "float16"] == [512, 1024, 2048, 4096, 8192, 16384]
     assert {p.dtype for p in SUITES["ksweep"].problems} == {"float16", "bfloat16"}
     assert [c.GROUP_SIZE_M for c in SUITES["group"].configs] == [1, 2, 4, 6, 8]

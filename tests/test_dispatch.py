@@ -31,8 +31,10 @@ def test_aligned_operands_take_the_top_rung():
     assert choose(operand(256, 512), operand(384, 512).T) == "tma_persistent_pipelined"  # a weight's view
 
 
-def test_decode_sized_m_takes_the_grouped_rung():
-    assert choose(operand(16, 4096), operand(4096, 4096)) == "grouped"
+def test_skinny_m_takes_swap_ab():
+    assert choose(operand(16, 4096), operand(4096, 4096)) == "swap_ab"
+    assert choose(operand(dispatch.SKINNY_M, 4096), operand(4096, 4096)) == "swap_ab"
+    assert choose(operand(dispatch.SKINNY_M + 1, 4096), operand(4096, 4096)) == "tma_persistent_pipelined"
 
 
 def test_what_tma_cannot_take():
@@ -43,7 +45,7 @@ def test_what_tma_cannot_take():
 @pytest.mark.parametrize(
     "M, N, K, expected",
     [
-        (64, 64, 100, "persistent"),  # 2 * 64 * 64 * 100 FLOPs: the copy would cost more than it saves
+        (256, 64, 100, "persistent"),  # 2 * 256 * 64 * 100 FLOPs: the copy would cost more than it saves
         (12345, 4567, 2345, "tma_persistent_pipelined"),  # issue 14's case: 0.15x untouched, 2.6x copied
         (1024, 1024, 1000, "tma_persistent_pipelined"),  # 2**31 FLOPs, past STAGING_MIN_FLOPS
     ],
@@ -115,8 +117,8 @@ def test_auto_takes_the_tables_winner_where_it_can(monkeypatch):
 
 
 def test_explain_says_what_and_why():
-    text = dispatch.explain(operand(64, 100), operand(100, 64))
-    assert text.startswith("64 x 64 x 100 float16 on meta: persistent, ")
+    text = dispatch.explain(operand(200, 100), operand(100, 64))
+    assert text.startswith("200 x 64 x 100 float16 on meta: persistent, ")
     assert "not tma_persistent_pipelined" in text and "costs more than it saves" in text
 
 

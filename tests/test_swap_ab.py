@@ -27,11 +27,14 @@ def test_the_transposed_hints_swap_the_operands_and_keep_k_s_own():
     assert swap_ab.transposed_alignment(align, 4096)[2] == 8  # a split's K is no launch argument Triton sees
 
 
-def test_a_decode_step_fills_the_sms_that_its_tiles_alone_would_not():
-    config = swap_ab.default_config(torch.bfloat16, 1, 4096, 4096, torch.device("cuda"))
-    S, k_per_split = _split.split_plan(1, 4096, 4096, config, num_sms=132)
+def test_a_long_k_against_few_tiles_is_split_to_fill_the_sms():
+    cuda = torch.device("cuda")
+    config = swap_ab.default_config(torch.bfloat16, 1, 4096, 14336, cuda)  # Llama-3-8B's down projection
+    S, k_per_split = _split.split_plan(1, 4096, 14336, config, num_sms=132)
     assert config.BLOCK_M == 16 and config.num_tiles(1, 4096) * S >= 100
-    assert k_per_split % config.BLOCK_K == 0 and (S - 1) * k_per_split < 4096 <= S * k_per_split
+    assert k_per_split % config.BLOCK_K == 0 and (S - 1) * k_per_split < 14336 <= S * k_per_split
+    square = swap_ab.default_config(torch.bfloat16, 1, 4096, 4096, cuda)  # measured faster whole (the probe)
+    assert _split.split_plan(1, 4096, 4096, square, num_sms=132)[0] == 1
 
 
 @pytest.mark.parametrize("config", TILES, ids=str)

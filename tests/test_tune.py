@@ -38,9 +38,9 @@ def test_a_table_of_another_device_is_not_resumed(tmp_path, capsys):
 
 
 def test_explain_choice(capsys):
-    assert cli.main(["explain-choice", "64", "48", "100", "--layout", "nt"]) == 0
+    assert cli.main(["explain-choice", "200", "48", "100", "--layout", "nt"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("64 x 48 x 100 float16 on cpu: persistent, ") and "because the first of" in out
+    assert out.startswith("200 x 48 x 100 float16 on cpu: persistent, ") and "because the first of" in out
     assert cli.main(["explain-choice", "64", "48", "100", "--dtype", "bfloat16"]) == 2
     assert "computes bfloat16 dots wrongly" in capsys.readouterr().err
 
@@ -60,9 +60,33 @@ def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
     assert len(set(ladder)) == len(ladder) >= 6
     assert len(tune.candidates("naive", problem, gpu)) == 1
     assert len({p.dtype for p in tune.default_problems()}) == 2 and len(tune.default_problems()) > 50
+    assert tune.candidates("swap_ab", problem, gpu) == ()  # not its regime: M > dispatch.SKINNY_M
+
+
+def test_skinny_problems_try_swap_ab_s_tiles_and_the_others_defaults(monkeypatch):
+    from tritongemm import device_info
+
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3"))
+    gpu = torch.device("cuda", 0)
+    decode = Problem(1, 4096, 14336, "bfloat16", "nt")
+    swapped = tune.candidates("swap_ab", decode, gpu)
+    assert len(set(swapped)) == len(swapped) >= 5 and {c.split_k for c in swapped} == {0, 1}
+    assert all(c.BLOCK_M == 16 for c in swapped)  # the narrowest token tile covers one token
+    assert len(tune.candidates("tma_persistent_pipelined", decode, gpu)) == 1
+    assert len(tune.candidates("grouped", decode, gpu)) == 2  # its default, and swap_ab's tile unswapped
 
 
 def test_a_time_budget_stops_between_problems(tmp_path, capsys):
     problems = (Problem(16, 16, 16, "float32"), Problem(8, 8, 8, "float32"))
     tune.tune(problems, path=tmp_path / "t.json", minutes=0, progress=False)
     assert "stopped at the 0-minute budget with 2 problems left" in capsys.readouterr().out
+
+
+def test_max_m_and_the_rows_log(tmp_path, capsys):
+    table, rows = tmp_path / "t.json", tmp_path / "rows.csv"
+    args = ["tune", "--out", str(table), "--shapes", "8,8,8;300,16,16", "--dtypes", "float32", "--max-m", "16"]
+    assert cli.main([*args, "--rows", str(rows)]) == 0
+    assert [e["m"] for e in json.loads(table.read_text())["entries"]] == [8]
+    logged = rows.read_text().splitlines()
+    assert logged[0].startswith("device,dtype,layout,m,n,k,kernel,config")
+    assert {line.split(",")[6] for line in logged[1:]} >= {"cublas", "swap_ab", "grouped"}

@@ -17,11 +17,12 @@ from tritongemm.config import MatmulConfig
 # operands), or, for a large problem, takes them through an aligned copy (STAGING_MIN_FLOPS).
 # Order from the committed H100 benchmarks (BENCHMARKS.md).
 AUTO_ORDER = ("tma_persistent_pipelined", "persistent", "grouped", "naive")
-# Decode-sized M (a few tokens) is one row of mostly-padding tiles and memory-bound: the grouped
-# kernel measured 0.63-0.93x cuBLAS at M = 1 and 16 on the llm suite, the TMA kernels 0.56-0.79x
-# and the persistent one 0.34-0.41x (H100, fp16 and bf16).
-SKINNY_M = 16
-AUTO_ORDER_SKINNY = ("grouped", "tma_persistent_pipelined", "naive")
+# Skinny problems (up to 128 tokens against a weight) are memory-bound: W streamed once. On the
+# H100 (bf16, Llama-3-8B and -70B weights, kernel-only) the rules' kernels before swap_ab ran
+# 0.64-0.94x cuBLAS at M = 1 and 16 and 0.53-0.96x at M = 64 and 128; the swap-AB tiling
+# (swap_ab's default_config) 1.00-1.10x at M <= 16, 0.92-1.03x at 64, 0.77-1.04x at 128.
+SKINNY_M = 128
+AUTO_ORDER_SKINNY = ("swap_ab", "grouped", "naive")
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
 # 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned

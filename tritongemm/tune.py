@@ -15,10 +15,10 @@ from pathlib import Path
 
 import torch
 
-from tritongemm.bench.suites import LLM_WEIGHTS, Problem
+from tritongemm.bench.suites import LLM_WEIGHTS, LLM_WEIGHTS_70B, Problem
 from tritongemm.config import MatmulConfig
 
-# What a user's GEMMs look like: the LLM suite's token counts on a Llama-3-8B layer's weights,
+# What a user's GEMMs look like: the LLM suite's token counts on Llama-3-8B's and -70B's weights,
 # squares, and odd shapes (a non-multiple of 8, a prime), in both half-precision dtypes.
 TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 SQUARES = (256, 512, 1024, 2048, 4096, 8192)
@@ -28,21 +28,35 @@ CPU_SMOKE = (Problem(16, 16, 16, "float32"), Problem(48, 32, 24, "float32", "nt"
 
 
 def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
-    shapes = [(m, n, k, "nt") for m in TOKENS for n, k in LLM_WEIGHTS]
+    """Every shape in every dtype, the dtypes side by side: a run cut short has both for what it did."""
+    shapes = [(m, n, k, "nt") for m in TOKENS for n, k in LLM_WEIGHTS + LLM_WEIGHTS_70B]
     shapes += [(s, s, s, "nn") for s in SQUARES] + [(*shape, "nn") for shape in ODD]
-    return tuple(Problem(m, n, k, dtype, layout) for dtype in dtypes for m, n, k, layout in shapes)
+    return tuple(Problem(m, n, k, dtype, layout) for m, n, k, layout in shapes for dtype in dtypes)
 
 
 def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[MatmulConfig, ...]:
     """The configs tried for a kernel on a problem: its default for the problem first, then the
     others it is built for (the Hopper tiles; the ladder's size classes and the lesson's five;
-    naive, the teaching rung, only its default), each once."""
-    from tritongemm import registry
+    swap_ab's tiles; naive, the teaching rung, only its default), each once. Skinny problems
+    (dispatch.SKINNY_M) are swap_ab's: the other kernels try their default there, and the
+    grouped kernel its skinny tile; swap_ab tries nothing above them."""
+    from tritongemm import dispatch, registry
+    from tritongemm.ladder import swap_ab
 
     info = registry.get(kernel)
     dtype = getattr(torch, problem.dtype)
-    default = info.default_config(dtype, problem.M, problem.N, problem.K, device)
+    M, N, K = problem.M, problem.N, problem.K
+    skinny = M <= dispatch.SKINNY_M
+    if kernel == "swap_ab" and not skinny:
+        return ()
+    default = info.default_config(dtype, M, N, K, device)
     if device.type != "cuda" or kernel == "naive":
+        return (default,)
+    if kernel == "swap_ab":
+        return tuple(dict.fromkeys((default, *swap_ab.tuning_configs(dtype, M, N, K))))
+    if skinny:
+        if kernel == "grouped":  # swap_ab's tile, unswapped: the tokens on the rows
+            return tuple(dict.fromkeys((default, swap_ab.default_config(dtype, M, N, K, device).with_(split_k=0))))
         return (default,)
     if not info.interpretable:  # a Gluon kernel: the Hopper tile table
         from tritongemm.hopper import TILES
@@ -58,12 +72,13 @@ def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[Mat
 
 def tune(
     problems=None, *, path: str | Path | None = None, resume: bool = True, progress: bool = True,
-    minutes: float | None = None,
+    minutes: float | None = None, rows_path: str | Path | None = None,
 ):  # fmt: skip
     """Measure `problems` (default: `default_problems()`, or a CPU smoke set without a GPU) and
     write the table to `path` (default: this GPU's user table, which kernel="auto" then reads).
     `minutes`: start no problem after this long (a run resumes where the last one stopped).
-    Returns the table."""
+    `rows_path`: a CSV that every timed candidate is appended to (bench's columns), to see what
+    lost and by how much. Returns the table."""
     import time
 
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
@@ -105,6 +120,8 @@ def tune(
                 problem, providers, device=device, device_name=env["device"],
                 timer=gpu_timer if on_gpu else cpu_timer, l2_bytes=env["l2_bytes"],
             )  # fmt: skip
+            if rows_path is not None:
+                _append_rows(Path(rows_path), rows)
             cublas = next(r for r in rows if r.kernel == "cublas")
             timed = [r for r in rows if r.kernel != "cublas" and r.ms]
             if timed and cublas.ms:
@@ -120,6 +137,19 @@ def tune(
     dispatch_table.reload()  # kernel="auto" reads the new table for every plan built from now on,
     tritongemm.plans.clear()  # and the plans it chose before are rebuilt
     return table
+
+
+def _append_rows(path: Path, rows) -> None:
+    import csv
+
+    from tritongemm.bench.report import COLUMNS
+
+    new = not path.is_file()
+    with path.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
+        if new:
+            writer.writeheader()
+        writer.writerows(r.as_dict() for r in rows)
 
 
 def _existing(path: Path, device: str):
@@ -150,6 +180,8 @@ def add_commands(commands) -> None:
     tune_parser.add_argument("--out", type=Path, help="the table's file (default: this GPU's user table)")
     tune_parser.add_argument("--restart", action="store_true", help="measure every bucket again")
     tune_parser.add_argument("--minutes", type=float, help="start no problem after this long; run again to go on")
+    tune_parser.add_argument("--rows", type=Path, help="append every timed candidate to this CSV")
+    tune_parser.add_argument("--max-m", type=int, help="only the problems with M up to this (default: all)")
     choice = commands.add_parser("explain-choice", help="which kernel and config kernel='auto' takes, and why")
     choice.add_argument("M", type=int)
     choice.add_argument("N", type=int)
@@ -166,25 +198,22 @@ def run(args) -> int:
             problems = tuple(Problem(m, n, k, dtype, args.layout) for dtype in dtypes for m, n, k in args.shapes)
         elif args.dtypes:
             problems = default_problems(dtypes) if torch.cuda.is_available() else None
-        tune(problems, path=args.out, resume=not args.restart, minutes=args.minutes)
+        if args.max_m is not None and (problems or torch.cuda.is_available()):
+            problems = tuple(p for p in problems or default_problems(dtypes) if p.M <= args.max_m)
+        tune(problems, path=args.out, resume=not args.restart, minutes=args.minutes, rows_path=args.rows)
         return 0
     import sys
 
     from tritongemm import dispatch
+    from tritongemm.bench.measure import unfilled_operand
 
     device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: what the interpreter would run
     dtype = getattr(torch, args.dtype[0])
-    a = _laid_out(args.M, args.K, args.layout[0] == "t", dtype, device)
-    b = _laid_out(args.K, args.N, args.layout[1] == "t", dtype, device)
+    a = unfilled_operand(args.M, args.K, args.layout[0] == "t", dtype, device)
+    b = unfilled_operand(args.K, args.N, args.layout[1] == "t", dtype, device)
     try:
         print(dispatch.explain(a, b))
     except (ValueError, TypeError) as exc:  # no kernel computes this here: say why, in one line
         print(f"tritongemm: error: {exc}", file=sys.stderr)
         return 2
     return 0
-
-
-def _laid_out(rows: int, cols: int, transposed: bool, dtype, device) -> torch.Tensor:
-    """An uninitialized (rows, cols) operand laid out as a benchmark's: explain reads no data."""
-    t = torch.empty((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
-    return t.T if transposed else t

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import torch
 
-from tritongemm.bench.measure import TIMINGS, Row, cpu_timer, eager_timer, gpu_timer, measure_problem, runnable_kernels
+from tritongemm.bench.measure import (
+    TIMINGS,
+    Row,
+    cpu_timer,
+    eager_timer,
+    gpu_timer,
+    measure_problem,
+    runnable_kernels,
+    unfilled_operand,
+)
 from tritongemm.bench.suites import LAYOUTS, SUITES, Problem, Suite, parse_shapes, problems
 
 DTYPES = ("float16", "bfloat16", "float32")
@@ -196,9 +205,23 @@ def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
     providers = [("cublas", "torch.matmul", provider(torch.matmul, eager))]
     for kernel, config in itertools.product(runnable, plan.configs or (None,)):
-        label = config.short() if config else "default"
+        label = config.short() if config else _auto_choice(problem, device) if kernel == "auto" else "default"
         providers.append((kernel, label, provider(matmul, eager, kernel=kernel, config=config)))
     return providers
+
+
+def _auto_choice(problem: Problem, device) -> str:
+    """What kernel="auto" runs for the problem, as '<kernel> <config>', for the row's config column
+    (from unfilled operands laid out as measure.operand lays them out)."""
+    from tritongemm import dispatch
+
+    dtype = getattr(torch, problem.dtype)
+
+    a = unfilled_operand(problem.M, problem.K, problem.layout[0] == "t", dtype, device)
+    b = unfilled_operand(problem.K, problem.N, problem.layout[1] == "t", dtype, device)
+    info, config, _ = dispatch.choose("auto", None, a, b, dtype)
+    config = config or info.default_config(dtype, problem.M, problem.N, problem.K, device)
+    return f"{info.name} {config.short() if hasattr(config, 'short') else config}"
 
 
 def provider(fn, eager: bool, **kwargs):

@@ -66,6 +66,13 @@ def operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device) 
     return t.T if transposed else t
 
 
+def unfilled_operand(rows: int, cols: int, transposed: bool, dtype: torch.dtype, device) -> torch.Tensor:
+    """An uninitialized operand laid out as `operand` lays it out: for what reads no data (which
+    kernel kernel="auto" would take)."""
+    t = torch.empty((cols, rows) if transposed else (rows, cols), dtype=dtype, device=device)
+    return t.T if transposed else t
+
+
 def input_sets(problem: Problem, device, l2_bytes: int) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """(a, b, out) triples: enough of them that cycling through all spans twice the L2."""
     dtype = getattr(torch, problem.dtype)

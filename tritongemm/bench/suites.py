@@ -55,6 +55,8 @@ LLM_TOKENS = (1, 16, 128, 2048, 8192)
 # nn.Linear weights (out_features, in_features) of a Llama-3-8B layer: attention projection,
 # MLP down projection (14336 -> 4096) and MLP up/gate projection (4096 -> 14336).
 LLM_WEIGHTS = ((4096, 4096), (4096, 14336), (14336, 4096))
+# Llama-3-70B's (N, K): attention's square projection and the MLP's up and down projections.
+LLM_WEIGHTS_70B = ((8192, 8192), (28672, 8192), (8192, 28672))
 
 # The tuning suites use the seed tables' problem, M = N = 8192, K = 16384, and Hopper's best tile.
 SEED_PROBLEM = Problem(8192, 8192, 16384, "float16")
@@ -71,6 +73,18 @@ GROUP_CONFIGS = tuple(
     MatmulConfig(**SEED_TILE, BLOCK_K=64, GROUP_SIZE_M=g, num_warps=8, num_stages=3) for g in (1, 2, 4, 6, 8)
 )
 
+
+# kernel="auto"'s targets (issue 14): decode to prefill token counts on both models' weights (NT,
+# as nn.Linear stores them), the K sweep, squares, and odd shapes: a non-multiple of 8, primes, and
+# rows TMA can't describe (12345 x 4567 x 2345: a K of 2345 halves is no 16-byte multiple).
+AUTO_TOKENS = (1, 16, 64, 128, 512, 2048, 8192)
+ODD_SHAPES = ((1000, 1000, 1000), (777, 4096, 4096), (3000, 5000, 1000), (5000, 3000, 7000), (997, 1009, 1013),
+              (12345, 4567, 2345))  # fmt: skip
+AUTO_PROBLEMS = (
+    problems([(m, n, k) for m in AUTO_TOKENS for n, k in LLM_WEIGHTS + LLM_WEIGHTS_70B], HALF, layout="nt")
+    + problems([(8192, 8192, k) for k in K_SWEEP], HALF)
+    + problems([(s, s, s) for s in (256, 1024, 4096, 8192)] + list(ODD_SHAPES), HALF)
+)
 
 GROUPED_KERNELS = ("grouped", "persistent", "tma_persistent", "tma_persistent_pipelined")
 
@@ -116,6 +130,12 @@ SUITES = {
             "llm",
             "transformer-layer GEMMs: tokens x nn.Linear weights (NT layout)",
             problems([(m, n, k) for m in LLM_TOKENS for n, k in LLM_WEIGHTS], HALF, layout="nt"),
+        ),
+        Suite(
+            "auto",
+            "kernel='auto' on what users run: tokens x Llama-3-8B and -70B weights, the K sweep, squares, odd shapes",
+            AUTO_PROBLEMS,
+            kernels=("auto",),
         ),
     )
 }

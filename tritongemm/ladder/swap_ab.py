@@ -145,14 +145,36 @@ def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConf
     plan(a, b, c, config)(a, b, c)
 
 
-# The tiles, from the H100 probe of skinny problems (BENCHMARKS.md): the tokens' side is the
-# narrowest tile Triton's dot takes that covers M, up to 64; the weight's side 128 rows.
+# The tiles, from an H100 probe of M = 1, 16, 64 and 128 on Llama-3-8B and -70B weights (bf16,
+# kernel-only, same run as cuBLAS): the tokens' side the narrowest tile Triton's dot takes that
+# covers M (16 up to 64), the weight's 64 rows, and at M <= 16 a BLOCK_K of 256 (1.02-1.10x
+# cuBLAS at M = 1 and 16, where the rules' grouped kernel ran 0.64-0.94x). K is split only where
+# it is long against few tiles (the probe's split variant won at N = 4096, K = 14336 alone);
+# `tritongemm tune` measures the split counts per bucket.
 def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
-    if device.type == "cpu":  # the interpreter: small tiles, the masks exercised
+    if device.type == "cpu":  # the interpreter: small tiles, the masks exercised, K split for 4 "SMs"
         return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
     tokens = min(64, max(16, triton.next_power_of_2(M)))
+    wide_k = tokens == 16 and dtype != torch.float32  # 16 x 256 of x and 64 x 256 of W per stage
+    return MatmulConfig(
+        BLOCK_M=tokens, BLOCK_N=64, BLOCK_K=256 if wide_k else (64 if dtype == torch.float32 else 128),
+        GROUP_SIZE_M=1, num_warps=4, num_stages=3 if wide_k else 4, split_k=0 if K >= 2 * N else 1,
+    )  # fmt: skip
+
+
+def tuning_configs(dtype: torch.dtype, M: int, N: int, K: int) -> tuple[MatmulConfig, ...]:
+    """What `tritongemm tune` tries besides the default: the weight's side 32 to 128 rows, BLOCK_K
+    128 or 256, no split, a split that fills the SMs, and (M > 16) narrower token tiles."""
+    tokens = min(64, max(16, triton.next_power_of_2(M)))
     block_k = 64 if dtype == torch.float32 else 128
-    return MatmulConfig(BLOCK_M=tokens, BLOCK_N=128, BLOCK_K=block_k, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
+    base = MatmulConfig(BLOCK_M=tokens, BLOCK_N=64, BLOCK_K=block_k, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
+    configs = [base.with_(split_k=1), base.with_(split_k=0), base.with_(BLOCK_N=128, split_k=1)]
+    if dtype != torch.float32:
+        configs += [base.with_(BLOCK_K=256, num_stages=3, split_k=s) for s in (1, 0)]
+        configs += [base.with_(BLOCK_N=32, BLOCK_K=256, num_stages=3, split_k=1)]
+    if tokens > 16:
+        configs += [base.with_(BLOCK_M=tokens // 2, split_k=1)]
+    return tuple(configs)
 
 
 register(
