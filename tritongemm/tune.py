@@ -195,7 +195,7 @@ def run(args) -> int:
         dtypes = args.dtypes or DTYPES
         problems = None
         if args.shapes:
-            problems = tuple(Problem(m, n, k, dtype, args.layout) for dtype in dtypes for m, n, k in args.shapes)
+            problems = tuple(Problem(m, n, k, dtype, args.layout) for m, n, k in args.shapes for dtype in dtypes)
         elif args.dtypes:
             problems = default_problems(dtypes) if torch.cuda.is_available() else None
         if args.max_m is not None and (problems or torch.cuda.is_available()):

@@ -72,6 +72,10 @@ def run_bench(
         print("Timing eager: wall clock per back-to-back call without out=, host overhead and allocation included.")
     timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
 
+    keep = not profile and out_dir is not None
+    if keep:
+        out_dir = Path(out_dir)
+        base = name or plan.name + ("-eager" if timing == "eager" else "")
     rows: list[Row] = []
     with Progress(len(plan.problems), enabled=progress) as advance:
         for problem in plan.problems:
@@ -87,13 +91,12 @@ def run_bench(
                 timing=timing,
             )
             advance(problem.label() + " " + problem.dtype)
+            if keep:  # after every problem: a run cut short keeps what it measured
+                paths = write_results(rows, env, out_dir, base)
 
     print(format_table(rows, on_gpu))
-    if profile or out_dir is None:
+    if not keep or not rows:
         return rows
-    out_dir = Path(out_dir)
-    base = name or plan.name + ("-eager" if timing == "eager" else "")
-    paths = write_results(rows, env, out_dir, base)
     if plot and rows:
         paths += (_plot(rows, plan, out_dir / f"{base}.png", env["device"], timing),)
     print("wrote " + ", ".join(str(p) for p in paths))
