@@ -150,7 +150,7 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
     unknown = [d for d in dtypes or () if d not in DTYPES]
     if unknown:
         raise ValueError(f"bench: --dtypes: expected names from {', '.join(DTYPES)}, but got {unknown[0]!r}")
-    names = [k.name for k in registry.all_kernels()] if kernels else []
+    names = ["auto", *(k.name for k in registry.all_kernels())] if kernels else []
     unknown = [k for k in kernels or () if k not in names]
     if unknown:
         raise ValueError(f"bench: --kernels: expected names from {', '.join(names)}, but got {unknown[0]!r}")
@@ -182,6 +182,8 @@ def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
             "bit patterns (relative error ~1e10); give float16 or float32 here, or run bfloat16 on a CUDA GPU"
         )
     for name in kernels or ():
+        if name == "auto":
+            continue
         reason = registry.get(name).unavailable_reason(torch.device("cpu"))
         if reason:
             raise ValueError(f"bench: --kernels {name} does not run here: {reason}")

@@ -129,12 +129,14 @@ def _batch(fn: Callable[[], None], n: int, sync: Callable[[], None]) -> float:
 
 
 def runnable_kernels(dtype: torch.dtype, device, names=None) -> list[str]:
-    """The kernels among `names` (default: all, in ladder order) that run `dtype` on `device`."""
+    """The kernels among `names` (default: all, in ladder order) that run `dtype` on `device`;
+    "auto" where any of them does."""
     from tritongemm import registry
 
     names = names or [k.name for k in registry.all_kernels()]
     device = torch.device(device)
-    return [n for n in names if registry.get(n).available_on(device) and dtype in registry.get(n).dtypes]
+    runs = {k.name for k in registry.all_kernels() if k.available_on(device) and dtype in k.dtypes_on(device)}
+    return [n for n in names if n in runs or (n == "auto" and runs)]
 
 
 def wants_graph(problem: Problem) -> bool:
