@@ -54,7 +54,7 @@ MISTAKES = [
     ("bench --shapes 8,8,8 --dtypes float64", "argument --dtypes"),
     ("bench --shapes 8,8,8 --dtypes fp16", "fp16 is spelled float16"),
     ("bench --shapes 8,8,8 --kernels fastest", "argument --kernels"),
-    ("bench --shapes 8,8,8 --kernels auto", "--kernels"),
+    ("bench --shapes 8,8,8 --kernels fastest", "--kernels"),
     ("bench --shapes 8,8,8 --layout xy", "argument --layout"),
     ("bench ladder --layout nt", "--layout"),
     ("bench overhead --shapes 8,8,8", "--shapes"),
