@@ -90,3 +90,15 @@ def test_max_m_and_the_rows_log(tmp_path, capsys):
     logged = rows.read_text().splitlines()
     assert logged[0].startswith("device,dtype,layout,m,n,k,kernel,config")
     assert {line.split(",")[6] for line in logged[1:]} >= {"cublas", "swap_ab", "grouped"}
+
+
+def test_an_experimental_kernel_is_left_out_of_the_default_lists(monkeypatch):
+    import dataclasses
+
+    from tritongemm import registry
+    from tritongemm.bench.measure import runnable_kernels
+
+    grouped = registry.get("grouped")
+    monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(grouped, experimental=True))
+    assert "grouped" not in runnable_kernels(torch.float32, "cpu")  # tune's and the benchmarks' default
+    assert runnable_kernels(torch.float32, "cpu", ["grouped"]) == ["grouped"]  # named, it runs

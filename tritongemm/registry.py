@@ -61,6 +61,9 @@ class KernelInfo:
     plan_operands: Callable = plain_operands
     # Newest capability it runs on, for instructions a later architecture dropped (WGMMA: sm_90 only).
     max_capability: tuple[int, int] | None = None
+    # Not yet verified on a GPU: kernel= by name runs it; "auto", `tritongemm tune` and the
+    # benchmarks' default kernel lists leave it out until it has passed the GPU tests.
+    experimental: bool = False
 
     def available_on(self, device: torch.device) -> bool:
         return self.unavailable_reason(device) is None

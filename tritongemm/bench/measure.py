@@ -133,7 +133,7 @@ def runnable_kernels(dtype: torch.dtype, device, names=None) -> list[str]:
     "auto" where any of them does."""
     from tritongemm import registry
 
-    names = names or [k.name for k in registry.all_kernels()]
+    names = names or [k.name for k in registry.all_kernels() if not k.experimental]
     device = torch.device(device)
     runs = {k.name for k in registry.all_kernels() if k.available_on(device) and dtype in k.dtypes_on(device)}
     return [n for n in names if n in runs or (n == "auto" and runs)]

@@ -113,7 +113,8 @@ def measure_overhead(
     from tritongemm import registry
 
     dtype = getattr(torch, problem.dtype)
-    asked = kernels or ("auto", *(k.name for k in registry.all_kernels() if k.name not in MULTI_LAUNCH))
+    every = (k.name for k in registry.all_kernels() if k.name not in MULTI_LAUNCH and not k.experimental)
+    asked = kernels or ("auto", *every)
     rungs = [k for k in asked if k != "auto"]
     names = [k for k in asked if k == "auto"] + (runnable_kernels(dtype, device, rungs) if rungs else [])
     a = operand(problem.M, problem.K, problem.layout[0] == "t", dtype, device)
