@@ -80,6 +80,11 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
                 b = operand(N, K, dtype, "nn", gen).T if layout == "nt" else operand(K, N, dtype, layout, gen)
                 for config in (None, small):
                     yield a, b, config, None
+    if kernel == "swap_ab":  # K split: partials in the workspace, then the reduction
+        for M, N, K in ((3, 100, 700), (17, 33, 1000)):
+            a = operand(M, K, torch.float16, "nt", gen)
+            b = operand(N, K, torch.float16, "nn", gen).T
+            yield a, b, SMALL.with_(split_k=3), None
     if kernel in ("tma_persistent", "tma_persistent_pipelined"):
         # Several tiles per program: the cross-tile pipeline and barrier phases over many laps.
         for config in (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1)):
