@@ -349,6 +349,9 @@ def run_epilogue(
     if note:
         print(note)
     start = time.perf_counter()
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        base = name or ("epilogue" if on_gpu else "epilogue-cpu" if shapes else "epilogue-cpu-smoke")
     rows: list[EpilogueRow] = []
     with Progress(len(problems), enabled=progress) as advance:
         for problem in problems:
@@ -357,15 +360,14 @@ def run_epilogue(
                 rounds=rounds,
             )  # fmt: skip
             advance(problem.label())
+            if out_dir is not None:  # after every problem: a run cut short keeps what it measured
+                timed = [r for r in rows if r.ms is not None]
+                paths = write_results(timed, env, out_dir, base, columns=COLUMNS, json_rows=rows)
 
     print(format_epilogue_table(rows, on_gpu))
     print(f"{len(problems)} problems in {time.perf_counter() - start:.0f} s")
-    if out_dir is None:
+    if out_dir is None or not rows:
         return rows
-    out_dir = Path(out_dir)
-    base = name or ("epilogue" if on_gpu else "epilogue-cpu" if shapes else "epilogue-cpu-smoke")
-    timed = [r for r in rows if r.ms is not None]
-    paths = write_results(timed, env, out_dir, base, columns=COLUMNS, json_rows=rows)
     if plot and timed:
         from tritongemm.bench.plots import plot_epilogue
 
