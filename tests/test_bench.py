@@ -183,3 +183,20 @@ def test_overhead_suite_writes_its_csv(tmp_path, capsys):
     assert all(float(r["us_per_call"]) > 0 and float(r["torch_us_per_call"]) > 0 for r in rows)
     assert "environment" in json.loads((tmp_path / "overhead.json").read_text())
     assert (tmp_path / "overhead.png").stat().st_size > 10_000
+
+
+def test_kernel_only_and_eager_results_combine_into_one_file(tmp_path):
+    from tritongemm.bench.report import combine_timings, write_results
+
+    def row(m, kernel, timing, ratio):
+        return Row("H100", "bfloat16", "nt", m, 4096, 4096, kernel, "x", 0.01, 3.0, ratio, 1e-3, "ok", timing)
+
+    for timing, base in (("graph", "auto"), ("eager", "auto-eager")):
+        rows = [row(m, k, timing, r) for m in (1, 16) for k, r in (("cublas", 1.0), ("auto", 1.05))]
+        write_results(rows, {"device": "H100", "date": f"2026-11-23 {timing}"}, tmp_path, base)
+    paths = combine_timings(tmp_path, "auto")
+    combined = read_rows(tmp_path / "auto.csv")
+    assert [r["timing"] for r in combined] == ["graph"] * 4 + ["eager"] * 4 and paths[-1].name == "auto.png"
+    assert json.loads((tmp_path / "auto.json").read_text())["environment"]["eager_date"] == "2026-11-23 eager"
+    with pytest.raises(ValueError, match="graph rows"):
+        combine_timings(tmp_path, "auto")  # auto.csv now holds both: not a kernel-only run any more

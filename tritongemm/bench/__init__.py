@@ -243,6 +243,8 @@ def _plot(rows: list[Row], plan: _Plan, path: Path, device: str, timing: str) ->
     title = f"tritongemm {plan.name} on {device}" + (", eager calls (host time included)" if timing == "eager" else "")
     if plan.name == "ksweep":
         return plots.plot_k_sweep(rows, path, title)
+    if plan.name == "auto":
+        return plots.plot_ratio_vs_m(rows, path, title)
     if plan.configs:
         return plots.plot_ratios(rows, path, title, series=lambda r: f"{r.kernel} {r.config}")
     return plots.plot_ratios(rows, path, title)

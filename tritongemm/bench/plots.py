@@ -132,3 +132,36 @@ def plot_model(rows: list, path: Path, title: str) -> Path:
     ax.set_title(title)
     ax.legend(fontsize=8)
     return figures.save(fig, path, dpi=110)
+
+
+def plot_ratio_vs_m(rows: list[Row], path: Path, title: str) -> Path:
+    """One panel per timing (graph, eager): each non-cuBLAS row's speed / cuBLAS's against M, a
+    line per weight (N x K, NT layout) and dtype, the other shapes as points; lines at 1 and 0.9."""
+    plt = figures.pyplot()
+    timings = [t for t in ("graph", "eager") if any(r.timing == t for r in rows)]
+    fig, axes = plt.subplots(1, len(timings), figsize=(7 * len(timings), 5), squeeze=False, sharey=True)
+    for ax, timing in zip(axes[0], timings):
+        lines, points = defaultdict(list), defaultdict(list)
+        for r in rows:
+            if r.timing != timing or r.kernel == "cublas" or not r.ratio_to_cublas:
+                continue
+            if r.layout == "nt":
+                lines[(r.n, r.k, r.dtype)].append((r.m, r.ratio_to_cublas))
+            else:
+                points[r.dtype].append((r.m, r.ratio_to_cublas))
+        for (n, k, dtype), pts in sorted(lines.items()):
+            ms, ratios = zip(*sorted(pts))
+            ax.plot(ms, ratios, marker="o", linestyle="-" if dtype == "bfloat16" else ":", label=f"{n}x{k} {dtype}")
+        for dtype, pts in sorted(points.items()):
+            ms, ratios = zip(*pts)
+            ax.scatter(ms, ratios, marker="x", s=30, label=f"other shapes, {dtype}")
+        ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
+        ax.axhline(0.9, color="grey", linestyle=":", linewidth=1)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (tokens)")
+        ax.set_ylabel("speed / cuBLAS speed")
+        ax.set_title("kernel only (CUDA graphs)" if timing == "graph" else "eager calls (host time included)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    fig.suptitle(title)
+    return figures.save(fig, path, dpi=110)

@@ -38,6 +38,35 @@ def read_rows(csv_path: Path) -> list[dict]:
     return rows
 
 
+def rows_from_csv(csv_path: Path) -> list[Row]:
+    """The Rows of a results CSV written with COLUMNS, typed again (read_rows gives strings)."""
+    kinds = {"m": int, "n": int, "k": int, "ms": float, "tflops": float, "ratio_to_cublas": float, "max_rel_err": float}
+
+    def typed(name, text):
+        return None if text in ("", "None") else kinds.get(name, str)(text)
+
+    return [Row(**{name: typed(name, row[name]) for name in COLUMNS}) for row in read_rows(csv_path)]
+
+
+def combine_timings(out_dir: Path, name: str) -> tuple[Path, ...]:
+    """`name`.csv (kernel-only rows) and `name`-eager.csv, as written by `bench NAME` and `bench
+    NAME --timing eager`, into one `name`.csv and .json with both timings (the `timing` column
+    tells them apart), the graph run's environment with the eager run's date, and a picture of
+    the ratio to cuBLAS against M for each timing. The -eager files are left as they are."""
+    from tritongemm.bench.plots import plot_ratio_vs_m
+
+    out_dir = Path(out_dir)
+    graph, eager = (rows_from_csv(out_dir / f"{base}.csv") for base in (name, f"{name}-eager"))
+    if {r.timing for r in graph} != {"graph"} or {r.timing for r in eager} != {"eager"}:
+        raise ValueError(f"combine_timings: expected {name}.csv of graph rows and {name}-eager.csv of eager rows")
+    env = json.loads((out_dir / f"{name}.json").read_text())["environment"]
+    env["eager_date"] = json.loads((out_dir / f"{name}-eager.json").read_text())["environment"].get("date")
+    rows = graph + eager
+    paths = write_results(rows, env, out_dir, name)
+    title = f"kernel='auto' / cuBLAS on {env.get('device', '?')}, {env.get('date', '')[:10]}"
+    return (*paths, plot_ratio_vs_m(rows, out_dir / f"{name}.png", title))
+
+
 def _fmt(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
