@@ -109,6 +109,7 @@ class KernelInfo:
             if self.interpretable
             else [],
             "gpu": self.capability_range(),
+            "experimental": self.experimental,
         }
 
 

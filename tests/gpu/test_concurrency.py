@@ -15,7 +15,7 @@ from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 ON_GPU = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")]
-AVAILABLE = [k for k in (tritongemm.kernels() if ON_GPU else []) if k["available"]]
+AVAILABLE = [k for k in (tritongemm.kernels() if ON_GPU else []) if k["available"] and not k["experimental"]]
 KERNELS = [k["name"] for k in AVAILABLE]
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PARAMS = [

@@ -24,7 +24,9 @@ pytestmark = [
     pytest.mark.large(gib=10),
     pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with tens of GiB of memory"),
 ]
-KERNELS = ["auto"] + [k["name"] for k in (tritongemm.kernels() if ON_GPU else []) if k["available"]]
+KERNELS = ["auto"] + [
+    k["name"] for k in (tritongemm.kernels() if ON_GPU else []) if k["available"] and not k["experimental"]
+]
 F16 = torch.float16
 
 
