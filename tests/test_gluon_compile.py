@@ -2,7 +2,8 @@
 compiler and ptxas need no GPU, only a driver that names the target. So CI catches what would
 otherwise first fail on the H100: a kernel that no longer compiles (a non-constexpr
 `static_range` bound, a layout mismatch), a shared-memory plan that the compiler disagrees with,
-or PTX without the instructions the rung is about (TMA, mbarriers, WGMMA).
+or PTX without the instructions the rung is about (TMA, mbarriers, WGMMA; setmaxnreg for the
+warp-specialized rung).
 
 Each kernel compiles in a fresh process: the stand-in driver must not reach the other tests.
 """
@@ -19,8 +20,9 @@ import torch
 from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.hopper import TILES
 from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes
+from tritongemm.hopper.tma_warp_specialized import smem_bytes as warp_specialized_smem_bytes
 
-KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k")
+KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k", "tma_warp_specialized")
 # Every default tile with B row-major; the big tile also with B K-major (a transposed weight),
 # with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot), and with fused
 # epilogues (epilogue/): GELU (erf) with alpha, bias, residual and the pre-activation stored;
@@ -31,6 +33,16 @@ FUSED = {
 }
 CASES = [(i, False, 1, None) for i in range(len(TILES))] + [(0, True, 1, None), (0, False, 2, None)]
 CASES += [(0, False, 1, name) for name in FUSED]
+INSTRUCTIONS = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
+
+
+def tile_config(kernel: str, tile: int):
+    """The config a case compiles: TILES[tile], with 3 buffers for the warp-specialized rung's big
+    tile, whose C tile lives next to the ring (4 buffers and C: 256 KB > 227 KB)."""
+    config = TILES[tile]
+    if kernel == "tma_warp_specialized" and config.BLOCK_N == 256:
+        return config.with_(num_stages=3)
+    return config
 
 
 def compile_kernel(kernel: str) -> list[dict]:
@@ -68,13 +80,20 @@ def _compile_all(kernel: str) -> list[dict]:
 
     driver.set_active(_Sm90Target())
 
-    from tritongemm.hopper import pipeline, split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined
+    from tritongemm.hopper import (
+        pipeline,
+        split_k,
+        tma_persistent,
+        tma_persistent_pipelined,
+        tma_pipelined,
+        tma_warp_specialized,
+    )
     from tritongemm.hopper.descriptors import make_descriptors
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
     for tile, b_k_major, per_slot, fused in CASES:
-        config = TILES[tile]
+        config = tile_config(kernel, tile)
         M, N, K = 1000, 1504, 704  # rows of 16-byte multiples, as TMA needs
         a = torch.empty(M, K, dtype=torch.float16)
         b = torch.empty(N, K, dtype=torch.float16).T if b_k_major else torch.empty(K, N, dtype=torch.float16)
@@ -87,6 +106,10 @@ def _compile_all(kernel: str) -> list[dict]:
             desc = make_descriptors(a, b, c, *tiles, epi_split=plan.epi_split)
             fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
             extra = dict(Scheduler=scheduler, STEAL_B=plan.steal_b)
+        elif kernel == "tma_warp_specialized":
+            desc = make_descriptors(a, b, c, *tiles)
+            fn = tma_warp_specialized._tma_warp_specialized_kernel
+            extra = dict(Scheduler=scheduler, LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS)
         else:
             desc = make_descriptors(a, b, c, *tiles)
             persistent = kernel == "tma_persistent"
@@ -102,7 +125,8 @@ def _compile_all(kernel: str) -> list[dict]:
             args, extra, fn = (desc.a, desc.b, workspace, M, N, k_per_split), {}, split_k._split_k_partial_kernel
         compiled = fn.warmup(*args, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
         ptx = compiled.asm["ptx"]
-        instructions = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
+        # Warp specialization's register reallocation: the load warp gives registers to the MMA warps.
+        instructions = INSTRUCTIONS + (("setmaxnreg",) if kernel == "tma_warp_specialized" else ())
         results.append(
             dict(
                 case=[tile, b_k_major, per_slot, fused],
@@ -113,6 +137,10 @@ def _compile_all(kernel: str) -> list[dict]:
             )
         )
     return results
+
+
+def _aligned(nbytes: int) -> int:
+    return -(-nbytes // 16) * 16
 
 
 def _spill_stores(ptx: str) -> int:
@@ -133,12 +161,15 @@ def _spill_stores(ptx: str) -> int:
 def test_gluon_kernel_compiles_for_sm90(kernel):
     results = compile_kernel(kernel)
     by_case = {tuple(r["case"]): r for r in results}
-    # The ConSan variant has NUM_BUFFERS more barriers, 8 bytes each, and nothing else changes.
+    # The ConSan variant has NUM_BUFFERS more barriers, 8 bytes each, and nothing else changes
+    # (an array of barriers takes a multiple of 16 bytes: 3 buffers grow 24 -> 48 bytes by 32 -> 48).
     split, plain = by_case[(0, False, 2, None)]["shared"], by_case[(0, False, 1, None)]["shared"]
-    assert split - plain == 8 * TILES[0].num_stages, f"{kernel}: {plain} -> {split} bytes with a barrier each"
+    stages = tile_config(kernel, 0).num_stages
+    grown = _aligned(16 * stages) - _aligned(8 * stages)
+    assert split - plain == grown, f"{kernel}: {plain} -> {split} bytes with a barrier each"
     for result in results:
         tile, b_k_major, per_slot, fused = result["case"]
-        config = TILES[tile]
+        config = tile_config(kernel, tile)
         label = f"{kernel} {config.short()} b_k_major={b_k_major} barriers/slot={per_slot} epilogue={fused}"
         assert result["b_k_major"] == b_k_major, label
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
@@ -148,6 +179,8 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
         # The plan is what the host checks before launching; the compiler must agree with it.
         if kernel == "tma_persistent_pipelined":
             planned = plan_ring(config, 2).smem_bytes
+        elif kernel == "tma_warp_specialized":
+            planned = warp_specialized_smem_bytes(config, 2)
         else:
             planned = sequential_smem_bytes(config, 2)
         assert planned <= result["shared"] <= planned + _SMEM_SLACK_BYTES, f"{label}: {result['shared']} bytes"

@@ -1,6 +1,6 @@
 """Hopper (sm_90) kernels in Gluon: TMA loads, mbarriers, WGMMA, persistent schedulers.
 
-Rungs 4-7 of the ladder, one module each, built from the shared pieces:
+Rungs 4-7 and 9 of the ladder, one module each, built from the shared pieces:
   descriptors.py  which operands TMA takes as they are; their descriptors
   mma.py          the WGMMA accumulator as a value
   pipeline.py     the shared-memory ring (loads, MMAs, epilogue) and its footprint
@@ -12,7 +12,7 @@ import torch
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper import split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined
+from tritongemm.hopper import split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined, tma_warp_specialized
 from tritongemm.hopper.descriptors import aligned_copy_fits, plan_operands, tma_unsupported_reason
 from tritongemm.registry import KernelInfo, register
 
@@ -32,6 +32,10 @@ MID_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, nu
 SMALL_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TINY_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
+# Rung 9's defaults: one warpgroup computes (num_warps=4) until its two-warpgroup form has been
+# checked on the GPU; that one takes BIG_TILE with 3 buffers, as C's own tile lives next to the
+# ring there (4 x 48 KB + 64 KB > 227 KB).
+WARP_SPECIALIZED_TILES = (MID_TILE, SMALL_TILE, TINY_TILE)
 
 H100_SMS = 132
 # A tile size is worth it while it keeps this share of the SMs busy (2048 x 2048 above: BIG's 128
@@ -39,19 +43,29 @@ H100_SMS = 132
 _MIN_BUSY_SMS = 0.9
 
 
-def choose_config(M: int, N: int, num_sms: int) -> MatmulConfig:
-    """The largest tile that gives at least 90% of the SMs a tile, else the one with the most
-    tiles (pure: CPU-testable). K does not enter: every K-step costs the same per tile."""
-    for config in TILES:
+def choose_config(M: int, N: int, num_sms: int, tiles: tuple[MatmulConfig, ...] = TILES) -> MatmulConfig:
+    """The largest of `tiles` (largest first) that gives at least 90% of the SMs a tile, else the
+    one with the most tiles (pure: CPU-testable). K does not enter: every K-step costs the same
+    per tile."""
+    for config in tiles:
         if config.num_tiles(M, N) >= _MIN_BUSY_SMS * num_sms:
             return config
-    return TILES[-1]
+    return tiles[-1]
+
+
+def _num_sms(device: torch.device) -> int:
+    """Without a CUDA device (tools, CPU tests): an H100 SXM's."""
+    device = torch.device(device)
+    return device_info.sm_count(device) if device.type == "cuda" else H100_SMS
 
 
 def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
-    """The registry's hook. Without a CUDA device (tools, CPU tests) it answers for an H100 SXM."""
-    device = torch.device(device)
-    return choose_config(M, N, device_info.sm_count(device) if device.type == "cuda" else H100_SMS)
+    """The registry's hook."""
+    return choose_config(M, N, _num_sms(device))
+
+
+def warp_specialized_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+    return choose_config(M, N, _num_sms(device), WARP_SPECIALIZED_TILES)
 
 
 _COMMON = dict(
@@ -105,5 +119,16 @@ register(
         plan=split_k.plan,
         # for few output tiles: the smallest tile with rung 4's ring (split_k.split_plan fills the SMs)
         **_COMMON | dict(default_config=lambda dtype, M, N, K, device: SMALL_TILE),
+    )
+)
+register(
+    KernelInfo(
+        name="tma_warp_specialized",
+        rung=9,
+        idea="one warp only loads, the warpgroups only multiply; ready/empty barriers between them, setmaxnreg",
+        launch=tma_warp_specialized.launch,
+        plan=tma_warp_specialized.plan,
+        experimental=True,  # compiled on the CPU (tests/test_gluon_compile.py), not yet run on a GPU
+        **_COMMON | dict(default_config=warp_specialized_default_config),
     )
 )

@@ -1,0 +1,252 @@
+"""Rung 9: the persistent kernel, warp-specialized: one warp loads, the warpgroups compute.
+
+Idea: in rungs 4-6 the warps that issue the MMAs also issue the loads, so a load goes out only
+when the issuing warps reach it in program order, and nothing is requested while they run the
+epilogue. Here the two jobs get warps of their own (`gl.warp_specialize`), which the hardware
+schedules independently:
+
+  * the load partition, one warp with a small register budget (`LOAD_REGISTERS`), walks the
+    same tiles in the same order as the MMA partition and only issues TMA loads into the ring;
+  * the MMA partition, the kernel's `num_warps` (one warpgroup, or two that split the tile's
+    rows, 64 each), only waits for loaded slots, issues WGMMA, and runs the fused epilogue and
+    the TMA store of C.
+
+So the loads of tile t + 1 go out while tile t's epilogue runs, with no peeled prologue as in
+rung 6. `warp_specialize`'s register budgets make the compiler emit `setmaxnreg`: the load warp
+gives registers back and the MMA warps take them, for the accumulator.
+
+The ring. NUM_BUFFERS slots of one A and one B tile, each slot with two barriers:
+  * ready[s]: the loads of the slot's current step have landed (the load warp's `expect` plus
+    the bytes of both copies complete its phase; two barriers under ConSan, pipeline.py);
+  * empty[s]: the MMA partition no longer reads the slot (one `arrive` completes its phase).
+K-step i (counted over the program's whole run, across tiles) uses slot i % NUM_BUFFERS on its
+lap j = i // NUM_BUFFERS, and each barrier completes one phase per lap. So the MMA partition
+waits for phase j & 1 of ready[s], and the load warp, before refilling the slot for lap j, waits
+for lap j - 1's release: phase (j - 1) & 1 = (j & 1) ^ 1 of empty[s]. On lap 0 that is the phase
+"before" a fresh barrier, which a parity wait already counts as complete, so the first
+NUM_BUFFERS loads go out at once.
+
+Release. WGMMA reads its operands from shared memory asynchronously: a slot is free only once
+the MMA that reads it has retired. The MMA partition keeps one MMA in flight (`issue_mma` waits
+until at most one is outstanding), so after issuing step i it releases step i - 1; the tile's
+last step is released after the final wait, before the epilogue.
+
+C is staged in a buffer of its own and its TMA store overlaps the next tile's MMAs (the wait
+moves to the next epilogue), as in rung 6 when C fits next to the ring.
+"""
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import apply_gl
+from tritongemm.hopper.descriptors import make_descriptors, planned_launch
+from tritongemm.hopper.mma import WGMMA
+from tritongemm.hopper.pipeline import (
+    _SMEM_SLACK_BYTES,
+    H100_SHARED_MEMORY_BYTES,
+    barriers_per_slot,
+    c_tile_bytes,
+    check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
+    issue_loads,
+    issue_mma,
+    operand_stage_bytes,
+    require_sm90,
+    store_tile,
+)
+from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
+
+NAME = "tma_warp_specialized"
+# Registers a thread of the load warp keeps (setmaxnreg): it holds a few scalars (tile offsets,
+# counters, addresses). 40 is CUTLASS's producer budget; ptxas fits it without spills (24, the
+# least, too), and with two MMA warpgroups it leaves them 232 each of the SM's 64K registers.
+LOAD_REGISTERS = 40
+
+
+@gluon.jit
+def _load_partition(
+    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler: gl.constexpr, B_K_MAJOR: gl.constexpr
+):
+    """The load warp: every K-step of every tile of this program, in the MMA partition's order."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    K = a_desc.shape[1]
+    scheduler = Scheduler.initialize(c_desc.shape[0], c_desc.shape[1], BLOCK_M, BLOCK_N)
+    producer = 0
+    for idx in range(scheduler.get_num_tiles()):
+        pid_m, pid_n = scheduler.get_tile(idx)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        for k in range(0, K, BLOCK_K):
+            # The slot's previous lap released (module docstring: lap 0 passes at once).
+            lap_phase = (producer // NUM_BUFFERS) & 1
+            mbarrier.wait(empty.index(producer % NUM_BUFFERS), lap_phase ^ 1)
+            producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+
+
+@gluon.jit
+def _mma_partition(
+    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+    Scheduler: gl.constexpr, B_K_MAJOR: gl.constexpr,
+    ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """The MMA warps: wait for a slot, multiply, release the slot; per tile, the epilogue."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    M = c_desc.shape[0]
+    N = c_desc.shape[1]
+    K = a_desc.shape[1]
+    mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
+    scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
+    consumer = 0
+    for idx in range(scheduler.get_num_tiles()):
+        pid_m, pid_n = scheduler.get_tile(idx)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+
+        # 1. The K loop. After issue_mma, step `consumer - 1` is in flight and `consumer - 2` has
+        #    retired: its slot goes back to the load warp. (A tile's first step has no earlier
+        #    step of its own: the previous tile released its last one in step 2.)
+        for k in range(0, K, BLOCK_K):
+            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+            mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
+
+        # 2. The last MMA retires; its slot is free for the next tile's loads before the epilogue.
+        mma = mma.wait_num_outstanding(0)
+        mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 1) % NUM_BUFFERS))
+
+        # 3. Epilogue, while the load warp fills the ring for the next tile.
+        acc, mma = mma.take_result()
+        acc = apply_gl(
+            acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+            ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+        )  # fmt: skip
+        tma.store_wait(pendings=0)  # the previous tile's store has read c_smem
+        store_tile(acc, c_desc, c_smem, off_m, off_n)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _tma_warp_specialized_kernel(
+    # TMA descriptors
+    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
+    c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
+    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the constexprs say
+    bias_ptr,
+    residual_ptr,
+    preact_ptr,
+    stride_rm,
+    stride_rn,
+    stride_pm,
+    alpha,
+    # meta-parameters
+    Scheduler: gl.constexpr,  # a class from schedulers.py
+    NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    B_K_MAJOR: gl.constexpr,
+    LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)
+    ACTIVATION: gl.constexpr,
+    HAS_ALPHA: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    dtype: gl.constexpr = a_desc.dtype
+    gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
+
+    # Shared by both partitions for the whole program: the ring, its barriers, C's staging tile.
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
+    init_barriers(empty)  # count 1: the one `arrive` of the MMA partition per lap
+
+    # The default partition (the kernel's num_warps warps) computes; one worker warp loads. (The
+    # argument tuples are written in the call: a tuple bound to a name can't hold the Scheduler class.)
+    gl.warp_specialize(
+        [
+            (_mma_partition, (
+                a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
+                bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, num_warps,
+            )),
+            (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, B_K_MAJOR)),
+        ],
+        [1],  # warps of each worker partition
+        [LOAD_REGS],  # and their registers a thread
+    )  # fmt: skip
+
+    # Both partitions have finished: every load was consumed and every release made.
+    invalidate_barriers(ready)
+    invalidate_barriers(empty)
+
+
+def smem_bytes(config: MatmulConfig, elem_bytes: int) -> int:
+    """The ring plus C's staging tile, both live for the whole program (barriers aside)."""
+    return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes)
+
+
+def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> None:
+    """Raise ValueError when WGMMA can't compute the tile or the ring and C don't fit in shared memory."""
+    check_wgmma_tile(NAME, config)
+    if config.num_stages < 2:
+        raise ValueError(
+            f"{NAME}: num_stages (ring slots) must be >= 2, since one is read by the MMA in flight while "
+            f"the next loads; got {config.num_stages}"
+        )
+    budget = smem_limit - _SMEM_SLACK_BYTES
+    need = smem_bytes(config, elem_bytes)
+    if need > budget:
+        fitting = (budget - c_tile_bytes(config, elem_bytes)) // operand_stage_bytes(config, elem_bytes)
+        hint = f"num_stages <= {fitting}" if fitting >= 2 else "a smaller tile"
+        raise ValueError(
+            f"{NAME}: {config.short()} needs {need} bytes of shared memory (ring and C tile), more than the "
+            f"{smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); use {hint}"
+        )
+
+
+def plan(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    c: torch.Tensor,
+    config: MatmulConfig,
+    *,
+    num_programs: int | None = None,
+    **epilogue,
+):
+    """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) warp-specialized programs
+    over their tiles in `config.scheduler` order, checked and compiled once
+    (descriptors.planned_launch, whose keywords `epilogue` passes on). `num_programs` replaces the
+    SM count (tests: several tiles per program)."""
+    require_sm90(NAME, c.device)
+    check_config(config, a.element_size())
+    M, N = c.shape
+    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
+    grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
+    constexprs = dict(
+        Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), B_K_MAJOR=desc.b_k_major,
+        LOAD_REGS=LOAD_REGISTERS, num_warps=config.num_warps,
+    )  # fmt: skip
+    return planned_launch(_tma_warp_specialized_kernel, grid, desc, constexprs, c, **epilogue)
+
+
+def launch(
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None
+) -> None:
+    plan(a, b, c, config, num_programs=num_programs)(a, b, c)
