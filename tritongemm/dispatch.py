@@ -20,9 +20,7 @@ AUTO_ORDER = ("tma_persistent_pipelined", "persistent", "grouped", "naive")
 # Skinny problems (up to 128 tokens against a weight) are memory-bound: W streamed once. On the
 # H100 (fp16 and bf16, Llama-3-8B and -70B weights, kernel-only, results/h100/auto.csv) the rules'
 # kernels before swap_ab ran 0.58-0.95x cuBLAS at M = 1 and 16 and 0.53-0.96x at M = 64 and 128;
-# swap_ab 0.99-1.12x at M <= 16 and 0.89-1.03x at 64 (docs/skinny.md). At 128 its first program
-# order read W twice (0.52-0.90x); the fixed order measured 0.77-1.04x in the grouped kernel on
-# swapped operands, and swap_ab with it is still to be measured.
+# swap_ab 0.99-1.12x at M <= 16, 0.89-1.03x at 64 and 0.78-0.99x at 128 (bf16; docs/skinny.md).
 SKINNY_M = 128
 AUTO_ORDER_SKINNY = ("swap_ab", "grouped", "naive")
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
