@@ -128,3 +128,14 @@ def test_fp32_buckets_follow_the_tf32_switch():
     ieee = dispatch_table.bucket_of(a, b)
     torch.backends.cuda.matmul.allow_tf32 = True  # the conftest fixture restores it
     assert (ieee.dtype, dispatch_table.bucket_of(a, b).dtype) == ("float32", "float32+tf32")
+
+
+@pytest.mark.parametrize("path", sorted(dispatch_table.SHIPPED.glob("*.json")), ids=lambda p: p.name)
+def test_every_shipped_table_reads_and_names_what_exists(path):
+    table = dispatch_table.Table.from_json(path.read_text(), path)
+    assert table is not None and path.name == f"{dispatch_table._slug(table.device)}.json" and table.entries
+    for bucket in table.entries:
+        choice = table.choose(bucket)
+        info = registry.get(choice.kernel)
+        assert not info.experimental and bucket.dtype.removesuffix("+tf32") in {str(d)[6:] for d in info.dtypes}
+        assert choice.config is None or choice.config.short() == table.entries[bucket]["config"]
