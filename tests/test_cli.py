@@ -152,3 +152,13 @@ def test_demo_names_what_it_compared(capsys, monkeypatch):
     assert "16x16x16 torch.matmul (CPU)" in out and "cublas" not in out.lower()
     runs = 2 * (1 + sum(k.interpretable for k in registry.all_kernels()))  # fp16 and fp32: torch, each kernel
     assert out.splitlines()[-1] == f"{runs} of {runs} runs matched the fp64 reference."
+
+
+@cpu_only
+def test_bench_configs_run_every_kernel_with_each(tmp_path):
+    configs = "16x16x16 g1 w4 s1;32x32x32 g1 w4 s1"
+    argv = ["bench", "--shapes", "32,32,32", "--dtypes", "float32", "--kernels", "grouped", "--configs", configs]
+    assert main([*argv, "--out-dir", str(tmp_path), "--no-plot"]) == 0
+    rows = list(csv.DictReader((tmp_path / "custom-cpu.csv").open()))
+    assert [r["config"] for r in rows if r["kernel"] == "grouped"] == configs.split(";")
+    assert main(["bench", "--shapes", "32,32,32", "--configs", "32x32"]) == 2  # not a config label

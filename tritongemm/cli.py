@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.add_argument("--profile", action="store_true", help="run each kernel once, untimed, for ncu")
     bench.add_argument("--no-plot", action="store_true")
+    bench.add_argument(
+        "--configs", type=config_labels, help="'128x256x64 g8 w8 s3;...': run every kernel with each of these"
+    )
     bench.add_argument("--layers", type=int, choices=(2, 3, 4), help="bench model: decoder layers (default 2)")
     bench.add_argument(
         "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
@@ -197,6 +200,7 @@ def _run(args: argparse.Namespace) -> int:
     run_bench(
         args.suite,
         **_problem_arguments(args),
+        configs=args.configs,
         out_dir=args.out_dir or "results",
         name=args.name,
         profile=args.profile,
@@ -324,6 +328,16 @@ def kernel_names(text: str) -> tuple[str, ...]:
     from tritongemm import registry
 
     return names([k.name for k in registry.all_kernels()] + ["auto"])(text)
+
+
+def config_labels(text: str) -> tuple:
+    """MatmulConfig labels (MatmulConfig.short()) separated by ';'."""
+    from tritongemm.config import MatmulConfig
+
+    try:
+        return tuple(MatmulConfig.parse(label) for label in text.split(";") if label.strip())
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def existing_file(text: str) -> str:

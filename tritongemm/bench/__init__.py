@@ -7,6 +7,7 @@ rows = run_bench(suite="llm", timing="eager")  # a user's back-to-back calls -> 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import os
@@ -45,6 +46,7 @@ def run_bench(
     kernels: tuple[str, ...] | None = None,
     layout: str = "nn",
     timing: str = "graph",
+    configs: tuple | None = None,
     out_dir: str | Path | None = "results",
     name: str | None = None,
     profile: bool = False,
@@ -57,9 +59,12 @@ def run_bench(
     (see measure.py). Prints the table and returns the rows. Writes `out_dir/name.csv`, `.json`
     and a `.png` plot (name: the suite's, plus "-eager" for eager timing), unless out_dir is None
     or `profile` is set (then each kernel runs once, checked but not timed, for Nsight Compute).
+    `configs`: every kernel runs each of these MatmulConfigs instead of its default (a sweep).
     """
     on_gpu = use_interpreter_without_gpu()
     plan = _checked_plan(suite, shapes, dtypes, kernels, layout, timing, on_gpu)
+    if configs:
+        plan = dataclasses.replace(plan, configs=tuple(configs))
     import tritongemm
     from tritongemm.bench.environment import describe_environment
     from tritongemm.bench.report import format_table, write_results
