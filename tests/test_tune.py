@@ -72,8 +72,10 @@ def test_skinny_problems_try_swap_ab_s_tiles_and_the_others_defaults(monkeypatch
     swapped = tune.candidates("swap_ab", decode, gpu)
     assert len(set(swapped)) == len(swapped) >= 5 and {c.split_k for c in swapped} == {0, 1}
     assert all(c.BLOCK_M == 16 for c in swapped)  # the narrowest token tile covers one token
-    assert len(tune.candidates("tma_persistent_pipelined", decode, gpu)) == 1
+    assert len(tune.candidates("split_k", decode, gpu)) == 1
     assert len(tune.candidates("grouped", decode, gpu)) == 2  # its default, and swap_ab's tile unswapped
+    for never_won in ("naive", "persistent", "tma_pipelined", "tma_persistent", "tma_persistent_pipelined"):
+        assert tune.candidates(never_won, decode, gpu) == ()
 
 
 def test_a_time_budget_stops_between_problems(tmp_path, capsys):

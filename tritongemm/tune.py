@@ -34,12 +34,17 @@ def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
     return tuple(Problem(m, n, k, dtype, layout) for m, n, k, layout in shapes for dtype in dtypes)
 
 
+# What is tried besides swap_ab and grouped on a skinny problem (candidates).
+SKINNY_ALSO = ("split_k",)
+
+
 def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[MatmulConfig, ...]:
     """The configs tried for a kernel on a problem: its default for the problem first, then the
     others it is built for (the Hopper tiles; the ladder's size classes and the lesson's five;
     swap_ab's tiles; naive, the teaching rung, only its default), each once. Skinny problems
-    (dispatch.SKINNY_M) are swap_ab's: the other kernels try their default there, and the
-    grouped kernel its skinny tile; swap_ab tries nothing above them."""
+    (dispatch.SKINNY_M) are swap_ab's: besides its tiles only split_k's default and the grouped
+    kernel's default and skinny tile are tried there (the other rungs ran 0.30-0.96x cuBLAS and
+    never won a bucket at M = 1, results/h100/tune-skinny.csv); swap_ab tries nothing above."""
     from tritongemm import dispatch, registry
     from tritongemm.ladder import swap_ab
 
@@ -50,13 +55,15 @@ def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[Mat
     if kernel == "swap_ab" and not skinny:
         return ()
     default = info.default_config(dtype, M, N, K, device)
-    if device.type != "cuda" or kernel == "naive":
+    if device.type != "cuda":
         return (default,)
     if kernel == "swap_ab":
         return tuple(dict.fromkeys((default, *swap_ab.tuning_configs(dtype, M, N, K))))
     if skinny:
         if kernel == "grouped":  # swap_ab's tile, unswapped: the tokens on the rows
             return tuple(dict.fromkeys((default, swap_ab.default_config(dtype, M, N, K, device).with_(split_k=0))))
+        return (default,) if kernel in SKINNY_ALSO else ()
+    if kernel == "naive":
         return (default,)
     if not info.interpretable:  # a Gluon kernel: the Hopper tile table
         from tritongemm.hopper import TILES
