@@ -1,16 +1,17 @@
 """Rung 8, swap-AB: for skinny problems (a few tokens against a weight), the weight's rows fill the
-tile's long side, and K is split until every SM has a program.
+tile's long side, and a long K is split until every SM has a program.
 
-A decode step's GEMM is x (M, K) @ W.T with M of 1 to 64 tokens and W an (N, K) weight of
+A decode step's GEMM is x (M, K) @ W.T with M of 1 to 128 tokens and W an (N, K) weight of
 millions of elements. Every rung below puts M on the tile's rows: the tensor cores' instruction
 (WGMMA) is 64 rows tall, so at M = 1 a 64-row tile is 63 rows of padding, and N / 128 tiles
 (32 for N = 4096) leave three quarters of the 132 SMs idle while each walks all of K. This
 rung computes the transposed product C.T = W @ x.T instead: W's rows on the instruction's tall
 side, the tokens on its narrow side (BLOCK_M, as small as 16), so no row of the tile is padding
-and an N = 4096 weight makes 4096 / BLOCK_N tiles. When that is still fewer programs than SMs,
-each tile's K is split among S programs (ladder/_split.py): their fp32 partials are added in a
-fixed order, so results are the same bits run to run. The problem is memory-bound (W is read
-once, x is tiny): what counts is how many SMs stream W at once, which is what both ideas buy.
+and an N = 4096 weight makes 4096 / BLOCK_N tiles. When that is still fewer programs than SMs and
+K is long, each tile's K is split among S programs (ladder/_split.py; MatmulConfig.split_k): their
+fp32 partials are added in a fixed order, so results are the same bits run to run. The problem
+is memory-bound (W is read once, x is tiny): what counts is how many SMs stream W at once, which
+is what both ideas buy. Measured on the H100: docs/skinny.md.
 
 The kernel is written in `triton.language`: at these sizes the loads are the work, and Triton's
 software pipeline streams them; it runs in the interpreter, so the CPU tests cover it.
