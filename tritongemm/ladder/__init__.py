@@ -1,6 +1,7 @@
-"""The `triton.language` rungs of the ladder: naive -> grouped -> persistent, and swap_ab for skinny problems.
+"""The `triton.language` rungs of the ladder: naive -> grouped -> persistent, swap_ab for skinny
+problems and stream_k (experimental) for tile counts that leave the last wave half empty.
 
 Importing this package registers them with `tritongemm.registry`.
 """
 
-from tritongemm.ladder import grouped, naive, persistent, swap_ab  # noqa: F401
+from tritongemm.ladder import grouped, naive, persistent, stream_k, swap_ab  # noqa: F401

@@ -10,6 +10,8 @@ is the workspace's round trip and a second launch.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import triton
 import triton.language as tl
@@ -36,6 +38,13 @@ def split_plan(M: int, N: int, K: int, config: MatmulConfig, num_sms: int, min_s
     splits = max(1, min(wanted, steps // min_steps))
     steps_per_split = triton.cdiv(steps, splits)
     return triton.cdiv(steps, steps_per_split), steps_per_split * config.BLOCK_K
+
+
+def piece_alignment(align: tuple[int, ...], K: int) -> tuple[int, ...]:
+    """A kernel's ALIGN hints (_host.alignment_hints) for a loop over a piece of K: K's entry is
+    the power of two up to 8 dividing K, which divides every piece (a multiple of BLOCK_K, or what
+    is left of K) too; Triton sees no piece's K at the launch, as it sees K's own divisibility."""
+    return (*align[:2], math.gcd(K, 8), *align[3:])
 
 
 @triton.jit

@@ -19,8 +19,6 @@ software pipeline streams them; it runs in the interpreter, so the CPU tests cov
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
@@ -30,7 +28,7 @@ from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.epilogue.kernels import apply_tl
 from tritongemm.fast_launch import compile_launch
 from tritongemm.ladder import _host
-from tritongemm.ladder._split import reduce_plan, split_plan
+from tritongemm.ladder._split import piece_alignment, reduce_plan, split_plan
 from tritongemm.ladder._tiles import dot_tile, store_tile, tile_offsets
 from tritongemm.registry import KernelInfo, register
 
@@ -95,10 +93,9 @@ def _swap_ab_kernel(
 
 def transposed_alignment(align: tuple[int, ...], K: int) -> tuple[int, ...]:
     """ALIGN_T from ALIGN (M, N, K, am, ak, bk, bn, cm, cn): the hints of the product (b.T, a.T),
-    i.e. (N, M, K, bn, bk, ak, am, cn, cm), with K's as the power of two up to 8 dividing K: a
-    split's K (k_per_split, or what is left of K) is no value Triton sees at the launch."""
-    M, N, _, am, ak, bk, bn, cm, cn = align
-    return (N, M, math.gcd(K, 8), bn, bk, ak, am, cn, cm)
+    i.e. (N, M, K, bn, bk, ak, am, cn, cm), with K's for a split's K (_split.piece_alignment)."""
+    M, N, K_align, am, ak, bk, bn, cm, cn = piece_alignment(align, K)
+    return (N, M, K_align, bn, bk, ak, am, cn, cm)
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_sms=None, **epilogue):
