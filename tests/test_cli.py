@@ -163,3 +163,9 @@ def test_bench_configs_run_every_kernel_with_each(tmp_path):
     rows = list(csv.DictReader((tmp_path / "custom-cpu.csv").open()))
     assert [r["config"] for r in rows if r["kernel"] == "grouped"] == configs.split(";")
     assert main(["bench", "--shapes", "32,32,32", "--configs", "32x32"]) == 2  # not a config label
+
+
+def test_kernels_table_marks_the_experimental_rungs(capsys):
+    assert main(["kernels"]) == 0
+    out = capsys.readouterr().out
+    assert "stream_k (10)" in out and "experimental, not in auto" in out
