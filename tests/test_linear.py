@@ -267,3 +267,21 @@ def test_a_second_derivative_is_refused_not_wrong():
     (grad_x,) = torch.autograd.grad(tritongemm.linear(x, w, b, activation="gelu").sum(), [x], create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable|does not require grad|has no grad"):
         torch.autograd.grad(grad_x.sum(), [x])
+
+
+def test_a_planned_call_is_still_checked_where_the_plan_key_says_nothing():
+    """The hot path runs a plan built for exactly the call's facts without checking again; what
+    the key can't tell apart must still be refused."""
+    x, w, b, r = inputs((2, 3), 8, 16, torch.float32, True, True)
+    tritongemm.linear(x, w, b, residual=r, alpha=2)  # plans the problem
+    hits = tritongemm.plans.info()["hits"]
+    tritongemm.linear(x, w, b, residual=r, alpha=2.0)
+    assert tritongemm.plans.info()["hits"] == hits + 1  # the second call took the hot path
+    with pytest.raises(TypeError, match="alpha"):
+        tritongemm.linear(x, w, b, residual=r, alpha=True)  # True == 1 == 1.0 in a key
+    with pytest.raises(ValueError, match=r"residual of shape \(2, 3, 8\)"):
+        tritongemm.linear(x, w, b, residual=r.reshape(3, 2, 8))  # folds to the same (6, 8)
+    with pytest.raises(ValueError, match="activation"):
+        tritongemm.linear(x, w, b, activation="swish", residual=r)
+    with pytest.raises(TypeError, match="out_dtype"):
+        tritongemm.linear(x, w, b, residual=r, out_dtype=torch.float64)

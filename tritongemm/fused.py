@@ -58,9 +58,15 @@ def linear(
         from tritongemm import ops
 
         return ops.traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
-    out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
     inputs = (x, weight, bias, residual)
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs):
+    autograd = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
+    if not autograd:  # the hot path: a plan built for exactly this call, whose checks passed then
+        hit = _on_a_hit(*inputs, activation, alpha, out_dtype, kernel, config)
+        if hit is not None:
+            plan, prepared = hit
+            return _run(plan, prepared)[0]
+    out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+    if autograd:
         return _LinearFunction.apply(*inputs, activation, float(alpha), out_dtype, kernel, config)
     return checked_linear(*inputs, activation, alpha, out_dtype, kernel, config)
 
@@ -80,27 +86,71 @@ def checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kern
 def _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact: bool):
     """(y, z): the output, and with `store_preact` the activation's input z = alpha * x @ weight.T +
     bias in out_dtype, written by the same kernel (else None)."""
+    prepared = _prepare(x, weight, bias, residual, activation, alpha, out_dtype, store_preact)
+    if prepared is None:  # nothing for a kernel to do; the epilogue of a zero sum may be not zero
+        return _empty_linear(x, weight, bias, residual, activation, out_dtype, kernel, config, store_preact)
+    x2, b, fused, _ = prepared
+    return _run(PLANS.lookup(x2, b, None, kernel, config, fused), prepared)
+
+
+def _on_a_hit(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config):
+    """(plan, prepared) when a plan was built for exactly this call, else None. A plan exists only
+    for a problem whose checks passed, and its key holds every fact they read of the operands
+    but three, checked here: alpha's type (a bool would pass as 1.0), weight's rank, and the
+    residual's shape (its (M, N) fold is in the key, not its own shape)."""
+    try:
+        if type(alpha) not in (int, float) or weight.dim() != 2 or x.dim() == 0:
+            return None
+        if residual is not None and residual.shape != (*x.shape[:-1], weight.shape[0]):
+            return None
+        prepared = _prepare(x, weight, bias, residual, activation, alpha, out_dtype or x.dtype, False)
+    except (AttributeError, RuntimeError, TypeError, ValueError):  # not tensors, mismatched: the checks say why
+        return None
+    if prepared is None:
+        return None
+    x2, b, fused, _ = prepared
+    plan = PLANS.find(x2, b, None, kernel, config, fused)
+    return None if plan is None else (plan, prepared)
+
+
+def _prepare(x, weight, bias, residual, activation, alpha, out_dtype, store_preact: bool):
+    """(x2, b, fused, lead): the GEMM's (M, K) and (K, N) operands as views, the epilogue with its
+    tensors folded to (M, N), and x's leading shape; None for an empty problem."""
     *lead, K = x.shape
     N = weight.shape[0]
     M = math.prod(lead)
+    if M == 0 or N == 0 or K == 0:
+        return None
     x2 = x.reshape(M, K)  # a view whenever the strides allow, as in matmul
-    b = weight.T
-    if M == 0 or N == 0 or K == 0:  # nothing for a kernel to do; the epilogue of a zero sum may be
-        PLANS.lookup(x2, b, None, kernel, config)  # not zero, but the kernel and config are checked
-        if kernel != "auto":
-            checks.check_out_dtype(registry.get(kernel), x.dtype, out_dtype)
-        z = x.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
-        y = activate_torch(z, activation) + (0.0 if residual is None else residual.reshape(M, N).float())
-        return y.to(out_dtype).view(*lead, N), z.to(out_dtype).view(*lead, N) if store_preact else None
     if bias is not None and bias.stride(0) != 1:  # the kernels read the bias as a contiguous row
         bias = bias.contiguous()
     bias = None if bias is None else bias.resolve_neg()
     residual = None if residual is None else residual.resolve_neg().reshape(M, N)
     preact = x2.new_empty((M, N), dtype=out_dtype) if store_preact else None
     spec = Epilogue(activation, float(alpha), bias is not None, residual is not None, store_preact)
-    plan = PLANS.lookup(x2, b, None, kernel, config, Fused(spec, bias, residual, out_dtype, preact))
-    y = plan.run(x2, b, None, bias, residual, preact)
-    return y.view(*lead, N), None if preact is None else preact.view(*lead, N)
+    return x2, weight.T, Fused(spec, bias, residual, out_dtype, preact), lead
+
+
+def _run(plan, prepared) -> tuple:
+    """(y, z) as `_linear` returns them, from a plan and what `_prepare` made."""
+    x2, b, fused, lead = prepared
+    N = b.shape[1]
+    y = plan.run(x2, b, None, fused.bias, fused.residual, fused.preact)
+    return y.view(*lead, N), None if fused.preact is None else fused.preact.view(*lead, N)
+
+
+def _empty_linear(x, weight, bias, residual, activation, out_dtype, kernel, config, store_preact: bool):
+    """`_linear` of an empty problem: no launch. M or N = 0 is an empty result; K = 0 a zero sum
+    whose epilogue (bias, activation, residual) may be not zero. The kernel and config are checked."""
+    *lead, K = x.shape
+    N = weight.shape[0]
+    M = math.prod(lead)
+    PLANS.lookup(x.reshape(M, K), weight.T, None, kernel, config)
+    if kernel != "auto":
+        checks.check_out_dtype(registry.get(kernel), x.dtype, out_dtype)
+    z = x.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
+    y = activate_torch(z, activation) + (0.0 if residual is None else residual.reshape(M, N).float())
+    return y.to(out_dtype).view(*lead, N), z.to(out_dtype).view(*lead, N) if store_preact else None
 
 
 def linear_grads(grad_y, x, weight, bias, residual_dtype, activation, alpha, needs_grad, lin, preact=None) -> tuple:

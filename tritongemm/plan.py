@@ -143,6 +143,20 @@ class PlanCache:
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = 0
 
+    def find(self, a, b, out, kernel, config, fused: Fused | None = None) -> Plan | None:
+        """The plan for this call's problem if one was built, else None (nothing is built or
+        checked: a plan exists only for a problem whose checks passed)."""
+        try:
+            key = problem_key(a, b, out, kernel, config, fused)
+        except (AttributeError, RuntimeError, TypeError):
+            return None
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                self.hits += 1
+            return plan
+
     def lookup(self, a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         """The plan for this call's problem, built (and validated) on a miss."""
         try:
