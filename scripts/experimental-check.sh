@@ -14,6 +14,13 @@ mkdir -p "$out"
 kernel=tma_warp_specialized
 two_warpgroups="128x256x64 g8 w8 s3"
 
+# A smoke case first, alone and short: 2 slots, one K-step a tile, many tiles a program. A wrong
+# barrier phase hangs it (the test's own limit is 120 s), and then nothing else is worth running.
+timeout 150 python3 -m pytest -q -p no:cacheprovider tests/test_warp_specialized.py \
+  -k "test_many_tiles_per_program and 257" >"$out/smoke.log" 2>&1
+status=$?
+echo "smoke: exit $status; $(grep -E 'passed|failed' "$out/smoke.log" | tail -1)"
+[ "$status" = 0 ] || exit "$status"
 timeout 300 python3 -m pytest -n 8 -q -p no:cacheprovider tests/test_warp_specialized.py tests/test_stream_k.py \
   >"$out/tests.log" 2>&1
 status=$?

@@ -224,3 +224,10 @@ def test_many_tiles_per_program(case, num_programs, dtype):
 def test_linear_bias_gelu_residual(config, dtype):
     # M = 3 x 37 rows, N and K off the tile sizes
     run_isolated(_case_spec(Case(111, 264, 520, config=config), dtype, linear=True))
+
+
+def test_k_zero_is_refused_before_any_launch(monkeypatch):
+    monkeypatch.setattr(ws, "require_sm90", lambda name, device: None)
+    a, b, c = torch.empty(64, 0, dtype=torch.float16), torch.empty(0, 64, dtype=torch.float16), torch.empty(64, 64)
+    with pytest.raises(ValueError, match="K must be >= 1"):
+        ws.plan(a, b, c, MID_TILE)

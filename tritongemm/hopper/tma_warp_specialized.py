@@ -235,6 +235,8 @@ def plan(
     SM count (tests: several tiles per program)."""
     require_sm90(NAME, c.device)
     check_config(config, a.element_size())
+    if a.shape[1] == 0:  # matmul never launches for K = 0; a tile's release would have no load to match
+        raise ValueError(f"{NAME}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     M, N = c.shape
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
     grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
