@@ -94,3 +94,89 @@ def test_without_hints_the_loads_are_scalar():
 def test_alignment_hints(M, N, K, expected):
     a, b, c = (torch.empty(r, k, device="meta") for r, k in ((M, K), (K, N), (M, N)))
     assert _host.alignment_hints(a, b, c) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# Rungs 8 and 10 compile for sm_90 (their launches built as their plans build them)
+# ---------------------------------------------------------------------------------------------
+
+
+def compile_call_ptx(module: str, kernel: str, args: list, meta: dict) -> str:
+    """PTX for sm_90 of `module.kernel` called with `args` (("tensor", dtype name) for a pointer to
+    a 16-byte aligned tensor, or an int / float), specialized as Triton specializes a launch; in
+    a fresh process, as `compile_ptx`."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    spec = json.dumps([module, kernel, args, meta])
+    code = f"import json, sys; sys.path.insert(0, {os.path.dirname(__file__)!r}); import test_codegen; "
+    code += f"print(json.dumps(test_codegen._compile_call(*json.loads({spec!r}))))"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _compile_call(module: str, kernel: str, args: list, meta: dict) -> str:
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(module), kernel)
+    options = {name: meta.pop(name) for name in ("num_warps", "num_stages") if name in meta}
+    meta = {k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()}
+    pointer = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
+    signature, constexprs, attrs = {}, dict(meta), {}
+    for i, (name, value) in enumerate(zip(fn.arg_names, args)):
+        if isinstance(value, list):  # a tensor: a pointer, 16-byte aligned as torch allocates
+            signature[name] = pointer[value[1]]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(value, float):
+            signature[name] = "fp32"
+        elif value == 1:
+            constexprs[name] = 1
+        else:
+            signature[name] = "i32" if abs(value) < 2**31 else "i64"
+            if value % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+    signature |= {name: "constexpr" for name in constexprs}
+    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options).asm["ptx"]
+
+
+@pytest.mark.parametrize(
+    "rung, M, N, K",
+    [
+        ("stream_k", 777, 4096, 4096),  # split tiles: the main kernel and the fix-up
+        ("stream_k", 1024, 1024, 64),  # whole tiles only: one launch
+        ("swap_ab", 1, 4096, 4096),
+        ("swap_ab", 16, 4096, 14336),  # K split: the partials and the reduction
+    ],
+)
+def test_rungs_8_and_10_compile_for_sm90_with_16_byte_copies(rung, M, N, K, monkeypatch):
+    import importlib
+
+    from tritongemm.config import MatmulConfig
+    from tritongemm.ladder import _split
+
+    module = importlib.import_module(f"tritongemm.ladder.{rung}")
+    launches = []
+
+    def record(kernel, grid, runtime, meta, device):
+        args = [["tensor", str(v.dtype)[6:]] if isinstance(v, torch.Tensor) else v for v in runtime]
+        launches.append((kernel.fn.__module__, kernel.fn.__name__, args, dict(meta)))
+        return lambda *args: None
+
+    monkeypatch.setattr(module, "compile_launch", record)
+    monkeypatch.setattr(_split, "compile_launch", record)
+    a, b, c = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16).T, torch.empty(M, N)
+    c = c.to(torch.bfloat16)
+    if rung == "swap_ab":
+        config = module.default_config(torch.bfloat16, M, N, K, torch.device("cuda"))
+    else:
+        config = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
+    module.plan(a, b, c, config, num_sms=132)
+    assert launches
+    for mod, name, args, meta in launches:
+        ptx = compile_call_ptx(mod, name, args, meta)
+        if name in ("_stream_k_kernel", "_swap_ab_kernel"):  # the GEMMs: A and B in 16-byte async copies
+            assert re.search(r"cp\.async\.cg\.shared\.global", ptx), f"{name}: no 16-byte cp.async"

@@ -58,6 +58,7 @@ def _stream_k_kernel(
     INPUT_PRECISION: tl.constexpr, INT64: tl.constexpr,
     ALIGN: tl.constexpr,  # _host.alignment_hints of (a, b, c)
     ALIGN_SPLIT: tl.constexpr,  # the same, K's being what divides a piece's K too (stream_k.plan)
+    PIECES: tl.constexpr,  # some tile is split (else workspace_ptr is 0, and no piece is written)
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     STORE_PREACT: tl.constexpr,
 ):
@@ -98,7 +99,7 @@ def _stream_k_kernel(
                 alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
             )  # fmt: skip
             store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
-        else:  # a piece: slot 0 if my range begins with it, else slot 1 (it ends my range)
+        elif PIECES:  # a piece: slot 0 if my range begins with it, else slot 1 (it ends my range)
             slot = 2 * tl.cast(p, tl.int64) + tl.where(step == start, 0, 1)
             tl.store(slot_tile + slot * (BLOCK_M * BLOCK_N), acc)
         step += k_last - k_first
@@ -199,6 +200,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     constexprs |= dict(
         BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_SIZE_M=config.GROUP_SIZE_M,
         num_warps=config.num_warps, num_stages=config.num_stages, ALIGN_SPLIT=piece_alignment(constexprs["ALIGN"], K),
+        PIECES=bool(split),
     )  # fmt: skip
     spec: Epilogue = epilogue.get("epilogue", PLAIN)
     bias, residual, preact = (epilogue.get(name) for name in ("bias", "residual", "preact"))
