@@ -147,28 +147,19 @@ class PlanCache:
         """The plan for this call's problem if one was built, else None (nothing is built or
         checked: a plan exists only for a problem whose checks passed)."""
         try:
-            key = problem_key(a, b, out, kernel, config, fused)
+            return self._hit(problem_key(a, b, out, kernel, config, fused))
         except (AttributeError, RuntimeError, TypeError):
             return None
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is not None:
-                self._plans.move_to_end(key)
-                self.hits += 1
-            return plan
 
     def lookup(self, a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         """The plan for this call's problem, built (and validated) on a miss."""
         try:
             key = problem_key(a, b, out, kernel, config, fused)
-            with self._lock:
-                plan = self._plans.get(key)
-                if plan is not None:
-                    self._plans.move_to_end(key)
-                    self.hits += 1
-                    return plan
+            plan = self._hit(key)
         except (AttributeError, RuntimeError, TypeError):  # not a strided tensor, an unhashable config
             return build_plan(a, b, out, kernel, config, fused)  # which raises the proper error, or plans uncached
+        if plan is not None:
+            return plan
         plan = build_plan(a, b, out, kernel, config, fused)  # outside the lock: it may compile for seconds
         with self._lock:
             self.misses += 1
@@ -178,6 +169,14 @@ class PlanCache:
                 self._plans.popitem(last=False)
                 self.evictions += 1
         return plan
+
+    def _hit(self, key: tuple) -> Plan | None:
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                self.hits += 1
+            return plan
 
     def info(self) -> dict:
         with self._lock:
