@@ -116,7 +116,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         partial_meta, c.device,
     ).with_descriptors((desc.a, desc.b), bind)  # fmt: skip
 
-    reduce = reduce_plan(S, c, epilogue)
+    reduce = reduce_plan(S, c, **epilogue)
     del workspace  # each call takes its own: calls on several streams must not share one
 
     def launch(a, b, c, bias=None, residual=None, preact=None):

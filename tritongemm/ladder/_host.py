@@ -54,24 +54,27 @@ def gemm_args(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> tuple:
 
 def planned_launch(
     kernel, grid, a, b, c, constexprs: dict, trace=None, epilogue: Epilogue = PLAIN, bias=None, residual=None,
-    preact=None,
+    preact=None, *, middle: tuple | None = None,
 ):  # fmt: skip
     """Compile a ladder kernel for this geometry and return `launch(a, b, c, bias=None,
     residual=None, preact=None)` for tensors of the same geometry (see fast_launch). Every ladder
-    kernel takes `gemm_args`, then `trace_ptr` (the optional tile trace of _tiles.record_tile; 0,
-    never written, when off, as Epilogue.pointers says why), then the epilogue's arguments."""
+    kernel takes `gemm_args`, then its own arguments, then the epilogue's. Rungs 1-3 take
+    `trace_ptr` there (the optional tile trace of _tiles.record_tile; 0, never written, when off,
+    as Epilogue.pointers says why) and the TRACE constexpr; a kernel without them passes `middle`,
+    the same for every call of the plan."""
     args = gemm_args(a, b, c)
     sizes_and_strides = args[3:]
+    if middle is None:
+        middle = (0 if trace is None else trace,)
+        constexprs = constexprs | {"TRACE": trace is not None}
     fixed = epilogue.fixed_args(residual, preact)
-    runtime = (*args, 0 if trace is None else trace, *epilogue.pointers(bias, residual, preact), *fixed)
-    meta = {**constexprs, **epilogue.constexprs(), "TRACE": trace is not None}
-    compiled = compile_launch(kernel, grid, runtime, meta, c.device)
-    if trace is None and epilogue.plain:  # matmul's launch, in the fewest steps
-        return lambda a, b, c, *_: compiled(a, b, c, *sizes_and_strides, 0, 0, 0, 0, *fixed)
+    runtime = (*args, *middle, *epilogue.pointers(bias, residual, preact), *fixed)
+    compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
+    if epilogue.plain:  # matmul's launch, in the fewest steps
+        return lambda a, b, c, *_: compiled(a, b, c, *sizes_and_strides, *middle, 0, 0, 0, *fixed)
 
     def launch(a, b, c, bias=None, residual=None, preact=None):
-        trace_ptr = 0 if trace is None else trace
-        compiled(a, b, c, *sizes_and_strides, trace_ptr, *epilogue.pointers(bias, residual, preact), *fixed)
+        compiled(a, b, c, *sizes_and_strides, *middle, *epilogue.pointers(bias, residual, preact), *fixed)
 
     return launch
 

@@ -72,24 +72,22 @@ def _reduce_kernel(
     store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
 
 
-def reduce_plan(S: int, c: torch.Tensor, epilogue: dict):
+def reduce_plan(S: int, c: torch.Tensor, epilogue: Epilogue = PLAIN, bias=None, residual=None, preact=None):
     """`reduce(workspace, c, bias=None, residual=None, preact=None)`: the reduction of an (S, M,
-    N) fp32 workspace into c, with the fused epilogue of `epilogue` (plan's keywords), compiled
-    once for this geometry."""
+    N) fp32 workspace into c, with the fused epilogue (a plan's keywords), compiled once for this
+    geometry."""
     M, N = c.shape
-    spec: Epilogue = epilogue.get("epilogue", PLAIN)
-    bias, residual, preact = (epilogue.get(name) for name in ("bias", "residual", "preact"))
-    fixed = spec.fixed_args(residual, preact)
+    fixed = epilogue.fixed_args(residual, preact)
     grid = (triton.cdiv(M, REDUCE_BLOCK) * triton.cdiv(N, REDUCE_BLOCK),)
-    meta = dict(BLOCK_M=REDUCE_BLOCK, BLOCK_N=REDUCE_BLOCK, ALIGN=(1,) * 9, **spec.constexprs())
+    meta = dict(BLOCK_M=REDUCE_BLOCK, BLOCK_N=REDUCE_BLOCK, ALIGN=(1,) * 9, **epilogue.constexprs())
     workspace = torch.empty((S, M, N), device=c.device, dtype=torch.float32)
     compiled = compile_launch(
-        _reduce_kernel, grid, (workspace, c, M, N, *c.stride(), S, *spec.pointers(bias, residual, preact), *fixed),
+        _reduce_kernel, grid, (workspace, c, M, N, *c.stride(), S, *epilogue.pointers(bias, residual, preact), *fixed),
         meta, c.device,
     )  # fmt: skip
     c_strides = c.stride()
 
     def reduce(workspace, c, bias=None, residual=None, preact=None):
-        compiled(workspace, c, M, N, *c_strides, S, *spec.pointers(bias, residual, preact), *fixed)
+        compiled(workspace, c, M, N, *c_strides, S, *epilogue.pointers(bias, residual, preact), *fixed)
 
     return reduce

@@ -202,33 +202,37 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         num_warps=config.num_warps, num_stages=config.num_stages, ALIGN_SPLIT=piece_alignment(constexprs["ALIGN"], K),
         PIECES=bool(split),
     )  # fmt: skip
-    spec: Epilogue = epilogue.get("epilogue", PLAIN)
-    bias, residual, preact = (epilogue.get(name) for name in ("bias", "residual", "preact"))
-    fixed = spec.fixed_args(residual, preact)
-    slots = (2 * P, config.BLOCK_M, config.BLOCK_N)
-    workspace = torch.empty(slots, device=c.device, dtype=torch.float32) if split else 0  # 0: never read
-    sizes_and_strides = _host.gemm_args(a, b, c)[3:]
-    runtime = (*_host.gemm_args(a, b, c), workspace, *spec.pointers(bias, residual, preact), *fixed)
-    main = compile_launch(_stream_k_kernel, (P,), runtime, constexprs | spec.constexprs(), c.device)
-    if not split:  # every program's range is whole tiles: no piece to add up
+    if not split:  # every program's range is whole tiles: no piece to add up, no workspace
+        return _host.planned_launch(_stream_k_kernel, (P,), a, b, c, constexprs, middle=(0,), **epilogue)
+    return _with_fixup(a, b, c, constexprs, P, split, **epilogue)
 
-        def launch(a, b, c, bias=None, residual=None, preact=None):
-            main(a, b, c, *sizes_and_strides, 0, *spec.pointers(bias, residual, preact), *fixed)
 
-        return launch
-
+def _with_fixup(a, b, c, constexprs: dict, P: int, split: list[int], epilogue: Epilogue = PLAIN, bias=None,
+                residual=None, preact=None):  # fmt: skip
+    """plan's launch when some tiles are split: the main kernel writes their pieces to a workspace
+    of its own per call, the fix-up adds them and applies the epilogue."""
+    M, K = a.shape
+    N = b.shape[1]
+    fixed = epilogue.fixed_args(residual, preact)
+    slots = (2 * P, constexprs["BLOCK_M"], constexprs["BLOCK_N"])
+    workspace = torch.empty(slots, device=c.device, dtype=torch.float32)
+    args = _host.gemm_args(a, b, c)
+    sizes_and_strides = args[3:]
+    runtime = (*args, workspace, *epilogue.pointers(bias, residual, preact), *fixed)
+    main = compile_launch(_stream_k_kernel, (P,), runtime, constexprs | epilogue.constexprs(), c.device)
     split_ids = torch.tensor(split, device=c.device, dtype=torch.int32)
     fixup_meta = {
         name: constexprs[name] for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_SIZE_M", "INT64", "ALIGN")
-    } | spec.constexprs()
-    fixup_runtime = (split_ids, workspace, c, M, N, K, *c.stride(), *spec.pointers(bias, residual, preact), *fixed, P)
+    } | epilogue.constexprs()
+    pointers = epilogue.pointers(bias, residual, preact)
+    fixup_runtime = (split_ids, workspace, c, M, N, K, *c.stride(), *pointers, *fixed, P)
     fixup = compile_launch(_fixup_kernel, (len(split),), fixup_runtime, fixup_meta, c.device)
     c_strides = c.stride()
     del workspace  # each call takes its own: calls on several streams must not share one
 
     def launch(a, b, c, bias=None, residual=None, preact=None):
         workspace = torch.empty(slots, device=c.device, dtype=torch.float32)
-        pointers = spec.pointers(bias, residual, preact)
+        pointers = epilogue.pointers(bias, residual, preact)
         main(a, b, c, *sizes_and_strides, workspace, *pointers, *fixed)
         fixup(split_ids, workspace, c, M, N, K, *c_strides, *pointers, *fixed, P)
 

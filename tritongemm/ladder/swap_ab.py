@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import PLAIN, Epilogue
+from tritongemm.epilogue import PLAIN
 from tritongemm.epilogue.kernels import apply_tl
 from tritongemm.fast_launch import compile_launch
 from tritongemm.ladder import _host
@@ -111,27 +111,17 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
         num_stages=config.num_stages, ALIGN_T=transposed_alignment(constexprs["ALIGN"], K), SPLIT=S > 1,
     )  # fmt: skip
     grid = (config.num_tiles(M, N) * S,)
-    sizes_and_strides = _host.gemm_args(a, b, c)[3:]
     if S == 1:  # one program per tile, the epilogue in the kernel, K whole
-        spec: Epilogue = epilogue.get("epilogue", PLAIN)
-        bias, residual, preact = (epilogue.get(name) for name in ("bias", "residual", "preact"))
-        fixed = spec.fixed_args(residual, preact)
-        runtime = (*_host.gemm_args(a, b, c), 0, K, *spec.pointers(bias, residual, preact), *fixed)
-        kernel = compile_launch(_swap_ab_kernel, grid, runtime, constexprs | spec.constexprs(), c.device)
-        if spec.plain:  # matmul's launch, in the fewest steps
-            return lambda a, b, c, *_: kernel(a, b, c, *sizes_and_strides, 0, K, 0, 0, 0, *fixed)
-
-        def launch(a, b, c, bias=None, residual=None, preact=None):
-            kernel(a, b, c, *sizes_and_strides, 0, K, *spec.pointers(bias, residual, preact), *fixed)
-
-        return launch
+        return _host.planned_launch(_swap_ab_kernel, grid, a, b, c, constexprs, middle=(0, K), **epilogue)
 
     # S programs per tile write fp32 partials; the reduction applies the epilogue.
     workspace = torch.empty((S, M, N), device=c.device, dtype=torch.float32)
     plain = PLAIN.fixed_args(None, None)
-    runtime = (*_host.gemm_args(a, b, c), workspace, k_per_split, 0, 0, 0, *plain)
+    args = _host.gemm_args(a, b, c)
+    sizes_and_strides = args[3:]
+    runtime = (*args, workspace, k_per_split, 0, 0, 0, *plain)
     partial = compile_launch(_swap_ab_kernel, grid, runtime, constexprs | PLAIN.constexprs(), c.device)
-    reduce = reduce_plan(S, c, epilogue)
+    reduce = reduce_plan(S, c, **epilogue)
     del workspace  # each call takes its own: calls on several streams must not share one
 
     def launch(a, b, c, bias=None, residual=None, preact=None):
