@@ -117,7 +117,7 @@ register(
         idea="K split over several programs per tile; fp32 partials summed in a fixed order by a second kernel",
         launch=split_k.launch,
         plan=split_k.plan,
-        # for few output tiles: the smallest tile with rung 4's ring (split_k.split_plan fills the SMs)
+        # for few output tiles: the smallest tile with rung 4's ring (split_k.ring_split_plan fills the SMs)
         **_COMMON | dict(default_config=lambda dtype, M, N, K, device: SMALL_TILE),
     )
 )
