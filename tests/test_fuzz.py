@@ -54,11 +54,22 @@ def _gpu_configs() -> dict[str, tuple[MatmulConfig | None, ...]]:
         MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=32, GROUP_SIZE_M=8, num_warps=4, num_stages=3),
     )
     configs = {name: ladder for name in LADDER} | {"auto": (None,)}
+    # swap_ab's tiles are (tokens, weight rows); its split counts are drawn explicitly too (0
+    # fills the SMs), so the workspace and the fixed-order reduction see 1 to 7 pieces a tile.
+    skinny = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
+    configs["swap_ab"] = (
+        None,
+        skinny.with_(split_k=1),
+        skinny.with_(BLOCK_M=32, BLOCK_K=64, split_k=3),
+        skinny.with_(BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, split_k=0),
+        skinny.with_(BLOCK_N=32, BLOCK_K=256, num_stages=3, split_k=7),
+    )
     if _IS_SM90:
         from tritongemm.hopper import SMALL_TILE, TINY_TILE
 
         gluon = (None, TINY_TILE, SMALL_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1))
         configs |= {name: gluon for name in GLUON}
+        configs["split_k"] = (None, TINY_TILE.with_(split_k=2), SMALL_TILE.with_(split_k=5))
     return configs
 
 

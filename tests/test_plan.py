@@ -258,3 +258,35 @@ def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkey
     rules = tritongemm.dispatch.choose("auto", None, a, b, F16, use_table=False)[0].name
     assert built == [("grouped", SMALL), (rules, None)] and chosen.kernel == rules
     assert rel_error(chosen.run(a, b, None), reference_matmul(a, b)) <= tolerance(F16, 40)
+
+
+def test_a_default_config_too_big_for_shared_memory_takes_fewer_stages(monkeypatch):
+    """The defaults size shared memory for the operands; an fp32 output's epilogue can tip a
+    persistent kernel over (H100: bf16 to fp32 at 512 x 28672 x 4096). The plan retries its
+    default with fewer stages; a config the caller gave fails as asked."""
+    import dataclasses
+
+    from triton.runtime.errors import OutOfResources
+
+    from tritongemm import registry
+
+    grouped = registry.get("grouped")
+    tried = []
+
+    def plan_in_little_memory(a, b, c, config, **epilogue):
+        tried.append(config.num_stages)
+        if config.num_stages > 2:
+            raise OutOfResources(config.num_stages * 100_000, 232_448, "shared memory")
+        return grouped.plan(a, b, c, config, **epilogue)
+
+    monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(grouped, plan=plan_in_little_memory))
+    a, b = (torch.randn(s, device=DEVICE) for s in ((33, 40), (40, 17)))
+    default = grouped.default_config(a.dtype, 33, 17, 40, a.device).with_(num_stages=4)
+    monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(
+        registry._KERNELS["grouped"], default_config=lambda *args: default))  # fmt: skip
+    cache = PlanCache()
+    plan = cache.lookup(a, b, None, "grouped", None)
+    assert tried == [4, 3, 2] and plan.config == default.with_(num_stages=2)
+    torch.testing.assert_close(plan.run(a, b, None), a @ b, rtol=1e-4, atol=1e-4)
+    with pytest.raises(OutOfResources):
+        cache.lookup(a, b, None, "grouped", default)

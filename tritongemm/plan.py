@@ -22,6 +22,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
+from triton.runtime.errors import OutOfResources
 
 from tritongemm import checks, dispatch, registry
 from tritongemm.config import MatmulConfig
@@ -118,15 +119,28 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
 
 def _compiled_plan(info, config, a, b, out, out_dtype, fused, resolve_neg, device_index) -> Plan:
     checks.check_config(info, config, a.device)
-    if config is None:
+    defaulted = config is None
+    if defaulted:
         M, K = a.shape
         config = info.default_config(a.dtype, M, b.shape[1], K, a.device)
     prepare = info.plan_operands(a, b, out, out_dtype)
     pa, pb, c = prepare(a, b, out)  # this call's own operands, to plan (and compile) on
     epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias, residual=fused.residual,
                                              preact=fused.preact)  # fmt: skip
-    with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
-        launch = info.plan(pa, pb, c, config, **epilogue)
+    while True:
+        try:
+            with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
+                launch = info.plan(pa, pb, c, config, **epilogue)
+            break
+        except OutOfResources:
+            # The default configs size shared memory for the operands' ring. An fp32 output adds
+            # the epilogue's layout change (128 KB for a 128 x 256 tile), which a persistent `tl`
+            # kernel, whose ring lives across its epilogues, can't always fit beside it (H100:
+            # bf16 linear to fp32 at 512 x 28672 x 4096 needed 272 KB of 227). One stage less
+            # each time; a config the caller gave is the caller's to change.
+            if not defaulted or config.num_stages == 1:
+                raise
+            config = config.with_(num_stages=config.num_stages - 1)
     return Plan(info.name, config, resolve_neg, prepare, launch, device_index, not c.is_contiguous())
 
 
