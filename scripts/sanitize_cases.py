@@ -90,7 +90,7 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
         for config in (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1)):
             a = operand(300, 700, torch.float16, "nn", gen)
             b = operand(500, 700, torch.float16, "nn", gen).T
-            a_, b_, c = info.plan_operands(a, b, None)(a, b, None)
+            a_, b_, c = info.plan_operands(a, b, None, a.dtype)(a, b, None)
             yield a, b, config, functools.partial(launch_on_few_programs, info, a_, b_, c, config)
 
 

@@ -279,3 +279,20 @@ def test_consan_gets_a_barrier_each_for_a_and_b(monkeypatch):
     assert barriers_per_slot() == 1
     monkeypatch.setattr(triton.knobs.compilation, "instrumentation_mode", "consan")
     assert barriers_per_slot() == 2
+
+
+def test_the_sanitizer_workload_builds_its_cases_for_every_kernel():
+    """scripts/sanitize_cases.py runs only on a GPU under compute-sanitizer, where a broken case
+    list costs a device call (a changed plan_operands signature once did): build every kernel's
+    cases here (CPU tensors; nothing is launched)."""
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).parent.parent / "scripts" / "sanitize_cases.py"
+    spec = importlib.util.spec_from_file_location("sanitize_cases", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    for info in registry.all_kernels():
+        for quick in (True, False):
+            cases = list(module.cases(info.name, info, quick))
+            assert cases and all(len(case) == 4 for case in cases), info.name
