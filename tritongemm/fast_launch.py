@@ -22,6 +22,8 @@ from collections.abc import Callable
 import torch
 import triton
 from triton import knobs
+from triton.compiler import compiler
+from triton.runtime.errors import OutOfResources
 
 # Triton releases whose compiled launcher has the layout `_raw_launcher` reads and the argument
 # order its callers pass (checked on the GPU: tests/test_plan.py). 3.9's takes another (argument annotations, a kernel
@@ -215,6 +217,13 @@ def compile_launch(jit_fn, grid: tuple[int, ...], args: tuple, kwargs: dict, dev
             compiled = jit_fn.warmup(*args, grid=grid, **kwargs)
             if hasattr(compiled, "result"):  # Triton's asynchronous compile mode hands back a future
                 compiled = compiled.result()
+            # Checked here, not left to the load: Triton raises OutOfResources at a binary's first
+            # load only, then keeps the error as the binary's launcher, so a second plan of the same
+            # binary would load "nothing" silently and fail at its first call (seen on the H100: two
+            # bf16 -> fp32 linear problems of one specialization). plan.py retries on this error.
+            limit = compiler.max_shared_mem(device.index or 0)
+            if compiled.metadata.shared > limit:
+                raise OutOfResources(compiled.metadata.shared, limit, "shared memory")
             compiled.run  # noqa: B018  loads the binary on this device (the property does)
         if getattr(compiled, "function", None) is None:  # not loaded after all: Triton's own path
             compiled = None

@@ -16,7 +16,7 @@ import torch
 
 from tritongemm import checks, registry
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import Epilogue, Fused, activate_torch, activation_grad
+from tritongemm.epilogue import Epilogue, Fused, activate_torch, activation_backward
 from tritongemm.plan import PLANS
 
 
@@ -157,30 +157,29 @@ def linear_grads(grad_y, x, weight, bias, residual_dtype, activation, alpha, nee
     """(dx, dweight, dbias, dresidual) of y = activation(alpha * x @ weight.T + bias) + residual,
     with `lin(x, weight, bias, activation, alpha, out_dtype)` computing the GEMMs (eager: the
     direct path; compiled: the operator). The activation's derivative reads the pre-activation
-    z: `preact` where the forward stored it, else recomputed here in fp32."""
+    z: `preact` where the forward stored it, else recomputed here, in grad_y's dtype as stored."""
     N, K = weight.shape
     grad_x = grad_weight = grad_bias = grad_residual = None
     if needs_grad[3]:
         grad_residual = grad_y.to(residual_dtype)
-    if activation is None:
-        grad_z32 = grad_y.float()
-    else:
-        z = lin(x, weight, bias, None, alpha, torch.float32) if preact is None else preact.float()
-        grad_z32 = grad_y.float() * activation_grad(z, activation)
-    grad_z = grad_z32.to(x.dtype)
+    grad_z = grad_y
+    if activation is not None:
+        z = lin(x, weight, bias, None, alpha, grad_y.dtype) if preact is None else preact
+        grad_z = activation_backward(grad_y, z, activation)
+    if needs_grad[2]:  # summed in fp32 before the one rounding, as torch sums a half tensor
+        grad_bias = grad_z.reshape(-1, N).sum(0, dtype=torch.float32).to(bias.dtype)
+    grad_z = grad_z.to(x.dtype)
     if needs_grad[0]:  # dz @ weight, scaled: linear with weight.T as its (K, N) weight
         grad_x = lin(grad_z, weight.T, None, None, alpha, x.dtype)
     if needs_grad[1]:  # dz^T @ x over every leading dimension: (N, M') @ (M', K)
         rows = math.prod(x.shape[:-1])
         grad_weight = lin(grad_z.reshape(rows, N).T, x.reshape(rows, K).T, None, None, alpha, weight.dtype)
-    if needs_grad[2]:
-        grad_bias = grad_z32.reshape(-1, N).sum(0).to(bias.dtype)
     return grad_x, grad_weight, grad_bias, grad_residual
 
 
 def backward_kernel(kernel: str) -> str:
-    """The kernel the backward's GEMMs use: the forward's, unless it can't write the fp32
-    pre-activation (a Gluon kernel), then "auto"."""
+    """The kernel the backward's GEMMs use: the forward's, unless it writes the inputs' dtype only
+    (a Gluon kernel), as the recomputed pre-activation of an fp32 output is not; then "auto"."""
     return kernel if kernel == "auto" or registry.get(kernel).any_out_dtype else "auto"
 
 

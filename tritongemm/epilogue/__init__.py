@@ -15,7 +15,6 @@ kernel it was before; alpha's value and the bias and residual pointers are runti
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -109,24 +108,16 @@ def activate_torch(y: torch.Tensor, activation: str | None) -> torch.Tensor:
     raise ValueError(f"unknown activation {activation!r}")
 
 
-def activation_grad(z: torch.Tensor, activation: str | None) -> torch.Tensor:
-    """d activation(z) / dz, elementwise, in z's dtype (autograd's backward through `linear`)."""
-    if activation is None:
-        return torch.ones_like(z)
+def activation_backward(grad: torch.Tensor, z: torch.Tensor, activation: str) -> torch.Tensor:
+    """grad * activation'(z) (autograd's backward through `linear`), in one elementwise kernel:
+    torch's own backward of each activation, the one F.gelu and friends run under autograd, in
+    grad's dtype with fp32 arithmetic inside. (Written as torch expressions in fp32 it was ten
+    kernels and 3 ms of 5 per forward + backward at 2048 x 28672 x 4096 bf16 on the H100.)"""
+    aten = torch.ops.aten
     if activation == "relu":
-        return (z > 0).to(z.dtype)
-    if activation == "gelu":
-        cdf = 0.5 * (1.0 + torch.erf(z * (1.0 / math.sqrt(2.0))))
-        pdf = torch.exp(-0.5 * z * z) * (1.0 / math.sqrt(2.0 * math.pi))
-        return cdf + z * pdf
-    if activation == "gelu_tanh":
-        inner = _SQRT_2_OVER_PI * (z + 0.044715 * z * z * z)
-        t = torch.tanh(inner)
-        return 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * _SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * z * z)
+        return aten.threshold_backward(grad, z, 0)
+    if activation in ("gelu", "gelu_tanh"):
+        return aten.gelu_backward(grad, z, approximate="none" if activation == "gelu" else "tanh")
     if activation == "silu":
-        s = torch.sigmoid(z)
-        return s * (1.0 + z * (1.0 - s))
+        return aten.silu_backward(grad, z)
     raise ValueError(f"unknown activation {activation!r}")
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
