@@ -18,19 +18,27 @@ from cases import ON_HOPPER, Case, check_matmul, make_operands
 
 from tritongemm import device_info, registry
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper import BIG_TILE, MID_TILE, SMALL_TILE, TILES, TINY_TILE, WARP_SPECIALIZED_TILES
+from tritongemm.hopper import (
+    BIG_TILE,
+    MID_TILE,
+    SMALL_TILE,
+    TILES,
+    TINY_TILE,
+    WARP_SPECIALIZED_BIG_TILE,
+    WARP_SPECIALIZED_TILES,
+)
 from tritongemm.hopper import tma_warp_specialized as ws
 from tritongemm.hopper.pipeline import H100_SHARED_MEMORY_BYTES
 
 KERNEL = "tma_warp_specialized"
-TWO_WARPGROUPS = BIG_TILE.with_(num_stages=3)  # 128 x 256: two MMA warpgroups, 64 rows each
+TWO_WARPGROUPS = WARP_SPECIALIZED_BIG_TILE  # 128 x 256: two MMA warpgroups, 64 rows each
 
 # ---------------------------------------------------------------------------------------------
 # Host side (CPU)
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("config", WARP_SPECIALIZED_TILES + (TWO_WARPGROUPS,), ids=MatmulConfig.short)
+@pytest.mark.parametrize("config", WARP_SPECIALIZED_TILES, ids=MatmulConfig.short)
 def test_defaults_and_the_two_warpgroup_tile_fit(config):
     ws.check_config(config, 2)
     assert ws.smem_bytes(config, 2) <= H100_SHARED_MEMORY_BYTES
@@ -119,10 +127,12 @@ def test_registered_as_an_experimental_rung():
     )
     for M, N in ((8192, 8192), (1024, 1024), (256, 1024), (1, 1)):
         config = info.default_config(torch.float16, M, N, 4096, torch.device("cpu"))
-        assert config in WARP_SPECIALIZED_TILES and config.num_warps == 4  # one MMA warpgroup by default
-    assert info.default_config(torch.float16, 8192, 8192, 4096, torch.device("cpu")) == MID_TILE
+        assert config in WARP_SPECIALIZED_TILES
+    # Two MMA warpgroups where the 128 x 256 tiles fill the SMs, one below that.
+    assert info.default_config(torch.float16, 8192, 8192, 4096, torch.device("cpu")) == TWO_WARPGROUPS
+    assert info.default_config(torch.float16, 1024, 2048, 4096, torch.device("cpu")) == MID_TILE
     assert info.default_config(torch.float16, 256, 1024, 4096, torch.device("cpu")) == TINY_TILE
-    assert set(WARP_SPECIALIZED_TILES) <= set(TILES)
+    assert set(WARP_SPECIALIZED_TILES[1:]) <= set(TILES)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -32,10 +32,12 @@ MID_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, nu
 SMALL_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TINY_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
-# Rung 9's defaults: one warpgroup computes (num_warps=4) until its two-warpgroup form has been
-# checked on the GPU; that one takes BIG_TILE with 3 buffers, as C's own tile lives next to the
-# ring there (4 x 48 KB + 64 KB > 227 KB).
-WARP_SPECIALIZED_TILES = (MID_TILE, SMALL_TILE, TINY_TILE)
+# Rung 9's tiles. Two MMA warpgroups on BIG_TILE's 128 x 256 with 3 buffers (C's own tile lives
+# next to the ring: 4 x 48 KB + 64 KB > 227 KB) measured 0.99-1.03x cuBLAS at 8192^3 and 4096^3
+# (H100, 2026-11-23, results/h100/ws-two-warpgroups.csv); one warpgroup on 128 x 128, 0.92-1.00x
+# over the K sweep and 0.89-0.96x over the llm suite's M >= 2048 rows (ksweep-ws.csv, llm-ws.csv).
+WARP_SPECIALIZED_BIG_TILE = BIG_TILE.with_(num_stages=3)
+WARP_SPECIALIZED_TILES = (WARP_SPECIALIZED_BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
 
 H100_SMS = 132
 # A tile size is worth it while it keeps this share of the SMs busy (2048 x 2048 above: BIG's 128
