@@ -40,8 +40,10 @@ import collections, glob, json, sys
 rows = [json.loads(line) for f in glob.glob(f"{sys.argv[1]}/*.jsonl") for line in open(f)]
 by = collections.Counter((r["kernel"], r["ok"]) for r in rows)
 print(f"fuzz: {len(rows)} cases, {sum(r['ok'] for r in rows)} passed, {sum(not r['ok'] for r in rows)} failed")
+dtypes = collections.Counter((r["kernel"], r["dtype"].removeprefix("torch.")) for r in rows)
 for kernel in sorted({k for k, _ in by}):
-    print(f"  {kernel}: {by[kernel, True]} passed, {by[kernel, False]} failed")
+    each = ", ".join(f"{n} {d}" for (k, d), n in sorted(dtypes.items()) if k == kernel)
+    print(f"  {kernel}: {by[kernel, True]} passed, {by[kernel, False]} failed ({each})")
 for r in [r for r in rows if not r["ok"]][:15]:
     print("  FAIL", r["error"].replace("\n", " | ")[:600])
 EOF
