@@ -10,7 +10,7 @@ On the CPU (the Triton interpreter, fp16 / fp32, the `triton.language` rungs and
 is bounded for CI: shapes up to 300, and no more than 6 tiles along any axis so each case stays
 under a second. On a GPU every kernel and dtype runs, on larger shapes, with configs from a short
 list (each distinct config is a compile). FUZZ_EXAMPLES sets the number of cases over the whole
-test (the H100 run uses 2000), FUZZ_SEED another sequence than the fixed default one, and
+test (the H100 run uses 10400), FUZZ_SEED another sequence than the fixed default one, and
 FUZZ_KEEP_GOING=1 records every failing case instead of stopping at the first.
 """
 
