@@ -200,3 +200,24 @@ def test_kernel_only_and_eager_results_combine_into_one_file(tmp_path):
     assert json.loads((tmp_path / "auto.json").read_text())["environment"]["eager_date"] == "2026-11-23 eager"
     with pytest.raises(ValueError, match="graph rows"):
         combine_timings(tmp_path, "auto")  # auto.csv now holds both: not a kernel-only run any more
+
+
+def test_auto_scorecard_reads_the_newest_rows_against_issue_14s_bars(tmp_path):
+    from tritongemm.bench.report import auto_scorecard, newest_rows, write_results
+
+    def row(m, ratio, timing="graph", kernel="auto"):
+        return Row("H100", "bfloat16", "nt", m, 4096, 4096, kernel, "cfg", 1.0, 1.0, ratio, 0.0, "ok", timing)
+
+    old = [row(128, 0.52), row(4096, 1.10), row(4096, 0.80, "eager"), row(128, 1.0, kernel="cublas")]
+    new = [row(128, 0.95)]  # a re-measure of the M = 128 row
+    write_results(old, {}, tmp_path, "auto")
+    write_results(new, {}, tmp_path, "auto-m128")
+    rows = newest_rows(tmp_path / "auto.csv", tmp_path / "auto-m128.csv")
+    assert sorted((r.m, r.timing, r.ratio_to_cublas) for r in rows if r.kernel == "auto") == [
+        (128, "graph", 0.95), (4096, "eager", 0.80), (4096, "graph", 1.10)]  # fmt: skip
+    card = auto_scorecard(rows)
+    # graph: 0.95 is above the 0.90 worst bar but under M <= 128's 1.0; eager: 0.80 under 0.85
+    assert "graph: 2 rows, geomean 1.02 (bar 1.05), worst 0.95 (bar 0.9)" in card
+    assert "0.950 < 1.00  bfloat16  nt 128x4096x4096" in card
+    assert "eager: 1 rows, geomean 0.80 (bar 1.0), worst 0.80 (bar 0.85)" in card
+    assert "4096x4096x4096" in card.split("eager:")[1] and "4096x4096x4096" not in card.split("eager:")[0]

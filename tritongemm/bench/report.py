@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
 from tritongemm.bench.measure import Row
@@ -177,3 +178,45 @@ def markdown_pivot(rows: list[dict]) -> str:
             "| " + " | ".join(first + [baseline.get(k[:5], "-")] + [by_kernel.get(x, "") for x in ours]) + " |"
         )
     return "\n".join(lines)
+
+
+# Issue 14's bars for kernel="auto", as ratios to cuBLAS in the same run: (geomean, worst) per
+# timing, and kernel-only at least 1.0 on every row with M <= 128.
+AUTO_TARGETS = {"graph": (1.05, 0.90), "eager": (1.00, 0.85)}
+AUTO_SKINNY_M, AUTO_SKINNY_BAR = 128, 1.0
+
+
+def auto_scorecard(rows: list[Row]) -> str:
+    """Where `auto`'s rows (the auto suite's CSVs) stand against AUTO_TARGETS: geomean and worst
+    per timing, then every row that misses a bar, worst first."""
+    lines = []
+    for timing, (geomean_bar, worst_bar) in AUTO_TARGETS.items():
+        rows_here = [r for r in rows if r.timing == timing and r.kernel == "auto" and r.ratio_to_cublas]
+        if not rows_here:
+            continue
+        ratios = [r.ratio_to_cublas for r in rows_here]
+        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+        lines.append(f"{timing}: {len(ratios)} rows, geomean {geomean:.2f} (bar {geomean_bar}), "
+                     f"worst {min(ratios):.2f} (bar {worst_bar})")  # fmt: skip
+
+        bars = [(r, _auto_bar(r, timing, worst_bar)) for r in rows_here]
+        misses = sorted(((r, b) for r, b in bars if r.ratio_to_cublas < b), key=lambda rb: rb[0].ratio_to_cublas)
+        lines.append(f"  {len(misses)} rows under their bar:")
+        lines += [f"  {r.ratio_to_cublas:6.3f} < {b:.2f}  {r.dtype:9s} {r.layout} {r.m}x{r.n}x{r.k}  {r.config}"
+                  for r, b in misses]  # fmt: skip
+    return "\n".join(lines)
+
+
+def _auto_bar(row: Row, timing: str, worst_bar: float) -> float:
+    skinny = timing == "graph" and row.m <= AUTO_SKINNY_M
+    return max(worst_bar, AUTO_SKINNY_BAR) if skinny else worst_bar
+
+
+def newest_rows(*csv_paths: Path) -> list[Row]:
+    """The rows of several results CSVs, a later file's row replacing an earlier one's for the same
+    problem, kernel and timing (a re-measure of part of a suite)."""
+    merged = {}
+    for path in csv_paths:
+        for r in rows_from_csv(path):
+            merged[(r.dtype, r.layout, r.m, r.n, r.k, r.kernel, r.timing)] = r
+    return list(merged.values())
