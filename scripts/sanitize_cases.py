@@ -85,7 +85,7 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
             a = operand(M, K, torch.float16, "nt", gen)
             b = operand(N, K, torch.float16, "nn", gen).T
             yield a, b, SMALL.with_(split_k=3), None
-    if kernel in ("tma_persistent", "tma_persistent_pipelined", "tma_warp_specialized"):
+    if kernel in ("tma_persistent", "tma_persistent_pipelined", "tma_warp_specialized", "tma_ping_pong"):
         # Several tiles per program: the cross-tile pipeline and barrier phases over many laps.
         for config in (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1)):
             a = operand(300, 700, torch.float16, "nn", gen)

@@ -18,11 +18,13 @@ import pytest
 import torch
 
 from tritongemm.epilogue import PLAIN, Epilogue
-from tritongemm.hopper import TILES
+from tritongemm.hopper import MID_TILE, TILES
 from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes
 from tritongemm.hopper.tma_warp_specialized import smem_bytes as warp_specialized_smem_bytes
 
-KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k", "tma_warp_specialized")
+KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k", "tma_warp_specialized",
+           "tma_ping_pong")  # fmt: skip
+WARP_SPECIALIZED = {"tma_warp_specialized": 1, "tma_ping_pong": 2}  # their consumer partitions
 # Every default tile with B row-major; the big tile also with B K-major (a transposed weight),
 # with the barrier-per-operand ring that ConSan runs (pipeline.barriers_per_slot), and with fused
 # epilogues (epilogue/): GELU (erf) with alpha, bias, residual and the pre-activation stored;
@@ -38,8 +40,11 @@ INSTRUCTIONS = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
 
 def tile_config(kernel: str, tile: int):
     """The config a case compiles: TILES[tile], with 3 buffers for the warp-specialized rung's big
-    tile, whose C tile lives next to the ring (4 buffers and C: 256 KB > 227 KB)."""
+    tile, whose C tile lives next to the ring (4 buffers and C: 256 KB > 227 KB); ping-pong's
+    consumers are one warpgroup each, so it compiles MID_TILE in the big tile's place."""
     config = TILES[tile]
+    if kernel == "tma_ping_pong" and config.num_warps == 8:
+        return MID_TILE
     if kernel == "tma_warp_specialized" and config.BLOCK_N == 256:
         return config.with_(num_stages=3)
     return config
@@ -106,10 +111,12 @@ def _compile_all(kernel: str) -> list[dict]:
             desc = make_descriptors(a, b, c, *tiles, epi_split=plan.epi_split)
             fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
             extra = dict(Scheduler=scheduler, STEAL_B=plan.steal_b)
-        elif kernel == "tma_warp_specialized":
+        elif kernel in WARP_SPECIALIZED:
             desc = make_descriptors(a, b, c, *tiles)
             fn = tma_warp_specialized._tma_warp_specialized_kernel
-            extra = dict(Scheduler=scheduler, LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS)
+            registers = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
+                             CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
+            extra = dict(Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], **registers)
         else:
             desc = make_descriptors(a, b, c, *tiles)
             persistent = kernel == "tma_persistent"
@@ -126,7 +133,7 @@ def _compile_all(kernel: str) -> list[dict]:
         compiled = fn.warmup(*args, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
         ptx = compiled.asm["ptx"]
         # Warp specialization's register reallocation: the load warp gives registers to the MMA warps.
-        instructions = INSTRUCTIONS + (("setmaxnreg",) if kernel == "tma_warp_specialized" else ())
+        instructions = INSTRUCTIONS + (("setmaxnreg",) if kernel in WARP_SPECIALIZED else ())
         results.append(
             dict(
                 case=[tile, b_k_major, per_slot, fused],
@@ -179,8 +186,8 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
         # The plan is what the host checks before launching; the compiler must agree with it.
         if kernel == "tma_persistent_pipelined":
             planned = plan_ring(config, 2).smem_bytes
-        elif kernel == "tma_warp_specialized":
-            planned = warp_specialized_smem_bytes(config, 2)
+        elif kernel in WARP_SPECIALIZED:
+            planned = warp_specialized_smem_bytes(config, 2, WARP_SPECIALIZED[kernel])
         else:
             planned = sequential_smem_bytes(config, 2)
         assert planned <= result["shared"] <= planned + _SMEM_SLACK_BYTES, f"{label}: {result['shared']} bytes"

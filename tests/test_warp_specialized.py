@@ -21,6 +21,7 @@ from tritongemm.config import MatmulConfig
 from tritongemm.hopper import (
     BIG_TILE,
     MID_TILE,
+    PING_PONG_TILES,
     SMALL_TILE,
     TILES,
     TINY_TILE,
@@ -31,6 +32,7 @@ from tritongemm.hopper import tma_warp_specialized as ws
 from tritongemm.hopper.pipeline import H100_SHARED_MEMORY_BYTES
 
 KERNEL = "tma_warp_specialized"
+PING_PONG = "tma_ping_pong"  # rung 11: the same kernel, two consumers on alternate tiles
 TWO_WARPGROUPS = WARP_SPECIALIZED_BIG_TILE  # 128 x 256: two MMA warpgroups, 64 rows each
 
 # ---------------------------------------------------------------------------------------------
@@ -191,6 +193,7 @@ def _run_case(spec: dict) -> None:
     dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
     config = MatmulConfig.parse(spec["config"]) if spec["config"] else None
     case = Case(spec["M"], spec["N"], spec["K"], spec["layout"], config)
+    kernel = spec.get("kernel", KERNEL)
     if spec.get("linear"):
         import tritongemm
 
@@ -198,16 +201,16 @@ def _run_case(spec: dict) -> None:
         w = b.T * case.K**-0.5  # an (N, K) weight; unit-scale outputs, so that GELU bends
         bias = torch.randn(case.N, device=x.device, dtype=dtype)
         residual = torch.randn(case.M, case.N, device=x.device, dtype=dtype)
-        y = tritongemm.linear(x, w, bias, activation="gelu", residual=residual, alpha=0.5, kernel=KERNEL, config=config)
+        y = tritongemm.linear(x, w, bias, activation="gelu", residual=residual, alpha=0.5, kernel=kernel, config=config)
         err = rel_error(y, reference_linear(x, w, bias, "gelu", residual, 0.5))
     elif spec.get("num_programs"):
-        a, b = make_operands(case, dtype, KERNEL)
-        a, b, c = registry.get(KERNEL).plan_operands(a, b, None, dtype)(a, b, None)
+        a, b = make_operands(case, dtype, kernel)
+        a, b, c = registry.get(kernel).plan_operands(a, b, None, dtype)(a, b, None)
         c.fill_(float("nan"))
-        ws.launch(a, b, c, config, num_programs=spec["num_programs"])
+        ws.launch(a, b, c, config, num_programs=spec["num_programs"], consumers=2 if kernel == PING_PONG else 1)
         err = rel_error(c, reference_matmul(a, b))
     else:
-        check_matmul(case, KERNEL, dtype)
+        check_matmul(case, kernel, dtype)
         return
     torch.cuda.synchronize()
     bound = tolerance(dtype, case.K)
@@ -234,6 +237,65 @@ def test_many_tiles_per_program(case, num_programs, dtype):
 def test_linear_bias_gelu_residual(config, dtype):
     # M = 3 x 37 rows, N and K off the tile sizes
     run_isolated(_case_spec(Case(111, 264, 520, config=config), dtype, linear=True))
+
+
+# Ping-pong takes one-warpgroup tiles only. Its new ways to go wrong: the turns between the two
+# consumers (a program with one tile, an odd number, many), the second consumer's C tile.
+PING_PONG_CASES = [case for case in MATMUL_CASES if case.config is None or case.config.num_warps == 4]
+PING_PONG_FEW_PROGRAMS = [(case, programs) for case, programs in FEW_PROGRAMS if case.config.num_warps == 4]
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", PING_PONG_CASES, ids=str)
+def test_ping_pong_matmul(case, dtype):
+    run_isolated(_case_spec(case, dtype, kernel=PING_PONG))
+
+
+@gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case, num_programs", PING_PONG_FEW_PROGRAMS, ids=str)
+def test_ping_pong_many_tiles_per_program(case, num_programs, dtype):
+    run_isolated(_case_spec(case, dtype, num_programs=num_programs, kernel=PING_PONG))
+
+
+@gpu
+def test_ping_pong_linear_bias_gelu_residual():
+    run_isolated(_case_spec(Case(111, 264, 520), torch.bfloat16, linear=True, kernel=PING_PONG))
+
+
+def test_ping_pong_is_registered_with_one_warpgroup_tiles(planned):
+    info = registry.get(PING_PONG)
+    assert info.rung == 11 and info.experimental and not info.any_out_dtype
+    for M, N in ((8192, 8192), (1024, 1024), (256, 1024), (1, 1)):
+        assert info.default_config(torch.float16, M, N, 4096, torch.device("cpu")) in PING_PONG_TILES
+    assert all(config.num_warps == 4 for config in PING_PONG_TILES)
+    for config in PING_PONG_TILES:  # the ring and two C tiles fit
+        ws.check_config(config, 2, consumers=2)
+    assert ws.smem_bytes(MID_TILE, 2, consumers=2) == 4 * 32768 + 2 * 32768
+    _, meta = planned(1000, 1504, 704, MID_TILE, consumers=2)
+    assert meta["CONSUMERS"] == 2 and meta["CONSUMER_REGS"] == ws.CONSUMER_REGISTERS
+    assert planned(1000, 1504, 704, MID_TILE)[1]["CONSUMERS"] == 1
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (TWO_WARPGROUPS, "each of its two consumers is one warpgroup, so num_warps must be 4; got 8"),
+        (MID_TILE.with_(num_stages=6), r".* needs 262144 bytes .*\(ring and 2 C tile\).* use num_stages <= 5"),
+    ],
+)
+def test_ping_pong_refuses_what_it_cannot_run(config, message):
+    with pytest.raises(ValueError, match=f"tma_ping_pong: {message}"):
+        ws.check_config(config, 2, consumers=2)
+
+
+def test_ping_pong_register_budget_fits_the_sm():
+    # setmaxnreg acts per warpgroup: the load warp's group (padded to 4 warps) at LOAD_REGISTERS,
+    # the second consumer at CONSUMER_REGISTERS, and the first (the default partition) gets what
+    # is left of 64K, which must hold a 128 x 128 fp32 accumulator (128 a thread) and more.
+    left = 65536 // 128 - ws.LOAD_REGISTERS - ws.CONSUMER_REGISTERS
+    assert ws.CONSUMER_REGISTERS % 8 == 0 and left // 8 * 8 >= 200
 
 
 def test_k_zero_is_refused_before_any_launch(monkeypatch):

@@ -1,12 +1,15 @@
 """Hopper (sm_90) kernels in Gluon: TMA loads, mbarriers, WGMMA, persistent schedulers.
 
-Rungs 4-7 and 9 of the ladder, one module each, built from the shared pieces:
+Rungs 4-7, 9 and 11 of the ladder (11 is rung 9's module with two consumers), one module each,
+built from the shared pieces:
   descriptors.py  which operands TMA takes as they are; their descriptors
   mma.py          the WGMMA accumulator as a value
   pipeline.py     the shared-memory ring (loads, MMAs, epilogue) and its footprint
   schedulers.py   which tiles a persistent program computes, in which order
 Importing this package makes no CUDA call; the kernels compile on first launch.
 """
+
+import functools
 
 import torch
 
@@ -38,6 +41,9 @@ TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
 # over the K sweep and 0.89-0.96x over the llm suite's M >= 2048 rows (ksweep-ws.csv, llm-ws.csv).
 WARP_SPECIALIZED_BIG_TILE = BIG_TILE.with_(num_stages=3)
 WARP_SPECIALIZED_TILES = (WARP_SPECIALIZED_BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
+# Ping-pong's (rung 11): each consumer one warpgroup on its own tile, a C tile each beside the ring
+# (128 x 128: 4 x 32 KB + 2 x 32 KB).
+PING_PONG_TILES = (MID_TILE, SMALL_TILE, TINY_TILE)
 
 H100_SMS = 132
 # A tile size is worth it while it keeps this share of the SMs busy (2048 x 2048 above: BIG's 128
@@ -68,6 +74,10 @@ def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.dev
 
 def warp_specialized_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
     return choose_config(M, N, _num_sms(device), WARP_SPECIALIZED_TILES)
+
+
+def ping_pong_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+    return choose_config(M, N, _num_sms(device), PING_PONG_TILES)
 
 
 _COMMON = dict(
@@ -130,7 +140,18 @@ register(
         idea="one warp only loads, the warpgroups only multiply; ready/empty barriers between them, setmaxnreg",
         launch=tma_warp_specialized.launch,
         plan=tma_warp_specialized.plan,
-        experimental=True,  # compiled on the CPU (tests/test_gluon_compile.py), not yet run on a GPU
+        experimental=True,  # right on the H100, not yet faster than rung 6 (docs/warp-specialization.md)
         **_COMMON | dict(default_config=warp_specialized_default_config),
+    )
+)
+register(
+    KernelInfo(
+        name="tma_ping_pong",
+        rung=11,
+        idea="rung 9 with two consumer warpgroups on alternate tiles: one's epilogue under the other's MMAs",
+        launch=functools.partial(tma_warp_specialized.launch, consumers=2),
+        plan=functools.partial(tma_warp_specialized.plan, consumers=2),
+        experimental=True,  # compiled on the CPU (tests/test_gluon_compile.py), not yet run on a GPU
+        **_COMMON | dict(default_config=ping_pong_default_config),
     )
 )

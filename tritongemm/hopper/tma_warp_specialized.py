@@ -33,6 +33,15 @@ last step is released after the final wait, before the epilogue.
 
 C is staged in a buffer of its own and its TMA store overlaps the next tile's MMAs (the wait
 moves to the next epilogue), as in rung 6 when C fits next to the ring.
+
+Rung 11, ping-pong (`tma_ping_pong`, `consumers=2`): the same kernel with two consumer
+warpgroups, each on every other tile of the program, each with its own accumulator and C tile,
+so one's epilogue runs while the other multiplies. They share the ring: K-steps keep the load
+warp's count over all tiles, so consumer c's tile idx starts at step idx * k_steps. A parity wait
+can't tell a barrier's phase from the one two laps later, so a consumer must not wait on the ring
+for its tile before the other consumer has passed its last wait on the tile before (else it could
+take a slot still holding that tile's data): the two `turns` barriers hand the ring over, one
+arrival a tile.
 """
 
 import torch
@@ -61,10 +70,17 @@ from tritongemm.hopper.pipeline import (
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
 NAME = "tma_warp_specialized"
+PING_PONG_NAME = "tma_ping_pong"  # rung 11: the same kernel with two consumers on alternate tiles
 # Registers a thread of the load warp keeps (setmaxnreg): it holds a few scalars (tile offsets,
 # counters, addresses). 40 is CUTLASS's producer budget; ptxas fits it without spills (24, the
 # least, too), and with two MMA warpgroups it leaves them 232 each of the SM's 64K registers.
 LOAD_REGISTERS = 40
+# Ping-pong's second consumer, a warpgroup with a 128 x 128 fp32 accumulator (128 registers a
+# thread) and the epilogue: 232, as CUTLASS gives its consumers. setmaxnreg acts per warpgroup, and
+# the load warp's is padded to 4 warps, so 512 registers a thread are shared out three ways: 40 to
+# the load warp's group, 232 here, and what is left (232, the compiler's sum) to the first
+# consumer, the default partition (PTX of triton 3.6 and 3.9: setmaxnreg 232 / 232 / 40).
+CONSUMER_REGISTERS = 232
 
 
 @gluon.jit
@@ -92,13 +108,14 @@ def _load_partition(
 
 @gluon.jit
 def _mma_partition(
-    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
+    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty, turns,
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     Scheduler: gl.constexpr, B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-    STORE_PREACT: gl.constexpr, num_warps: gl.constexpr,
+    STORE_PREACT: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """The MMA warps: wait for a slot, multiply, release the slot; per tile, the epilogue."""
+    """A consumer: wait for a slot, multiply, release the slot; per tile, the epilogue. Consumer c
+    of CONSUMERS takes the program's tiles c, c + CONSUMERS, ... (ping-pong when there are two)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
@@ -106,13 +123,20 @@ def _mma_partition(
     M = c_desc.shape[0]
     N = c_desc.shape[1]
     K = a_desc.shape[1]
+    k_steps = gl.cdiv(K, BLOCK_K)
     mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
     scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
-    consumer = 0
-    for idx in range(scheduler.get_num_tiles()):
+    for idx in range(CONSUMER, scheduler.get_num_tiles(), CONSUMERS):
         pid_m, pid_n = scheduler.get_tile(idx)
         off_m = pid_m * BLOCK_M
         off_n = pid_n * BLOCK_N
+        consumer = idx * k_steps  # the tile's first K-step, in the load warp's count over all tiles
+        if CONSUMERS > 1:
+            # 0. My turn: the consumer of tile idx - 1 has passed its last wait on the ring, so
+            #    every slot I wait for is at most one phase ahead of its barrier (a parity wait
+            #    can't tell a phase from the one two laps later). Its arrival number (idx - 1) //
+            #    CONSUMERS on turns[me] is the phase; the program's first tile goes at once.
+            mbarrier.wait(turns.index(CONSUMER), ((idx - 1) // CONSUMERS) & 1, pred=idx > 0)
 
         # 1. The K loop. After issue_mma, step `consumer - 1` is in flight and `consumer - 2` has
         #    retired: its slot goes back to the load warp. (A tile's first step has no earlier
@@ -120,18 +144,21 @@ def _mma_partition(
         for k in range(0, K, BLOCK_K):
             consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
             mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
+        if CONSUMERS > 1:  # the next tile's consumer may wait on the ring now
+            mbarrier.arrive(turns.index((CONSUMER + 1) % CONSUMERS))
 
         # 2. The last MMA retires; its slot is free for the next tile's loads before the epilogue.
         mma = mma.wait_num_outstanding(0)
         mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 1) % NUM_BUFFERS))
 
-        # 3. Epilogue, while the load warp fills the ring for the next tile.
+        # 3. Epilogue, while the load warp fills the ring for the next tile (and, in ping-pong,
+        #    the other consumer multiplies it).
         acc, mma = mma.take_result()
         acc = apply_gl(
             acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
             ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
         )  # fmt: skip
-        tma.store_wait(pendings=0)  # the previous tile's store has read c_smem
+        tma.store_wait(pendings=0)  # my previous tile's store has read c_smem
         store_tile(acc, c_desc, c_smem, off_m, off_n)
     tma.store_wait(pendings=0)
 
@@ -157,6 +184,8 @@ def _tma_warp_specialized_kernel(
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     B_K_MAJOR: gl.constexpr,
     LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)
+    CONSUMERS: gl.constexpr,  # 1: the kernel's warps compute every tile; 2: ping-pong (tma_ping_pong)
+    CONSUMER_REGS: gl.constexpr,  # ping-pong: registers a thread of the second consumer
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
@@ -167,56 +196,88 @@ def _tma_warp_specialized_kernel(
     dtype: gl.constexpr = a_desc.dtype
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
-    # Shared by both partitions for the whole program: the ring, its barriers, C's staging tile.
+    # Shared by the partitions for the whole program: the ring, its barriers, C's staging tile
+    # (one per consumer) and the consumers' turns.
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
-    init_barriers(empty)  # count 1: the one `arrive` of the MMA partition per lap
+    init_barriers(empty)  # count 1: the one `arrive` of a consumer per lap
+    init_barriers(turns)  # count 1: the one `arrive` of the consumer before
 
-    # The default partition (the kernel's num_warps warps) computes; one worker warp loads. (The
-    # argument tuples are written in the call: a tuple bound to a name can't hold the Scheduler class.)
-    gl.warp_specialize(
-        [
-            (_mma_partition, (
-                a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
-                bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, num_warps,
-            )),
-            (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, B_K_MAJOR)),
-        ],
-        [1],  # warps of each worker partition
-        [LOAD_REGS],  # and their registers a thread
-    )  # fmt: skip
+    # The default partition (the kernel's num_warps warps) computes; one worker warp loads; in
+    # ping-pong a second consumer of num_warps warps takes every other tile. (The argument tuples
+    # are written in the call: a tuple bound to a name can't hold the Scheduler class.)
+    if CONSUMERS == 1:
+        gl.warp_specialize(
+            [
+                (_mma_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 1, num_warps,
+                )),
+                (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, B_K_MAJOR)),
+            ],
+            [1],  # warps of each worker partition
+            [LOAD_REGS],  # and their registers a thread
+        )  # fmt: skip
+    else:
+        gl.warp_specialize(
+            [
+                (_mma_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, num_warps,
+                )),
+                (_mma_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, turns,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, num_warps,
+                )),
+                (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, B_K_MAJOR)),
+            ],
+            [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
+            [CONSUMER_REGS, LOAD_REGS],
+        )  # fmt: skip
 
-    # Both partitions have finished: every load was consumed and every release made.
+    # Every partition has finished: every load was consumed and every release made.
     invalidate_barriers(ready)
     invalidate_barriers(empty)
+    invalidate_barriers(turns)
 
 
-def smem_bytes(config: MatmulConfig, elem_bytes: int) -> int:
-    """The ring plus C's staging tile, both live for the whole program (barriers aside)."""
-    return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes)
+def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1) -> int:
+    """The ring plus C's staging tile of each consumer, all live for the whole program (barriers aside)."""
+    return config.num_stages * operand_stage_bytes(config, elem_bytes) + consumers * c_tile_bytes(config, elem_bytes)
 
 
-def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> None:
-    """Raise ValueError when WGMMA can't compute the tile or the ring and C don't fit in shared memory."""
-    check_wgmma_tile(NAME, config)
+def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES,
+                 consumers: int = 1) -> None:  # fmt: skip
+    """Raise ValueError when WGMMA can't compute the tile or the ring and C don't fit in shared
+    memory; in ping-pong (two consumers), also when a consumer is not one warpgroup."""
+    name = NAME if consumers == 1 else PING_PONG_NAME
+    check_wgmma_tile(name, config)
+    if consumers > 1 and config.num_warps != 4:
+        raise ValueError(
+            f"{name}: each of its two consumers is one warpgroup, so num_warps must be 4; got {config.num_warps}"
+        )
     if config.num_stages < 2:
         raise ValueError(
-            f"{NAME}: num_stages (ring slots) must be >= 2, since one is read by the MMA in flight while "
+            f"{name}: num_stages (ring slots) must be >= 2, since one is read by the MMA in flight while "
             f"the next loads; got {config.num_stages}"
         )
     budget = smem_limit - _SMEM_SLACK_BYTES
-    need = smem_bytes(config, elem_bytes)
+    need = smem_bytes(config, elem_bytes, consumers)
     if need > budget:
-        fitting = (budget - c_tile_bytes(config, elem_bytes)) // operand_stage_bytes(config, elem_bytes)
+        c_tiles = consumers * c_tile_bytes(config, elem_bytes)
+        fitting = (budget - c_tiles) // operand_stage_bytes(config, elem_bytes)
         hint = f"num_stages <= {fitting}" if fitting >= 2 else "a smaller tile"
         raise ValueError(
-            f"{NAME}: {config.short()} needs {need} bytes of shared memory (ring and C tile), more than the "
-            f"{smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); use {hint}"
+            f"{name}: {config.short()} needs {need} bytes of shared memory (ring and {consumers} C tile), more "
+            f"than the {smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); use {hint}"
         )
 
 
@@ -227,28 +288,31 @@ def plan(
     config: MatmulConfig,
     *,
     num_programs: int | None = None,
+    consumers: int = 1,
     **epilogue,
 ):
     """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) warp-specialized programs
     over their tiles in `config.scheduler` order, checked and compiled once
     (descriptors.planned_launch, whose keywords `epilogue` passes on). `num_programs` replaces the
-    SM count (tests: several tiles per program)."""
-    require_sm90(NAME, c.device)
-    check_config(config, a.element_size())
+    SM count (tests: several tiles per program); `consumers=2` is ping-pong (tma_ping_pong)."""
+    name = NAME if consumers == 1 else PING_PONG_NAME
+    require_sm90(name, c.device)
+    check_config(config, a.element_size(), consumers=consumers)
     if a.shape[1] == 0:  # matmul never launches for K = 0; a tile's release would have no load to match
-        raise ValueError(f"{NAME}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
+        raise ValueError(f"{name}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     M, N = c.shape
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
     grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), B_K_MAJOR=desc.b_k_major,
-        LOAD_REGS=LOAD_REGISTERS, num_warps=config.num_warps,
+        LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_warp_specialized_kernel, grid, desc, constexprs, c, **epilogue)
 
 
 def launch(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None
-) -> None:
-    plan(a, b, c, config, num_programs=num_programs)(a, b, c)
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None,
+    consumers: int = 1,
+) -> None:  # fmt: skip
+    plan(a, b, c, config, num_programs=num_programs, consumers=consumers)(a, b, c)
