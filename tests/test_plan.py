@@ -237,9 +237,13 @@ def _on_hopper() -> bool:
     return ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 
 
-def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkeypatch):
+@pytest.mark.parametrize("limit", ["ValueError", "OutOfResources"])
+def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkeypatch, limit):
     """A bucket's winner was measured on another problem in the bucket; a kernel limit (a grid
-    axis, shared memory) may refuse it for this one: then the rules choose, as without a table."""
+    axis: ValueError; shared memory, found by the compiler: OutOfResources) may refuse it for this
+    one: then the rules choose, as without a table."""
+    from triton.runtime.errors import OutOfResources
+
     from tritongemm import dispatch_table, plan
 
     choice = dispatch_table.Choice("grouped", SMALL, dispatch_table.TABLE + "test: measured elsewhere")
@@ -249,7 +253,7 @@ def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkey
     def refuse_the_tables(info, config, *rest):
         built.append((info.name, config))
         if config is SMALL:
-            raise ValueError("grouped: a limit of the kernel")
+            raise ValueError("grouped: a limit") if limit == "ValueError" else OutOfResources(1, 0, "shared memory")
         return real(info, config, *rest)
 
     monkeypatch.setattr(plan, "_compiled_plan", refuse_the_tables)

@@ -108,7 +108,7 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         return Plan("zeros", None, resolve_neg, prepare, _zero_fill, device_index, False)
     try:
         return _compiled_plan(info, chosen, a, b, out, out_dtype, fused, resolve_neg, device_index)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, OutOfResources):
         if not why.startswith(dispatch.TABLE):
             raise
     # A table's winner for this bucket was measured on another problem in it, and a kernel's limits
