@@ -22,7 +22,6 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
-from triton.runtime.errors import OutOfResources
 
 from tritongemm import checks, dispatch, registry
 from tritongemm.config import MatmulConfig
@@ -108,7 +107,7 @@ def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
         return Plan("zeros", None, resolve_neg, prepare, _zero_fill, device_index, False)
     try:
         return _compiled_plan(info, chosen, a, b, out, out_dtype, fused, resolve_neg, device_index)
-    except (ValueError, TypeError, OutOfResources):
+    except (ValueError, TypeError, _out_of_resources()):
         if not why.startswith(dispatch.TABLE):
             raise
     # A table's winner for this bucket was measured on another problem in it, and a kernel's limits
@@ -132,7 +131,7 @@ def _compiled_plan(info, config, a, b, out, out_dtype, fused, resolve_neg, devic
             with torch.cuda.device(a.device) if a.is_cuda else contextlib.nullcontext():
                 launch = info.plan(pa, pb, c, config, **epilogue)
             break
-        except OutOfResources:
+        except _out_of_resources():
             # The default configs size shared memory for the operands' ring. An fp32 output adds
             # the epilogue's layout change (128 KB for a 128 x 256 tile), which a persistent `tl`
             # kernel, whose ring lives across its epilogues, can't always fit beside it (H100:
@@ -142,6 +141,15 @@ def _compiled_plan(info, config, a, b, out, out_dtype, fused, resolve_neg, devic
                 raise
             config = config.with_(num_stages=config.num_stages - 1)
     return Plan(info.name, config, resolve_neg, prepare, launch, device_index, not c.is_contiguous())
+
+
+def _out_of_resources() -> type[Exception]:
+    """Triton's OutOfResources, imported only once an exception is being matched against it
+    (an `except` clause evaluates its class then): importing tritongemm must not import triton,
+    which reads TRITON_INTERPRET as kernels are decorated."""
+    from triton.runtime.errors import OutOfResources
+
+    return OutOfResources
 
 
 def _zero_fill(a, b, c, *epilogue) -> None:
