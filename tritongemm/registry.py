@@ -61,8 +61,8 @@ class KernelInfo:
     plan_operands: Callable = plain_operands
     # Newest capability it runs on, for instructions a later architecture dropped (WGMMA: sm_90 only).
     max_capability: tuple[int, int] | None = None
-    # Not yet verified on a GPU: kernel= by name runs it; "auto", `tritongemm tune` and the
-    # benchmarks' default kernel lists leave it out until it has passed the GPU tests.
+    # Not yet verified on a GPU, or verified but not yet faster than the rungs below it: kernel= by
+    # name runs it; "auto", `tritongemm tune` and the benchmarks' default kernel lists leave it out.
     experimental: bool = False
 
     def available_on(self, device: torch.device) -> bool:
