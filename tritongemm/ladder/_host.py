@@ -99,3 +99,13 @@ def sm_count(device: torch.device) -> int:
 
 def ladder_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
     return default_config(dtype, M, N, K, num_sms=sm_count(device), interpret=device.type == "cpu")
+
+
+# What every triton.language rung registers alike (the Gluon rungs' counterpart is
+# hopper/__init__.py's _COMMON): every dtype, the interpreter, Ampere and newer, the default config.
+COMMON = dict(
+    dtypes=(torch.float16, torch.bfloat16, torch.float32),
+    interpretable=True,
+    min_capability=(8, 0),
+    default_config=ladder_default_config,
+)

@@ -128,11 +128,8 @@ register(
         name="grouped",
         rung=2,
         idea="1D grid in GROUP_SIZE_M-swizzled tile order, so programs in flight share A and B in L2",
-        dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        interpretable=True,
-        min_capability=(8, 0),
         launch=launch,
         plan=plan,
-        default_config=_host.ladder_default_config,
+        **_host.COMMON,
     )
 )

@@ -91,11 +91,8 @@ register(
         name="naive",
         rung=1,
         idea="2D grid, one output tile per program, masks on M, N and K",
-        dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        interpretable=True,
-        min_capability=(8, 0),
         launch=launch,
         plan=plan,
-        default_config=_host.ladder_default_config,
+        **_host.COMMON,
     )
 )

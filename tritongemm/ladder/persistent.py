@@ -98,11 +98,8 @@ register(
         name="persistent",
         rung=3,
         idea="one program per SM looping over tiles in grouped order, with contiguity hints",
-        dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        interpretable=True,
-        min_capability=(8, 0),
         launch=launch,
         plan=plan,
-        default_config=_host.ladder_default_config,
+        **_host.COMMON,
     )
 )

@@ -248,12 +248,9 @@ register(
         name="stream_k",
         rung=10,
         idea="equal ranges of K-steps per program across tile boundaries; split tiles added in a fixed order",
-        dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        interpretable=True,
-        min_capability=(8, 0),
         launch=launch,
         plan=plan,
-        default_config=_host.ladder_default_config,
         experimental=True,
+        **_host.COMMON,
     )
 )

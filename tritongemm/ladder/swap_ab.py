@@ -173,11 +173,8 @@ register(
         name="swap_ab",
         rung=8,
         idea="skinny problems: the weight's rows on the MMA's tall side (C.T = W @ x.T), K split to fill the SMs",
-        dtypes=(torch.float16, torch.bfloat16, torch.float32),
-        interpretable=True,
-        min_capability=(8, 0),
         launch=launch,
         plan=plan,
-        default_config=default_config,
+        **_host.COMMON | dict(default_config=default_config),  # its own tiles: tokens x weight rows
     )
 )
