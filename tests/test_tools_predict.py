@@ -58,7 +58,16 @@ def test_tiny_gemm_is_launch_bound():
 )
 def test_config_labels_round_trip(config):
     assert predict.parse_config_label(config.short()) == config
+    assert predict.parse_config_label(f"default {config.short()}") == config  # a default, as bench names it
     assert predict.parse_config_label("default") is None
+
+
+def test_the_warp_specialized_rungs_are_modelled_with_their_own_tiles():
+    """Rung 9 defaults to 128 x 256 where it fills the SMs, rung 11 to 128 x 128 (a C tile per consumer)."""
+    ws = predict.predict("tma_warp_specialized", 8192, 8192, 8192, constants=DEFAULTS)
+    ping_pong = predict.predict("tma_ping_pong", 8192, 8192, 8192, constants=DEFAULTS)
+    assert (ws.terms.config.BLOCK_N, ping_pong.terms.config.BLOCK_N) == (256, 128)
+    assert ws.terms.rounds == 16 and ping_pong.terms.rounds == 32
 
 
 # A synthetic benchmark: the model with known constants, times 1 +- `noise` (deterministic).

@@ -18,9 +18,12 @@ import numpy as np
 from tritongemm import tile_order
 from tritongemm.config import MatmulConfig
 
-KERNELS = ("naive", "grouped", "persistent", "tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
-PERSISTENT = ("persistent", "tma_persistent", "tma_persistent_pipelined")
-GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined")
+# Rungs 9 and 11 (warp-specialized) lay their tiles out as rung 6 does: one program per SM over the
+# same schedulers; ping-pong's two consumers take a program's tiles in turn, on one SM.
+WARP_SPECIALIZED = ("tma_warp_specialized", "tma_ping_pong")
+KERNELS = ("naive", "grouped", "persistent", "tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
+PERSISTENT = ("persistent", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
+GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
@@ -70,9 +73,10 @@ def default_config(kernel: str, dtype: str, M: int, N: int, K: int, gpu: GPU = H
     import torch
 
     if kernel in GLUON or kernel == "cublas":  # cuBLAS: modelled with the Gluon kernels' tile choice
-        from tritongemm.hopper import choose_config
+        from tritongemm import hopper
 
-        return choose_config(M, N, gpu.num_sms)
+        tiles = {"tma_warp_specialized": hopper.WARP_SPECIALIZED_TILES, "tma_ping_pong": hopper.PING_PONG_TILES}
+        return hopper.choose_config(M, N, gpu.num_sms, tiles.get(kernel, hopper.TILES))
     from tritongemm.config import default_config as ladder_default
 
     return ladder_default(getattr(torch, dtype), M, N, K, num_sms=gpu.num_sms, interpret=False)

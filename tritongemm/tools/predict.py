@@ -17,7 +17,8 @@ Two constants per kernel and dtype (efficiency, tile overhead) and one launch co
 benchmark CSVs by `calibrate` (`tritongemm predict --calibrate results/h100/*.csv`), which writes
 predict_constants.json next to this file; without it the defaults below are used. cuBLAS is
 modelled as a persistent grouped kernel with the Gluon kernels' tile choice.
-Not modelled: clocks dropping under sustained power (8192^3 runs ~7% below 4096^3 on an H100),
+The warp-specialized rungs (9, 11) are modelled as rung 6 is (one program per SM over the same
+schedulers); what their roles buy shows in their fitted constants. Not modelled: clocks dropping under sustained power (8192^3 runs ~7% below 4096^3 on an H100),
 operand layout (NT vs NN), split-K, L2 partitioning.
 """
 
@@ -87,6 +88,9 @@ DEFAULTS = Constants(
         "tma_pipelined": KernelConstants(0.68, 2.5),
         "tma_persistent": KernelConstants(0.69, 2.0),
         "tma_persistent_pipelined": KernelConstants(0.70, 1.0),
+        # the epilogue runs beside the next tile's loads (rung 9) or MMAs (rung 11): less per tile
+        "tma_warp_specialized": KernelConstants(0.70, 0.5),
+        "tma_ping_pong": KernelConstants(0.70, 0.25),
         "cublas": KernelConstants(0.77, 1.0),
     },
     source="built-in defaults (uncalibrated)",
@@ -240,11 +244,12 @@ def format_predictions(predictions: list[Prediction], constants: Constants, gpu:
 # Calibration against benchmark CSVs (tritongemm/bench schema)
 # ----------------------------------------------------------------------------------------------
 
-_LABEL = re.compile(r"^(\d+)x(\d+)x(\d+) g(\d+) w(\d+) s(\d+)(?: (\w+))?$")
+_LABEL = re.compile(r"^(?:default )?(\d+)x(\d+)x(\d+) g(\d+) w(\d+) s(\d+)(?: (\w+))?$")
 
 
 def parse_config_label(label: str) -> MatmulConfig | None:
-    """The MatmulConfig a CSV `config` column names (`MatmulConfig.short()`), None for "default"."""
+    """The MatmulConfig a CSV `config` column names (`MatmulConfig.short()`, "default <short()>" for a
+    kernel's default), None for a bare "default" (older CSVs: the kernel's default today)."""
     match = _LABEL.match(label.strip())
     if not match:
         return None
@@ -268,7 +273,7 @@ def read_measurements(paths, gpu: GPU = H100) -> list[Measured]:
                 # Kernel-only rows: not the eager ones (host time included), nor overhead.csv's.
                 if r.get("status") != "ok" or (r.get("timing") or "graph") != "graph" or not r.get("ms"):
                     continue
-                if r["kernel"] not in PROVIDERS or r["dtype"] not in ITEMSIZE:
+                if r.get("kernel") not in PROVIDERS or r.get("dtype") not in ITEMSIZE:  # other CSVs, other kernels
                     continue
                 M, N, K = int(r["m"]), int(r["n"]), int(r["k"])
                 config = parse_config_label(r["config"])
