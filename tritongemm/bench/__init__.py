@@ -211,11 +211,14 @@ def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
 
 def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     """cuBLAS first, then each kernel (x each config of a sweep) that runs this problem here."""
+    from tritongemm import registry
+
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
     providers = [("cublas", "torch.matmul", provider(torch.matmul, eager))]
     for kernel, config in itertools.product(runnable, plan.configs or (None,)):
-        label = config.short() if config else _auto_choice(problem, device) if kernel == "auto" else "default"
+        label = config.short() if config else _auto_choice(problem, device) if kernel == "auto" else None
+        label = label or f"default {_config_label(registry.get(kernel).default_config, problem, device)}"
         providers.append((kernel, label, provider(matmul, eager, kernel=kernel, config=config)))
     return providers
 
@@ -230,8 +233,16 @@ def _auto_choice(problem: Problem, device) -> str:
     a = unfilled_operand(problem.M, problem.K, problem.layout[0] == "t", dtype, device)
     b = unfilled_operand(problem.K, problem.N, problem.layout[1] == "t", dtype, device)
     info, config, _ = dispatch.choose("auto", None, a, b, dtype)
-    config = config or info.default_config(dtype, problem.M, problem.N, problem.K, device)
+    if config is None:
+        return f"{info.name} {_config_label(info.default_config, problem, device)}"
     return f"{info.name} {config.short() if hasattr(config, 'short') else config}"
+
+
+def _config_label(default_config, problem: Problem, device) -> str:
+    """The config a kernel's default resolves to for the problem, as a row's config column names it
+    (a bare "default" would name different configs as the defaults change)."""
+    config = default_config(getattr(torch, problem.dtype), problem.M, problem.N, problem.K, device)
+    return config.short() if hasattr(config, "short") else str(config)
 
 
 def provider(fn, eager: bool, **kwargs):
