@@ -37,7 +37,14 @@ from tritongemm.plan import Plan
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 _IS_SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
-GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k")
+GLUON = (
+    "tma_pipelined",
+    "tma_persistent",
+    "tma_persistent_pipelined",
+    "split_k",
+    "tma_warp_specialized",  # rungs 9 and 11 are experimental, fuzzed as issue 15 asks
+    "tma_ping_pong",
+)
 # stream_k (rung 10) is experimental, so the shared LADDER leaves it out; it has no spin-wait that
 # could hang a run, and the issue's fuzz count covers it.
 KERNELS = (*LADDER, "stream_k", "auto", *(GLUON if _IS_SM90 else ()))
@@ -67,11 +74,13 @@ def _gpu_configs() -> dict[str, tuple[MatmulConfig | None, ...]]:
         skinny.with_(BLOCK_N=32, BLOCK_K=256, num_stages=3, split_k=7),
     )
     if _IS_SM90:
-        from tritongemm.hopper import SMALL_TILE, TINY_TILE
+        from tritongemm.hopper import SMALL_TILE, TINY_TILE, WARP_SPECIALIZED_BIG_TILE
 
         gluon = (None, TINY_TILE, SMALL_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1))
         configs |= {name: gluon for name in GLUON}
         configs["split_k"] = (None, TINY_TILE.with_(split_k=2), SMALL_TILE.with_(split_k=5))
+        # rung 9's two-warpgroup tile is its default only where its tiles fill the SMs (not here)
+        configs["tma_warp_specialized"] = (*gluon, WARP_SPECIALIZED_BIG_TILE)
     return configs
 
 
