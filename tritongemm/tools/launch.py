@@ -21,7 +21,9 @@ from tritongemm.config import MatmulConfig
 # Rungs 9 and 11 (warp-specialized) lay their tiles out as rung 6 does: one program per SM over the
 # same schedulers; ping-pong's two consumers take a program's tiles in turn, on one SM.
 WARP_SPECIALIZED = ("tma_warp_specialized", "tma_ping_pong")
-KERNELS = ("naive", "grouped", "persistent", "tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
+KERNELS = (
+    "naive", "grouped", "persistent", "tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED,
+)  # fmt: skip
 PERSISTENT = ("persistent", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
 GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}

@@ -18,7 +18,8 @@ benchmark CSVs by `calibrate` (`tritongemm predict --calibrate results/h100/*.cs
 predict_constants.json next to this file; without it the defaults below are used. cuBLAS is
 modelled as a persistent grouped kernel with the Gluon kernels' tile choice.
 The warp-specialized rungs (9, 11) are modelled as rung 6 is (one program per SM over the same
-schedulers); what their roles buy shows in their fitted constants. Not modelled: clocks dropping under sustained power (8192^3 runs ~7% below 4096^3 on an H100),
+schedulers); what their roles buy shows in their fitted constants.
+Not modelled: clocks dropping under sustained power (8192^3 runs ~7% below 4096^3 on an H100),
 operand layout (NT vs NN), split-K, L2 partitioning.
 """
 
