@@ -191,3 +191,37 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
         else:
             planned = sequential_smem_bytes(config, 2)
         assert planned <= result["shared"] <= planned + _SMEM_SLACK_BYTES, f"{label}: {result['shared']} bytes"
+
+
+def _compile_racecheck_reproducer() -> list[int]:
+    """scripts/racecheck_warp_specialize.py's kernels compiled for sm_90: their shared bytes."""
+    import importlib.util
+
+    from triton.runtime.driver import driver
+
+    driver.set_active(_Sm90Target())
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                        "racecheck_warp_specialize.py")  # fmt: skip
+    spec = importlib.util.spec_from_file_location("racecheck_warp_specialize", path)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    out = torch.empty(160)
+    kernels = script.KERNELS.values()
+    return [k.warmup(out, num_warps=script.DEFAULT_WARPS, grid=(1,)).metadata.shared for k in kernels]
+
+
+def test_the_racecheck_reproducer_compiles_for_sm90():
+    """The script that shows rung 9's racecheck hazards without rung 9 (docs/warp-specialization.md)
+    must keep compiling as Gluon moves: the plain kernel's only shared memory is the lowering's
+    state, the other adds its 8 barriers (64 bytes)."""
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_INSTRUMENTATION_MODE")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(tests), env.get("PYTHONPATH")]))
+    code = f"import json, sys; sys.path.insert(0, {tests!r}); import test_gluon_compile; "
+    code += "print(json.dumps(test_gluon_compile._compile_racecheck_reproducer()))"
+    with tempfile.TemporaryDirectory() as cache:
+        env["TRITON_CACHE_DIR"] = cache
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-4000:]
+    plain, with_barriers = json.loads(done.stdout.strip().splitlines()[-1])
+    assert with_barriers - plain == 64
