@@ -221,3 +221,22 @@ def test_auto_scorecard_reads_the_newest_rows_against_issue_14s_bars(tmp_path):
     assert "0.950 < 1.00  bfloat16  nt 128x4096x4096" in card
     assert "eager: 1 rows, geomean 0.80 (bar 1.0), worst 0.80 (bar 0.85)" in card
     assert "4096x4096x4096" in card.split("eager:")[1] and "4096x4096x4096" not in card.split("eager:")[0]
+
+
+def test_a_suite_rewritten_with_its_remeasured_rows_says_which(tmp_path):
+    from tritongemm.bench.report import rows_from_csv, write_remeasured, write_results
+
+    def row(m, ratio, kernel="auto"):
+        return Row("H100", "bfloat16", "nt", m, 4096, 4096, kernel, "cfg", 1.0, 1.0, ratio, 0.0, "ok", "graph")
+
+    write_results([row(128, 1.0, "cublas"), row(128, 0.52), row(4096, 1.10)], {"date": "2026-11-22"}, tmp_path, "auto")
+    write_results([row(128, 1.0, "cublas"), row(128, 0.95)], {"date": "2026-11-23"}, tmp_path, "auto-tuned")
+    paths = write_remeasured(tmp_path / "auto.csv", tmp_path / "auto-tuned.csv")
+    assert [p.name for p in paths] == ["auto.csv", "auto.json", "auto.png"]
+    assert sorted((r.m, r.kernel, r.ratio_to_cublas) for r in rows_from_csv(tmp_path / "auto.csv")) == [
+        (128, "auto", 0.95), (128, "cublas", 1.0), (4096, "auto", 1.10)]  # fmt: skip
+    env = json.loads((tmp_path / "auto.json").read_text())["environment"]
+    assert env["date"] == "2026-11-22"
+    assert env["remeasured"] == [{"file": "auto-tuned.csv", "date": "2026-11-23", "problems": 1}]
+    write_remeasured(tmp_path / "auto.csv", tmp_path / "auto-tuned.csv")  # again: listed once
+    assert len(json.loads((tmp_path / "auto.json").read_text())["environment"]["remeasured"]) == 1

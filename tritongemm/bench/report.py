@@ -220,3 +220,25 @@ def newest_rows(*csv_paths: Path) -> list[Row]:
         for r in rows_from_csv(path):
             merged[(r.dtype, r.layout, r.m, r.n, r.k, r.kernel, r.timing)] = r
     return list(merged.values())
+
+
+def write_remeasured(base: Path, *remeasures: Path) -> tuple[Path, ...]:
+    """Rewrite a suite's results `base` (CSV, JSON, plot of the ratio against M) with the rows of
+    later partial runs in place of its own (newest_rows: a problem's cuBLAS and kernel rows both
+    come from the run that re-measured it). The JSON keeps base's environment and names each
+    re-measure and its date under "remeasured"; the partial CSVs stay, as the raw record."""
+    from tritongemm.bench.plots import plot_ratio_vs_m
+
+    base = Path(base)
+    rows = newest_rows(base, *remeasures)
+    env = json.loads(base.with_suffix(".json").read_text())["environment"]
+    for path in map(Path, remeasures):
+        date = json.loads(path.with_suffix(".json").read_text())["environment"].get("date")
+        problems = {(r.dtype, r.layout, r.m, r.n, r.k) for r in rows_from_csv(path)}
+        entry = {"file": path.name, "date": date, "problems": len(problems)}
+        env["remeasured"] = [e for e in env.get("remeasured", []) if e["file"] != path.name] + [entry]
+    paths = write_results(rows, env, base.parent, base.stem)
+    title = f"kernel='auto' / cuBLAS on {env.get('device', '?')}, {env.get('date', '')[:10]}"
+    if env.get("remeasured"):
+        title += f" (part re-measured {max(e['date'] or '' for e in env['remeasured'])[:10]})"
+    return (*paths, plot_ratio_vs_m(rows, base.with_suffix(".png"), title))
