@@ -111,6 +111,10 @@ def test_auto_takes_the_tables_winner_where_it_can(monkeypatch):
     a, b = operand(300, 512), operand(512, 400)  # the table's bucket: rows of 1024 and 800 bytes
     info, config, why = dispatch.choose("auto", None, a, b, F16)
     assert (info.name, config.short()) == ("grouped", "64x64x64 g8 w4 s4") and "1.20x cuBLAS" in why
+    assert "rules' choice" not in why  # a table from before the tuner timed it
+    table = winner_table(rules_ms=0.0125)
+    assert "(the rules' choice: 12.5 us)" in dispatch.choose("auto", None, a, b, F16)[2]
+    table = winner_table()
     assert dispatch.choose("auto", None, operand(1000, 512), b, F16)[0].name == "tma_persistent_pipelined"  # no bucket
     table = winner_table(kernel="tma_persistent_pipelined", config=None)  # a winner that can't write fp32
     assert dispatch.choose("auto", None, a, b, F32)[0].name == "persistent"

@@ -104,3 +104,26 @@ def test_an_experimental_kernel_is_left_out_of_the_default_lists(monkeypatch):
     monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(grouped, experimental=True))
     assert "grouped" not in runnable_kernels(torch.float32, "cpu")  # tune's and the benchmarks' default
     assert runnable_kernels(torch.float32, "cpu", ["grouped"]) == ["grouped"]  # named, it runs
+
+
+def test_the_rules_choice_stays_unless_beaten_by_more_than_the_noise():
+    """A table entry decides a bucket on one timing: within RULES_MARGIN the rules' choice stays."""
+    from types import SimpleNamespace
+
+    def row(kernel, config, ms):
+        return SimpleNamespace(kernel=kernel, config=config, ms=ms)
+
+    rules = ("tma_persistent_pipelined", "128x256x64 g8 w8 s4")
+    ruled = row(*rules, 1.00)
+    close, far = row("tma_pipelined", "128x256x64 g8 w8 s4", 0.98), row("tma_persistent", "128x128x64 g8 w4 s4", 0.90)
+    assert tune.winner([ruled, close], rules) == (ruled, ruled)  # 2% faster: noise
+    assert tune.winner([ruled, close, far], rules) == (far, ruled)  # 10% faster: the table's
+    assert tune.winner([close, far], rules) == (far, None)  # the rules' candidate failed its check
+    assert 0 < tune.RULES_MARGIN < 0.05
+
+
+def test_a_tuned_entry_records_the_rules_time(tmp_path):
+    path = tmp_path / "table.json"
+    assert cli.main(["tune", "--out", str(path), "--shapes", "8,8,8", "--dtypes", "float32"]) == 0
+    (entry,) = json.loads(path.read_text())["entries"]
+    assert entry["rules_ms"] > 0 and entry["ms"] <= entry["rules_ms"]

@@ -85,6 +85,8 @@ class Table:
             f"{TABLE}{self.path or '(in memory)'}: bucket {bucket.describe()} -> measured fastest at "
             f"{M} x {N} x {K}: {entry['ms'] * 1e3:.1f} us, {entry['cublas_ms'] / entry['ms']:.2f}x cuBLAS"
         )
+        if entry.get("rules_ms"):  # tables from before the tuner timed the rules' choice lack it
+            why += f" (the rules' choice: {entry['rules_ms'] * 1e3:.1f} us)"
         return Choice(entry["kernel"], config, why)
 
     def to_json(self) -> str:
