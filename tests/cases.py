@@ -72,3 +72,20 @@ def check_matmul(case: Case, kernel: str, dtype: torch.dtype) -> None:
     err = rel_error(out, reference_matmul(a, b))
     bound = tolerance(dtype, case.K)
     assert err <= bound, f"{kernel} {case} {dtype}: relative error {err:.3e} > bound {bound:.3e}"
+
+
+def fused_linear_error(
+    kernel: str, config, lead: tuple[int, ...], N: int, K: int, activation: str, alpha: float, seed: int
+) -> tuple[float, float]:
+    """tritongemm.linear with every epilogue part (bias, `activation`, residual, alpha) on fp32
+    (*lead, K) activations and an (N, K) weight against the fp64 reference: (error, bound)."""
+    from tritongemm.epilogue import reference_linear
+
+    gen = torch.Generator().manual_seed(seed)
+    x, w = (torch.randn(shape, generator=gen).to(DEVICE) for shape in ((*lead, K), (N, K)))
+    bias, residual = torch.randn(N, generator=gen).to(DEVICE), torch.randn(*lead, N, generator=gen).to(DEVICE)
+    y = tritongemm.linear(
+        x, w, bias, activation=activation, residual=residual, alpha=alpha, kernel=kernel, config=config
+    )
+    ref = reference_linear(x, w, bias, activation=activation, residual=residual, alpha=alpha)
+    return rel_error(y, ref), tolerance(torch.float32, K)

@@ -6,11 +6,9 @@ import itertools
 
 import pytest
 import torch
-from cases import DEVICE, DTYPES, ON_GPU, Case, make_operands
+from cases import DEVICE, DTYPES, ON_GPU, Case, fused_linear_error, make_operands
 
-import tritongemm
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import reference_linear
 from tritongemm.ladder import stream_k
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
@@ -69,12 +67,8 @@ def test_stream_k_matches_the_reference(M, N, K, dtype, programs):
 @pytest.mark.parametrize("programs", (2, 5))
 def test_the_epilogue_is_applied_once_to_whole_and_split_tiles(programs, monkeypatch):
     monkeypatch.setattr(stream_k._host, "sm_count", lambda device: programs)
-    gen = torch.Generator().manual_seed(5)
-    x, w = (torch.randn(shape, generator=gen).to(DEVICE) for shape in ((3, 11, 90), (40, 90)))
-    bias, residual = torch.randn(40, generator=gen).to(DEVICE), torch.randn(3, 11, 40, generator=gen).to(DEVICE)
-    y = tritongemm.linear(x, w, bias, activation="gelu", residual=residual, alpha=2.0, kernel="stream_k", config=TILE)
-    ref = reference_linear(x, w, bias, activation="gelu", residual=residual, alpha=2.0)
-    assert rel_error(y, ref) <= tolerance(torch.float32, 90)
+    err, bound = fused_linear_error("stream_k", TILE, (3, 11), N=40, K=90, activation="gelu", alpha=2.0, seed=5)
+    assert err <= bound
 
 
 def test_the_same_bits_every_run():

@@ -4,13 +4,11 @@ run to run. The generic suites (test_matmul, test_linear, the fuzzer) run it as 
 
 import pytest
 import torch
-from cases import DEVICE, DTYPES, ON_GPU, Case, check_matmul, make_operands
+from cases import DTYPES, ON_GPU, Case, check_matmul, fused_linear_error, make_operands
 
 import tritongemm
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import reference_linear
 from tritongemm.ladder import _host, _split, swap_ab
-from tritongemm.reference import rel_error, tolerance
 
 # CPU: tiles small enough for the interpreter; split_k 0 lets the plan split for its 4 "SMs".
 CPU_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
@@ -52,12 +50,8 @@ def test_swap_ab_reads_any_layout(layout, config):
 
 @pytest.mark.parametrize("config", TILES, ids=str)
 def test_split_or_not_the_fused_epilogue_is_applied_once(config):
-    gen = torch.Generator().manual_seed(3)
-    x, w = (torch.randn(shape, generator=gen).to(DEVICE) for shape in ((2, 7, 200), (90, 200)))
-    bias, residual = torch.randn(90, generator=gen).to(DEVICE), torch.randn(2, 7, 90, generator=gen).to(DEVICE)
-    y = tritongemm.linear(x, w, bias, activation="silu", residual=residual, alpha=0.5, kernel="swap_ab", config=config)
-    ref = reference_linear(x, w, bias, activation="silu", residual=residual, alpha=0.5)
-    assert rel_error(y, ref) <= tolerance(torch.float32, 200)
+    err, bound = fused_linear_error("swap_ab", config, (2, 7), N=90, K=200, activation="silu", alpha=0.5, seed=3)
+    assert err <= bound
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
