@@ -38,15 +38,17 @@ CASES += [(0, False, 1, name) for name in FUSED]
 INSTRUCTIONS = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
 
 
-def tile_config(kernel: str, tile: int):
+def tile_config(kernel: str, tile: int, b_k_major: bool = False):
     """The config a case compiles: TILES[tile], with 3 buffers for the warp-specialized rung's big
     tile, whose C tile lives next to the ring (4 buffers and C: 256 KB > 227 KB); ping-pong's
-    consumers are one warpgroup each, so it compiles MID_TILE in the big tile's place."""
+    consumers are one warpgroup each, so it compiles MID_TILE in the big tile's place. Their
+    K-major cases compile their short-K defaults instead, whose C goes out in half tiles
+    (tma_warp_specialized.c_pieces): 4 buffers on the big tile, 6 on ping-pong's."""
     config = TILES[tile]
     if kernel == "tma_ping_pong" and config.num_warps == 8:
-        return MID_TILE
+        return MID_TILE.with_(num_stages=6) if b_k_major else MID_TILE
     if kernel == "tma_warp_specialized" and config.BLOCK_N == 256:
-        return config.with_(num_stages=3)
+        return config if b_k_major else config.with_(num_stages=3)
     return config
 
 
@@ -98,7 +100,7 @@ def _compile_all(kernel: str) -> list[dict]:
 
     results = []
     for tile, b_k_major, per_slot, fused in CASES:
-        config = tile_config(kernel, tile)
+        config = tile_config(kernel, tile, b_k_major)
         M, N, K = 1000, 1504, 704  # rows of 16-byte multiples, as TMA needs
         a = torch.empty(M, K, dtype=torch.float16)
         b = torch.empty(N, K, dtype=torch.float16).T if b_k_major else torch.empty(K, N, dtype=torch.float16)
@@ -112,7 +114,8 @@ def _compile_all(kernel: str) -> list[dict]:
             fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
             extra = dict(Scheduler=scheduler, STEAL_B=plan.steal_b)
         elif kernel in WARP_SPECIALIZED:
-            desc = make_descriptors(a, b, c, *tiles)
+            pieces = tma_warp_specialized.c_pieces(config, 2, WARP_SPECIALIZED[kernel])
+            desc = make_descriptors(a, b, c, *tiles, epi_split=pieces)
             fn = tma_warp_specialized._tma_warp_specialized_kernel
             registers = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
                              CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
@@ -176,7 +179,7 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
     assert split - plain == grown, f"{kernel}: {plain} -> {split} bytes with a barrier each"
     for result in results:
         tile, b_k_major, per_slot, fused = result["case"]
-        config = tile_config(kernel, tile)
+        config = tile_config(kernel, tile, b_k_major)
         label = f"{kernel} {config.short()} b_k_major={b_k_major} barriers/slot={per_slot} epilogue={fused}"
         assert result["b_k_major"] == b_k_major, label
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"

@@ -51,9 +51,17 @@ def test_smem_counts_the_ring_and_c():
     assert ws.smem_bytes(MID_TILE, 2) == 4 * 32768 + 32768
 
 
+def test_c_is_staged_in_halves_only_where_a_whole_tile_does_not_fit():
+    assert ws.c_pieces(MID_TILE, 2) == 1
+    assert ws.c_pieces(BIG_TILE.with_(num_stages=3), 2) == 1  # 3 x 48 KB + 64 KB
+    assert ws.c_pieces(BIG_TILE, 2) == 2  # 4 x 48 KB + 64 KB > 227 KB: a 32 KB half-tile buffer
+    assert ws.smem_bytes(BIG_TILE, 2) == 4 * 49152 + 32768
+    ws.check_config(BIG_TILE, 2)
+
+
 def test_too_many_buffers_name_the_most_that_fit():
-    with pytest.raises(ValueError, match=r"tma_warp_specialized: 128x256x64 g8 w8 s4 needs 262144 .* num_stages <= 3"):
-        ws.check_config(BIG_TILE, 2)
+    with pytest.raises(ValueError, match=r"tma_warp_specialized: 128x256x64 g8 w8 s5 needs 278528 .* num_stages <= 4"):
+        ws.check_config(BIG_TILE.with_(num_stages=5), 2)
 
 
 @pytest.mark.parametrize(
@@ -137,6 +145,18 @@ def test_registered_as_an_experimental_rung():
     assert set(WARP_SPECIALIZED_TILES[1:]) <= set(TILES)
 
 
+def test_short_k_defaults_take_a_deeper_ring_with_c_in_halves():
+    cpu = torch.device("cpu")
+    rung9, rung11 = registry.get(KERNEL), registry.get(PING_PONG)
+    assert rung9.default_config(torch.bfloat16, 8192, 8192, 512, cpu) == BIG_TILE  # 4 slots
+    assert rung9.default_config(torch.bfloat16, 8192, 8192, 513, cpu) == TWO_WARPGROUPS  # 3 slots
+    assert rung9.default_config(torch.bfloat16, 256, 1024, 512, cpu) == TINY_TILE  # small tiles as they were
+    assert rung11.default_config(torch.bfloat16, 8192, 8192, 2048, cpu) == MID_TILE.with_(num_stages=6)
+    assert rung11.default_config(torch.bfloat16, 8192, 8192, 4096, cpu) == MID_TILE
+    assert ws.c_pieces(BIG_TILE, 2) == 2 and ws.c_pieces(MID_TILE.with_(num_stages=6), 2, consumers=2) == 2
+    ws.check_config(MID_TILE.with_(num_stages=6), 2, consumers=2)
+
+
 # ---------------------------------------------------------------------------------------------
 # On the GPU, each case in a process of its own
 # ---------------------------------------------------------------------------------------------
@@ -153,6 +173,8 @@ MATMUL_CASES = [
     Case(300, 500, 16, config=MID_TILE.with_(num_stages=2)),  # one K-step a tile: only the end-of-tile release
     Case(200, 300, 1000, "nt", MID_TILE.with_(num_stages=2)),  # the smallest ring, 16 laps a tile
     Case(1000, 1500, 700, config=TWO_WARPGROUPS),  # two MMA warpgroups, setmaxnreg 232 / 40
+    Case(1000, 1500, 700, "nt", BIG_TILE),  # 4 slots: C staged and stored in two halves
+    Case(1000, 1500, 700, config=MID_TILE.with_(num_stages=6)),  # ping-pong: two half-tile C buffers
     Case(1000, 1500, 700, "nt", SMALL_TILE.with_(num_stages=3)),
     Case(640, 100, 300, config=MID_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1)),
 ]
@@ -162,6 +184,8 @@ FEW_PROGRAMS = [
     (Case(1000, 1500, 700, config=MID_TILE), 3),
     (Case(257, 300, 16, config=TINY_TILE.with_(num_stages=2)), 2),
     (Case(1000, 1500, 700, "nt", TWO_WARPGROUPS), 5),
+    (Case(1000, 1500, 700, config=BIG_TILE), 5),  # the half-tile C buffer, reused tile after tile
+    (Case(1000, 1500, 700, config=MID_TILE.with_(num_stages=6)), 3),
     (Case(640, 100, 300, config=MID_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1)), 4),
 ]
 
@@ -233,7 +257,7 @@ def test_many_tiles_per_program(case, num_programs, dtype):
 
 @gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("config", (None, TWO_WARPGROUPS), ids=lambda c: c.short() if c else "default")
+@pytest.mark.parametrize("config", (None, TWO_WARPGROUPS, BIG_TILE), ids=lambda c: c.short() if c else "default")
 def test_linear_bias_gelu_residual(config, dtype):
     # M = 3 x 37 rows, N and K off the tile sizes
     run_isolated(_case_spec(Case(111, 264, 520, config=config), dtype, linear=True))
@@ -282,7 +306,7 @@ def test_ping_pong_is_registered_with_one_warpgroup_tiles(planned):
     "config, message",
     [
         (TWO_WARPGROUPS, "each of its two consumers is one warpgroup, so num_warps must be 4; got 8"),
-        (MID_TILE.with_(num_stages=6), r".* needs 262144 bytes .*\(ring and 2 C tile\).* use num_stages <= 5"),
+        (MID_TILE.with_(num_stages=7), r".* needs 262144 bytes .*2 C staging buffer.* num_stages <= 6"),
     ],
 )
 def test_ping_pong_refuses_what_it_cannot_run(config, message):

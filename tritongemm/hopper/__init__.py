@@ -44,6 +44,16 @@ WARP_SPECIALIZED_TILES = (WARP_SPECIALIZED_BIG_TILE, MID_TILE, SMALL_TILE, TINY_
 # Ping-pong's (rung 11): each consumer one warpgroup on its own tile, a C tile each beside the ring
 # (128 x 128: 4 x 32 KB + 2 x 32 KB).
 PING_PONG_TILES = (MID_TILE, SMALL_TILE, TINY_TILE)
+# Short K: a tile has few K-steps, and the ring's slots are what carries the next tile's loads
+# through the epilogue, so a deeper ring with C staged in half-tile buffers
+# (tma_warp_specialized.c_pieces) pays for the wait between the halves' stores. Same run, bf16 and
+# fp16, 8192 x 8192 x K (H100, 2026-11-23, results/h100/ksweep-ring.csv): rung 9 with 4 slots
+# 0.976-0.980x cuBLAS at K = 512 against 0.933-0.947x with 3, and 1-4% slower from K = 1024 up;
+# rung 11 with 6 slots 1.094x at K = 512, 1.010-1.011x at 1024 and 2048, against 0.940-0.987x
+# with 4 (bf16), and 1-2% faster at 4096 and 8192, 6% slower at 16384.
+SHORT_K = {"tma_warp_specialized": 512, "tma_ping_pong": 2048}
+WARP_SPECIALIZED_SHORT_K_TILE = BIG_TILE  # 4 slots, C in two 128 x 128 halves
+PING_PONG_SHORT_K_STAGES = 6  # 6 x 32 KB + 2 x 16 KB
 
 H100_SMS = 132
 # A tile size is worth it while it keeps this share of the SMs busy (2048 x 2048 above: BIG's 128
@@ -72,12 +82,26 @@ def default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.dev
     return choose_config(M, N, _num_sms(device))
 
 
+def warp_specialized_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
+    """Rung 9's default (pure: CPU-testable, and what `tritongemm predict` models)."""
+    config = choose_config(M, N, num_sms, WARP_SPECIALIZED_TILES)
+    short_k = config == WARP_SPECIALIZED_BIG_TILE and K <= SHORT_K["tma_warp_specialized"]
+    return WARP_SPECIALIZED_SHORT_K_TILE if short_k else config
+
+
+def ping_pong_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
+    """Rung 11's default (pure)."""
+    config = choose_config(M, N, num_sms, PING_PONG_TILES)
+    short_k = config == MID_TILE and K <= SHORT_K["tma_ping_pong"]
+    return config.with_(num_stages=PING_PONG_SHORT_K_STAGES) if short_k else config
+
+
 def warp_specialized_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
-    return choose_config(M, N, _num_sms(device), WARP_SPECIALIZED_TILES)
+    return warp_specialized_config(M, N, K, _num_sms(device))
 
 
 def ping_pong_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
-    return choose_config(M, N, _num_sms(device), PING_PONG_TILES)
+    return ping_pong_config(M, N, K, _num_sms(device))
 
 
 _COMMON = dict(

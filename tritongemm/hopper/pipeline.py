@@ -38,7 +38,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
@@ -149,6 +149,28 @@ def store_tile(acc, c_desc, c_smem, off_m, off_n):
     c_smem.store(acc.to(c_desc.dtype))
     fence_async_shared()  # order the register->smem writes before the async proxy reads them
     tma_store(c_desc, [off_m, off_n], c_smem)
+
+
+@gluon.jit
+def store_tile_in_pieces(acc, c_desc, c_smem, off_m, off_n):
+    """Wait for the previous store through `c_smem`, then start this tile's. When c_desc's block
+    is half the tile's width (a staging buffer of half a tile, where a whole one doesn't fit
+    beside the ring), the halves go one after the other: the left half's store must have read
+    c_smem before the right half is written there."""
+    PIECE: gl.constexpr = c_desc.block_type.shape
+    EPI_SPLIT: gl.constexpr = acc.shape[1] // PIECE[1]
+    if EPI_SPLIT == 1:
+        tma.store_wait(pendings=0)
+        store_tile(acc, c_desc, c_smem, off_m, off_n)
+    else:
+        gl.static_assert(EPI_SPLIT == 2, "a tile is stored in at most 2 pieces")
+        # [BLOCK_M, BLOCK_N] -> [BLOCK_M, BLOCK_N/2, 2]: the split is a register renaming, no data moves.
+        c = acc.to(c_desc.dtype)
+        left, right = gl.split(gl.permute(gl.reshape(c, [PIECE[0], 2, PIECE[1]]), (0, 2, 1)))
+        tma.store_wait(pendings=0)
+        store_tile(left, c_desc, c_smem, off_m, off_n)
+        tma.store_wait(pendings=0)
+        store_tile(right, c_desc, c_smem, off_m, off_n + PIECE[1])
 
 
 @gluon.jit

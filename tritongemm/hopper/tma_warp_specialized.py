@@ -32,7 +32,10 @@ until at most one is outstanding), so after issuing step i it releases step i - 
 last step is released after the final wait, before the epilogue.
 
 C is staged in a buffer of its own and its TMA store overlaps the next tile's MMAs (the wait
-moves to the next epilogue), as in rung 6 when C fits next to the ring.
+moves to the next epilogue), as in rung 6 when C fits next to the ring. Where a whole C tile and
+the ring don't fit together (128 x 256 with 4 slots: 4 x 48 KB + 64 KB > 227 KB), the buffer is
+half a tile and C goes out in two halves, the second after the first's store has read the buffer
+(`c_pieces`): a slot more for the loads, for a short wait in each epilogue.
 
 Rung 11, ping-pong (`tma_ping_pong`, `consumers=2`): the same kernel with two consumer
 warpgroups, each on every other tile of the program, each with its own accumulator and C tile,
@@ -65,7 +68,7 @@ from tritongemm.hopper.pipeline import (
     issue_mma,
     operand_stage_bytes,
     require_sm90,
-    store_tile,
+    store_tile_in_pieces,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
@@ -158,8 +161,7 @@ def _mma_partition(
             acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
             ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
         )  # fmt: skip
-        tma.store_wait(pendings=0)  # my previous tile's store has read c_smem
-        store_tile(acc, c_desc, c_smem, off_m, off_n)
+        store_tile_in_pieces(acc, c_desc, c_smem, off_m, off_n)  # after my previous tile's store read c_smem
     tma.store_wait(pendings=0)
 
 
@@ -249,15 +251,28 @@ def _tma_warp_specialized_kernel(
     invalidate_barriers(turns)
 
 
-def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1) -> int:
-    """The ring plus C's staging tile of each consumer, all live for the whole program (barriers aside)."""
-    return config.num_stages * operand_stage_bytes(config, elem_bytes) + consumers * c_tile_bytes(config, elem_bytes)
+def c_pieces(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
+             smem_limit: int = H100_SHARED_MEMORY_BYTES) -> int:  # fmt: skip
+    """Into how many column pieces C's staging buffer cuts a tile: 1 (a whole C tile per consumer)
+    when that fits beside the ring, else 2 (a half-tile buffer, stored one half after the other)."""
+    ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
+    whole = ring + consumers * c_tile_bytes(config, elem_bytes)
+    return 1 if whole <= smem_limit - _SMEM_SLACK_BYTES or config.BLOCK_N < 32 else 2
+
+
+def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
+               smem_limit: int = H100_SHARED_MEMORY_BYTES) -> int:  # fmt: skip
+    """The ring plus C's staging buffer of each consumer, all live for the whole program (barriers aside)."""
+    pieces = c_pieces(config, elem_bytes, consumers, smem_limit)
+    ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
+    return ring + consumers * c_tile_bytes(config, elem_bytes) // pieces
 
 
 def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES,
                  consumers: int = 1) -> None:  # fmt: skip
-    """Raise ValueError when WGMMA can't compute the tile or the ring and C don't fit in shared
-    memory; in ping-pong (two consumers), also when a consumer is not one warpgroup."""
+    """Raise ValueError when WGMMA can't compute the tile or the ring and C (in halves, if need
+    be) don't fit in shared memory; in ping-pong (two consumers), also when a consumer is not one
+    warpgroup."""
     name = NAME if consumers == 1 else PING_PONG_NAME
     check_wgmma_tile(name, config)
     if consumers > 1 and config.num_warps != 4:
@@ -270,14 +285,15 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
             f"the next loads; got {config.num_stages}"
         )
     budget = smem_limit - _SMEM_SLACK_BYTES
-    need = smem_bytes(config, elem_bytes, consumers)
+    need = smem_bytes(config, elem_bytes, consumers, smem_limit)
     if need > budget:
-        c_tiles = consumers * c_tile_bytes(config, elem_bytes)
-        fitting = (budget - c_tiles) // operand_stage_bytes(config, elem_bytes)
+        c_halves = consumers * c_tile_bytes(config, elem_bytes) // 2
+        fitting = (budget - c_halves) // operand_stage_bytes(config, elem_bytes)
         hint = f"num_stages <= {fitting}" if fitting >= 2 else "a smaller tile"
         raise ValueError(
-            f"{name}: {config.short()} needs {need} bytes of shared memory (ring and {consumers} C tile), more "
-            f"than the {smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); use {hint}"
+            f"{name}: {config.short()} needs {need} bytes of shared memory (the ring and {consumers} C staging "
+            f"buffer(s) of half a tile), more than the {smem_limit} a block may have (less {_SMEM_SLACK_BYTES} "
+            f"for barriers and alignment); use {hint}"
         )
 
 
@@ -301,7 +317,8 @@ def plan(
     if a.shape[1] == 0:  # matmul never launches for K = 0; a tile's release would have no load to match
         raise ValueError(f"{name}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     M, N = c.shape
-    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
+    pieces = c_pieces(config, a.element_size(), consumers)
+    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=pieces)
     grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),

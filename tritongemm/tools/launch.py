@@ -77,8 +77,11 @@ def default_config(kernel: str, dtype: str, M: int, N: int, K: int, gpu: GPU = H
     if kernel in GLUON or kernel == "cublas":  # cuBLAS: modelled with the Gluon kernels' tile choice
         from tritongemm import hopper
 
-        tiles = {"tma_warp_specialized": hopper.WARP_SPECIALIZED_TILES, "tma_ping_pong": hopper.PING_PONG_TILES}
-        return hopper.choose_config(M, N, gpu.num_sms, tiles.get(kernel, hopper.TILES))
+        if kernel == "tma_warp_specialized":
+            return hopper.warp_specialized_config(M, N, K, gpu.num_sms)
+        if kernel == "tma_ping_pong":
+            return hopper.ping_pong_config(M, N, K, gpu.num_sms)
+        return hopper.choose_config(M, N, gpu.num_sms)
     from tritongemm.config import default_config as ladder_default
 
     return ladder_default(getattr(torch, dtype), M, N, K, num_sms=gpu.num_sms, interpret=False)
