@@ -46,11 +46,11 @@ WARP_SPECIALIZED_TILES = (WARP_SPECIALIZED_BIG_TILE, MID_TILE, SMALL_TILE, TINY_
 PING_PONG_TILES = (MID_TILE, SMALL_TILE, TINY_TILE)
 # Short K: a tile has few K-steps, and the ring's slots are what carries the next tile's loads
 # through the epilogue, so a deeper ring with C staged in half-tile buffers
-# (tma_warp_specialized.c_pieces) pays for the wait between the halves' stores. Same run, bf16 and
-# fp16, 8192 x 8192 x K (H100, 2026-11-23, results/h100/ksweep-ring.csv): rung 9 with 4 slots
-# 0.976-0.980x cuBLAS at K = 512 against 0.933-0.947x with 3, and 1-4% slower from K = 1024 up;
-# rung 11 with 6 slots 1.094x at K = 512, 1.010-1.011x at 1024 and 2048, against 0.940-0.987x
-# with 4 (bf16), and 1-2% faster at 4096 and 8192, 6% slower at 16384.
+# (tma_warp_specialized.c_pieces) pays for the wait between the halves' stores. 8192 x 8192 x K on
+# the H100, 2026-11-23, each pair in one run (results/h100/ksweep-ring-ws.csv, ksweep-ring-pp.csv):
+# rung 9 with 4 slots 0.976-0.980x cuBLAS at K = 512 against 0.933-0.947x with 3, and 1-4% slower
+# from K = 1024 up (fp16 and bf16); rung 11 with 6 slots 1.094x at K = 512, 1.010-1.011x at 1024
+# and 2048, against 0.940-0.987x with 4, 1-2% faster at 4096 and 8192, 6% slower at 16384 (bf16).
 SHORT_K = {"tma_warp_specialized": 512, "tma_ping_pong": 2048}
 WARP_SPECIALIZED_SHORT_K_TILE = BIG_TILE  # 4 slots, C in two 128 x 128 halves
 PING_PONG_SHORT_K_STAGES = 6  # 6 x 32 KB + 2 x 16 KB
