@@ -249,6 +249,27 @@ def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
     assert (c is out) == (out is not None and tma_out_unsupported_reason(out) is None)
 
 
+@pytest.mark.parametrize(
+    "M, b, padded",
+    [
+        (4096, torch.zeros(40, 3000, dtype=F16), True),  # rows of 6,000 bytes: 47 lines a row, each read twice
+        (4095, torch.zeros(40, 3000, dtype=F16), False),  # too few rows of A to repay B's copy
+        (4096, torch.zeros(40, 3072, dtype=F16), False),  # rows of 6,144 bytes, 48 whole lines
+        (4096, torch.zeros(40, 3000, dtype=F16).T, True),  # a K-major weight view whose rows are 6,000 bytes
+        (4096, torch.zeros(40, 3072, dtype=F16).T, False),
+    ],
+)
+def test_prepare_pads_b_rows_to_128_bytes_for_large_m(M, b, padded):
+    from tritongemm.hopper.descriptors import plan_operands
+
+    a = torch.zeros(M, b.shape[0], dtype=F16)
+    pa, pb, c = plan_operands(a, b, None, a.dtype)(a, b, None)
+    assert pa is a and (pb is not b) == padded and torch.equal(pb, b)
+    if padded:
+        assert pb.stride(1) == 1 and pb.stride(0) * 2 % 128 == 0
+    assert tma_unsupported_reason(pa, pb, c) is None
+
+
 def test_prepare_keeps_good_operands_and_out():
     from tritongemm.hopper.descriptors import plan_operands
 

@@ -27,6 +27,15 @@ from tritongemm.fast_launch import compile_launch
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
 _TMA_ALIGN_BYTES = 16
 _TMA_MAX_DIM = 2**31 - 1  # Triton passes descriptor shapes as int32
+# TMA reads a tile as rows of 128 bytes (the swizzle's width). Where B's rows don't start on a
+# 128-byte boundary every one of those spans two, and B's tile has twice A's rows: on the H100,
+# 5000 x 3000 x 7000 (B's rows 6,000 bytes) ran at 0.69-0.73x cuBLAS as given, 0.92x with B's rows
+# alone padded to 128 bytes, 0.78-0.80x with A's alone (results/h100/probe-row-stride-ab.txt).
+# A copy of B moves 4 K N bytes (54 us there) while what it saves, a quarter of the GEMM, grows
+# with M: it pays from about M = 4096 (at 0.25 x 2MNK / 650 TFLOP/s against 4KN / 1.6 TB/s, M >
+# 3300; 3000 x 5000 x 1000 broke even).
+_FAST_ROW_BYTES = 128
+PAD_B_MIN_M = 4096
 
 
 def _tma_strides(t: torch.Tensor) -> tuple[int, int]:
@@ -156,7 +165,8 @@ def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, ou
             "their descriptors take; use kernel='auto' or a triton.language kernel"
         )
     copy_a = _view_reason("a", a) is not None
-    copy_b = _b_view(b)[2] is not None
+    b_view, _, b_reason = _b_view(b)
+    copy_b = b_reason is not None or (a.shape[0] >= PAD_B_MIN_M and not _rows_on_fast_boundaries(b_view))
     out_in_place = out is not None and tma_out_unsupported_reason(out) is None
     M, N = a.shape[0], b.shape[1]
     padded_n = _padded_columns(N, a.dtype)
@@ -170,14 +180,30 @@ def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, ou
         if copy_a:
             a = _row_aligned_copy(a)
         if copy_b:
-            b = _row_aligned_copy(b)
+            b = _row_aligned_copy(b, _FAST_ROW_BYTES)
         return a, b, c
 
     return prepare
 
 
-def _row_aligned_copy(t: torch.Tensor) -> torch.Tensor:
-    return empty_output(t.shape[0], t.shape[1], t.dtype, t.device).copy_(t)
+def _rows_on_fast_boundaries(t: torch.Tensor) -> bool:
+    """Whether the 2D view `t`'s rows are 128 bytes apart times a whole number (PAD_B_MIN_M's
+    why). The stride alone: a plan is keyed by strides, and torch's CUDA allocator starts
+    every tensor on 512 bytes."""
+    return t.shape[0] == 1 or _tma_strides(t)[0] * t.element_size() % _FAST_ROW_BYTES == 0
+
+
+def rows_on_fast_boundaries(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether TMA reads both operands' rows (b's as its descriptor sees them) in whole 128-byte lines."""
+    return _rows_on_fast_boundaries(a) and _rows_on_fast_boundaries(_b_view(b)[0])
+
+
+def _row_aligned_copy(t: torch.Tensor, row_multiple_bytes: int = _TMA_ALIGN_BYTES) -> torch.Tensor:
+    """A copy of t whose rows are padded to a multiple of `row_multiple_bytes`."""
+    per = row_multiple_bytes // t.element_size()
+    rows, cols = t.shape
+    storage = torch.empty((rows, -(-cols // per) * per), dtype=t.dtype, device=t.device)
+    return storage[:, :cols].copy_(t)
 
 
 @dataclass(frozen=True)
