@@ -37,6 +37,28 @@ def test_skinny_m_takes_swap_ab():
     assert choose(operand(dispatch.SKINNY_M + 1, 4096), operand(4096, 4096)) == "tma_persistent_pipelined"
 
 
+@pytest.mark.parametrize(
+    "M, N, K, b_k_major, expected",
+    [
+        (4096, 4096, 512, False, "tma_ping_pong"),  # 512 tiles of 128 x 256 on 132 SMs
+        (4096, 4096, 512, True, "tma_ping_pong"),  # B a weight's view
+        (8192, 8192, 256, False, "tma_ping_pong"),
+        (4096, 4096, 576, False, "tma_persistent_pipelined"),  # K past SHORT_K
+        (2048, 2048, 512, False, "tma_persistent_pipelined"),  # 128 tiles: one wave
+        (4096, 4000, 512, False, "tma_persistent_pipelined"),  # B's rows 8,000 bytes: not whole lines
+        (4096, 4096, 488, False, "tma_persistent_pipelined"),  # A's rows 976 bytes
+    ],
+)
+def test_short_k_on_a_large_c_takes_ping_pong(monkeypatch, M, N, K, b_k_major, expected):
+    monkeypatch.setattr(dispatch, "_sm_count", lambda device: 132)
+    b = operand(N, K).T if b_k_major else operand(K, N)
+    assert choose(operand(M, K), b) == expected
+
+
+def test_short_k_rule_needs_a_gpu():
+    assert choose(operand(4096, 512), operand(512, 4096)) == "tma_persistent_pipelined"  # meta: no SM count
+
+
 def test_what_tma_cannot_take():
     assert choose(operand(256, 512, F32), operand(512, 384, F32)) == "persistent"  # TMA rungs: fp16/bf16
     assert choose(operand(256, 512), operand(512, 384), out_dtype=F32) == "persistent"  # C in the inputs' dtype

@@ -23,6 +23,15 @@ AUTO_ORDER = ("tma_persistent_pipelined", "persistent", "grouped", "naive")
 # swap_ab 0.99-1.12x at M <= 16, 0.89-1.03x at 64 and 0.78-0.99x at 128 (bf16; docs/skinny.md).
 SKINNY_M = 128
 AUTO_ORDER_SKINNY = ("swap_ab", "grouped", "naive")
+# Short K on a large C: a tile has at most 8 K-steps, so the epilogue is a large share of each
+# tile's time, and rung 11's second consumer hides it under the other's MMAs (its default takes 6
+# slots at this K). H100, 2026-11-23, same runs (results/h100/ksweep.csv, short-k.csv): 1.07-1.14x
+# cuBLAS from 4096 x 4096 x 512 to 16384 x 8192 x 512 and at K = 256 and 384, where rung 6 ran
+# 0.97-1.06x. Not where it lost: 2048 x 2048 x 512, a wave of rung 6's 128 x 256 tiles (0.98-0.99x
+# against 0.99x), and 3000 x 5000 x 500, whose rows are not whole 128-byte lines (1.47x against
+# rung 6's 1.73x: its 128 x 128 tiles read B twice as often). Hence two waves and whole lines.
+SHORT_K = 512
+AUTO_ORDER_SHORT_K = ("tma_ping_pong", *AUTO_ORDER)
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
 # 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned
@@ -51,19 +60,45 @@ def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: tor
             # The table measured its winner on operands of this bucket, copies included if any.
             if cannot_take(info, a, b, out_dtype, copy_any_size=True) is None:
                 return info, choice.config, choice.why
-    order = AUTO_ORDER_SKINNY if a.shape[0] <= SKINNY_M else AUTO_ORDER
+    order, rule = _rules_order(a, b)
     candidates = [registry.get(name) for name in order]
     passed = []
     for info in candidates:
         reason = cannot_take(info, a, b, out_dtype)
         if reason is None:
-            rule = f"M <= {SKINNY_M}: {AUTO_ORDER_SKINNY}" if order is AUTO_ORDER_SKINNY else f"{AUTO_ORDER}"
             skipped = "".join(f"; not {name}: {why}" for name, why in passed)
             return info, config, f"the first of {rule} that takes the problem{skipped}"
         passed.append((info.name, reason))
     checks.check_device(candidates[-1], a.device)  # raises the most helpful error
     checks.check_kernel_dtype(candidates[-1], a.dtype, a.device)
     raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
+
+
+def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str]:
+    """The rules' kernels for this problem, in order, and how `explain` names the rule."""
+    M, K = a.shape
+    if M <= SKINNY_M:
+        return AUTO_ORDER_SKINNY, f"M <= {SKINNY_M}: {AUTO_ORDER_SKINNY}"
+    if K <= SHORT_K and _short_k_pays(a, b, _sm_count(a.device)):
+        rule = f"K <= {SHORT_K}, two waves of 128 x 256 tiles, rows of whole 128-byte lines: {AUTO_ORDER_SHORT_K}"
+        return AUTO_ORDER_SHORT_K, rule
+    return AUTO_ORDER, f"{AUTO_ORDER}"
+
+
+def _sm_count(device: torch.device) -> int | None:
+    from tritongemm import device_info
+
+    return device_info.sm_count(device) if device.type == "cuda" else None
+
+
+def _short_k_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool:
+    if num_sms is None:  # no GPU: no rung 11
+        return False
+    from tritongemm import hopper  # it imports triton: only for a GPU's problem
+    from tritongemm.hopper.descriptors import rows_on_fast_boundaries
+
+    waves = hopper.BIG_TILE.num_tiles(a.shape[0], b.shape[1]) / num_sms
+    return waves >= 2 and rows_on_fast_boundaries(a, b)
 
 
 def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, copy_any_size=False) -> str | None:
