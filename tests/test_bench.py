@@ -127,6 +127,10 @@ def test_markdown_pivot_puts_kernels_in_columns():
     table = markdown_pivot(rows).splitlines()
     assert table[0] == "| dtype | layout | M x N x K | cuBLAS | naive |"
     assert table[2] == "| float16 | nn | 8 x 8 x 8 | 100 | 50 (0.50) |"
+    # Kernels' own defaults, each named: still one line a problem (no sweep of asked-for configs).
+    rows[1]["config"] = "default 64x64x64 g8 w4 s4"
+    rows.append(dict(rows[1], kernel="grouped", config="default 128x128x64 g8 w4 s4"))
+    assert markdown_pivot(rows).splitlines()[2] == "| float16 | nn | 8 x 8 x 8 | 100 | 50 (0.50) | 50 (0.50) |"
 
 
 def test_eager_timer_times_one_call_of_a_batch():
@@ -230,7 +234,8 @@ def test_a_suite_rewritten_with_its_remeasured_rows_says_which(tmp_path):
         return Row("H100", "bfloat16", "nt", m, 4096, 4096, kernel, "cfg", 1.0, 1.0, ratio, 0.0, "ok", "graph")
 
     write_results([row(128, 1.0, "cublas"), row(128, 0.52), row(4096, 1.10)], {"date": "2026-11-22"}, tmp_path, "auto")
-    write_results([row(128, 1.0, "cublas"), row(128, 0.95)], {"date": "2026-11-23"}, tmp_path, "auto-tuned")
+    rows = [row(128, 1.0, "cublas"), row(128, 0.95), row(128, 0.90, "grouped")]  # grouped: not the suite's
+    write_results(rows, {"date": "2026-11-23"}, tmp_path, "auto-tuned")
     paths = write_remeasured(tmp_path / "auto.csv", tmp_path / "auto-tuned.csv")
     assert [p.name for p in paths] == ["auto.csv", "auto.json", "auto.png"]
     assert sorted((r.m, r.kernel, r.ratio_to_cublas) for r in rows_from_csv(tmp_path / "auto.csv")) == [

@@ -157,8 +157,11 @@ def markdown_pivot(rows: list[dict]) -> str:
     """A markdown table from CSV rows: one line per problem (and config, in sweeps), one column
     per kernel, each cell `TFLOP/s (ratio to cuBLAS)`."""
     kernels = list(dict.fromkeys(r["kernel"] for r in rows))
-    sweep = len({r["config"] for r in rows if r["kernel"] != "cublas"}) > 1
-    key = lambda r: (r["dtype"], r["layout"], r["m"], r["n"], r["k"]) + ((r["config"],) if sweep else ())  # noqa: E731
+    # A sweep runs configs that were asked for; each kernel's own default ("default 128x256x64 ...")
+    # differs from kernel to kernel and from problem to problem without making one.
+    asked = lambda r: "" if r["config"].startswith("default") else r["config"]  # noqa: E731
+    sweep = len({asked(r) for r in rows if r["kernel"] != "cublas"}) > 1
+    key = lambda r: (r["dtype"], r["layout"], r["m"], r["n"], r["k"]) + ((asked(r),) if sweep else ())  # noqa: E731
     cells: dict[tuple, dict[str, str]] = {}
     baseline: dict[tuple, str] = {}
     for r in rows:
@@ -225,12 +228,14 @@ def newest_rows(*csv_paths: Path) -> list[Row]:
 def write_remeasured(base: Path, *remeasures: Path) -> tuple[Path, ...]:
     """Rewrite a suite's results `base` (CSV, JSON, plot of the ratio against M) with the rows of
     later partial runs in place of its own (newest_rows: a problem's cuBLAS and kernel rows both
-    come from the run that re-measured it). The JSON keeps base's environment and names each
-    re-measure and its date under "remeasured"; the partial CSVs stay, as the raw record."""
+    come from the run that re-measured it), for the kernels base holds. The JSON keeps base's
+    environment and names each re-measure and its date under "remeasured"; the partial CSVs
+    stay, as the raw record."""
     from tritongemm.bench.plots import plot_ratio_vs_m
 
     base = Path(base)
-    rows = newest_rows(base, *remeasures)
+    kernels = {r.kernel for r in rows_from_csv(base)}  # a re-measure's other kernels stay in its own CSV
+    rows = [r for r in newest_rows(base, *remeasures) if r.kernel in kernels]
     env = json.loads(base.with_suffix(".json").read_text())["environment"]
     for path in map(Path, remeasures):
         date = json.loads(path.with_suffix(".json").read_text())["environment"].get("date")
