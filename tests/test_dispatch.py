@@ -67,9 +67,10 @@ def test_what_tma_cannot_take():
 @pytest.mark.parametrize(
     "M, N, K, expected",
     [
-        (256, 64, 100, "persistent"),  # 2 * 256 * 64 * 100 FLOPs: the copy would cost more than it saves
-        (12345, 4567, 2345, "tma_persistent_pipelined"),  # issue 14's case: 0.15x untouched, 2.6x copied
-        (1024, 1024, 1000, "tma_persistent_pipelined"),  # 2**31 FLOPs, past STAGING_MIN_FLOPS
+        (256, 64, 100, "grouped"),  # 2 * 256 * 64 * 100 FLOPs: the copy would cost more than it saves
+        (997, 1009, 1013, "grouped"),  # 2**31 FLOPs: the copies' host time would cost more too
+        (12345, 4567, 2345, "tma_persistent_pipelined"),  # issue 14's case: 0.15x untouched, 3.3x copied
+        (2048, 1024, 1024, "tma_persistent_pipelined"),  # 2**32 FLOPs, STAGING_MIN_FLOPS
     ],
 )
 def test_misaligned_rows_are_copied_for_large_problems_only(M, N, K, expected):
@@ -144,8 +145,10 @@ def test_auto_takes_the_tables_winner_where_it_can(monkeypatch):
 
 def test_explain_says_what_and_why():
     text = dispatch.explain(operand(200, 100), operand(100, 64))
-    assert text.startswith("200 x 64 x 100 float16 on meta: persistent, ")
-    assert "not tma_persistent_pipelined" in text and "costs more than it saves" in text
+    assert text.startswith("200 x 64 x 100 float16 on meta: grouped, ")
+    assert "rows TMA can't read, under 4.3e+09 FLOPs" in text
+    text = dispatch.explain(operand(256, 512, F32), operand(512, 384, F32))  # no TMA rung for fp32
+    assert "persistent" in text and "not tma_persistent_pipelined: no float32 here" in text
 
 
 def test_fp32_buckets_follow_the_tf32_switch():

@@ -25,7 +25,7 @@ SKINNY_M = 128
 AUTO_ORDER_SKINNY = ("swap_ab", "grouped", "naive")
 # Short K on a large C: a tile has at most 8 K-steps, so the epilogue is a large share of each
 # tile's time, and rung 11's second consumer hides it under the other's MMAs (its default takes 6
-# slots at this K). H100, 2026-11-23, same runs (results/h100/ksweep.csv, short-k.csv): 1.07-1.14x
+# slots at this K). H100, 2026-11-23, same runs (results/h100/ksweep.csv, short-k.csv): 1.06-1.14x
 # cuBLAS from 4096 x 4096 x 512 to 16384 x 8192 x 512 and at K = 256 and 384, where rung 6 ran
 # 0.97-1.06x. Not where it lost: 2048 x 2048 x 512, a wave of rung 6's 128 x 256 tiles (0.98-0.99x
 # against 0.99x), and 3000 x 5000 x 500, whose rows are not whole 128-byte lines (1.47x against
@@ -35,11 +35,15 @@ AUTO_ORDER_SHORT_K = ("tma_ping_pong", *AUTO_ORDER)
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
 # 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned
-# copies (issue 14). A copy is one read and one write of the operand and a launch, about
-# 5 us + bytes / 2.5 TB/s; what it saves grows with the FLOPs, by at least 10 fs a FLOP (the
-# measured gap is 25). Modelled, not measured: a square fp16 problem breaks even near 2**29
-# FLOPs, and the bar is twice that until a measured dispatch table replaces it.
-STAGING_MIN_FLOPS = 2**30
+# copies (issue 14; 3.3x since B's copy takes whole 128-byte lines). The copies cost host time
+# too: each is an allocation and a launch, and with C's copy back three of them took 997 x 1009 x
+# 1013 from 1.32-1.41x cuBLAS kernel-only to 0.25-0.44x eager. The grouped rung reads such
+# operands where they lie at 1.04-1.14x kernel-only and 1.02-1.17x eager there, where the
+# persistent one ran 0.41-0.46x (H100, 2026-11-23, results/h100/small-odd*.csv). Copying pays in
+# eager time once the GEMM saves the copies' ~45 us: at the grouped rung's 85 TFLOP/s against the
+# staged kernels' 400, from about 2**32 FLOPs. Below that, the grouped rung goes first.
+STAGING_MIN_FLOPS = 2**32
+AUTO_ORDER_UNALIGNED = ("grouped", "persistent", "naive")
 TABLE = dispatch_table.TABLE  # how a table's choice's `why` begins
 
 
@@ -82,7 +86,15 @@ def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str
     if K <= SHORT_K and _short_k_pays(a, b, _sm_count(a.device)):
         rule = f"K <= {SHORT_K}, two waves of 128 x 256 tiles, rows of whole 128-byte lines: {AUTO_ORDER_SHORT_K}"
         return AUTO_ORDER_SHORT_K, rule
+    if 2 * M * K * b.shape[1] < STAGING_MIN_FLOPS and _tma_would_copy(a, b):
+        return AUTO_ORDER_UNALIGNED, f"rows TMA can't read, under {STAGING_MIN_FLOPS:.2g} FLOPs: {AUTO_ORDER_UNALIGNED}"
     return AUTO_ORDER, f"{AUTO_ORDER}"
+
+
+def _tma_would_copy(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """fp16/bf16 operands the TMA rungs take only through a copy (fp32 is not theirs at all)."""
+    info = registry.get(AUTO_ORDER[0])
+    return a.dtype in info.dtypes and b.dtype == a.dtype and info.unsupported_reason(a, b) is not None
 
 
 def _sm_count(device: torch.device) -> int | None:
