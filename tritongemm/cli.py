@@ -368,7 +368,7 @@ def _print_kernels(as_json: bool) -> None:
     rows = [
         [
             f"{k['name']} ({k['rung']})",
-            ("experimental, not in auto: " if k["experimental"] else "") + k["idea"],
+            ("experimental (in auto only by a measured rule): " if k["experimental"] else "") + k["idea"],
             k["gpu"] + (", or the interpreter" if k["interpreter"] else ""),
             ", ".join(k["dtypes"]),
             ", ".join(k["interpreter_dtypes"]) or "-",
