@@ -133,7 +133,8 @@ def test_grouped_autotune():
     assert rel_error(out, reference_matmul(a, b)) <= tolerance(torch.float16, 333)
 
 
-@pytest.mark.parametrize("M, expected", [(1, "swap_ab"), (128, "swap_ab"), (129, "persistent")])
+@pytest.mark.parametrize("M, expected", [(1, "swap_ab"), (128, "swap_ab"), (129, "grouped")])
 def test_auto_picks_by_shape_on_this_device(M, expected):
-    a, b = make_operands(Case(M, 40, 32, "tn"), torch.float16)  # a transposed: no TMA kernel takes it
+    # a transposed: no TMA kernel takes it, and a problem this small isn't worth a copy
+    a, b = make_operands(Case(M, 40, 32, "tn"), torch.float16)
     assert tritongemm.plans.lookup(a, b, None, "auto", None).kernel == expected

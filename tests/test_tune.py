@@ -40,7 +40,7 @@ def test_a_table_of_another_device_is_not_resumed(tmp_path, capsys):
 def test_explain_choice(capsys):
     assert cli.main(["explain-choice", "200", "48", "100", "--layout", "nt"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("200 x 48 x 100 float16 on cpu: persistent, ") and "because the first of" in out
+    assert out.startswith("200 x 48 x 100 float16 on cpu: grouped, ") and "because the first of" in out
     assert cli.main(["explain-choice", "64", "48", "100", "--dtype", "bfloat16"]) == 2
     assert "computes bfloat16 dots wrongly" in capsys.readouterr().err
 
