@@ -140,8 +140,8 @@ def empty_output(M: int, N: int, dtype: torch.dtype, device: torch.device) -> to
     return storage if padded_n == N else storage[:, :N]
 
 
-def _padded_columns(N: int, dtype: torch.dtype) -> int:
-    per_chunk = _TMA_ALIGN_BYTES // dtype.itemsize
+def _padded_columns(N: int, dtype: torch.dtype, row_multiple_bytes: int = _TMA_ALIGN_BYTES) -> int:
+    per_chunk = row_multiple_bytes // dtype.itemsize
     return -(-N // per_chunk) * per_chunk
 
 
@@ -200,9 +200,8 @@ def rows_on_fast_boundaries(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 def _row_aligned_copy(t: torch.Tensor, row_multiple_bytes: int = _TMA_ALIGN_BYTES) -> torch.Tensor:
     """A copy of t whose rows are padded to a multiple of `row_multiple_bytes`."""
-    per = row_multiple_bytes // t.element_size()
     rows, cols = t.shape
-    storage = torch.empty((rows, -(-cols // per) * per), dtype=t.dtype, device=t.device)
+    storage = torch.empty((rows, _padded_columns(cols, t.dtype, row_multiple_bytes)), dtype=t.dtype, device=t.device)
     return storage[:, :cols].copy_(t)
 
 
