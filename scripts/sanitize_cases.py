@@ -31,12 +31,20 @@ SHAPES = ((1, 1, 1), (17, 33, 15), (64, 64, 64), (65, 129, 67), (127, 255, 129),
 QUICK_SHAPES = ((17, 33, 15), (127, 255, 129), (3, 5, 300))
 SMALL = MatmulConfig(32, 32, 32, GROUP_SIZE_M=2, num_warps=4, num_stages=3)
 GLUON_SMALL = MatmulConfig(64, 64, 64, GROUP_SIZE_M=2, num_warps=4, num_stages=3)
-# The warp-specialized rungs' short-K defaults, whose C goes out in halves through one buffer
-# (tma_warp_specialized.c_pieces): a buffer reused between the halves and from tile to tile.
-HALF_C_STAGING = {
-    "tma_warp_specialized": MatmulConfig(128, 256, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=4),
-    "tma_ping_pong": MatmulConfig(128, 128, 64, GROUP_SIZE_M=8, num_warps=4, num_stages=6),
-}
+
+
+def half_c_staging(kernel: str) -> tuple[MatmulConfig, ...]:
+    """The warp-specialized rungs' short-K defaults, whose C goes out in halves through one buffer
+    (tma_warp_specialized.c_pieces): a buffer reused between the halves and from tile to tile.
+    (Imported here, not at the top: hopper decorates the ladder's kernels, which must wait for
+    TRITON_INTERPRET, set above without a GPU.)"""
+    from tritongemm import hopper
+
+    configs = {
+        "tma_warp_specialized": hopper.WARP_SPECIALIZED_SHORT_K_TILE,
+        "tma_ping_pong": hopper.MID_TILE.with_(num_stages=hopper.PING_PONG_SHORT_K_STAGES),
+    }
+    return (configs[kernel],) if kernel in configs else ()
 
 
 def operand(rows: int, cols: int, dtype, layout: str, gen) -> torch.Tensor:
@@ -94,7 +102,7 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
     if kernel in ("tma_persistent", "tma_persistent_pipelined", "tma_warp_specialized", "tma_ping_pong"):
         # Several tiles per program: the cross-tile pipeline and barrier phases over many laps.
         configs = (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1))
-        for config in configs + ((HALF_C_STAGING[kernel],) if kernel in HALF_C_STAGING else ()):
+        for config in configs + half_c_staging(kernel):
             a = operand(300, 700, torch.float16, "nn", gen)
             b = operand(500, 700, torch.float16, "nn", gen).T
             a_, b_, c = info.plan_operands(a, b, None, a.dtype)(a, b, None)
