@@ -78,6 +78,21 @@ def test_skinny_problems_try_swap_ab_s_tiles_and_the_others_defaults(monkeypatch
         assert tune.candidates(never_won, decode, gpu) == ()
 
 
+def test_deep_rings_are_tried_where_tiles_are_few(monkeypatch):
+    from tritongemm import device_info
+    from tritongemm.hopper import DEEP_RING_TILES, TILES
+
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3"))
+    gpu = torch.device("cuda", 0)
+    batch = Problem(128, 4096, 4096, "bfloat16", "nt")  # skinny, but enough tokens for 64-row tiles
+    assert set(tune.candidates(tune.SKINNY_TMA, batch, gpu)) >= set(DEEP_RING_TILES)
+    assert tune.candidates("tma_persistent", batch, gpu) == ()  # one Gluon rung is enough there
+    odd = Problem(1000, 1000, 1000, "float16")  # 64 tiles of 128 x 128: under two waves
+    assert set(tune.candidates("tma_warp_specialized", odd, gpu)) >= set(TILES[1:]) | set(DEEP_RING_TILES)
+    for many in (Problem(4096, 4096, 4096, "float16"), Problem(3000, 5000, 1000, "float16")):
+        assert not set(tune.candidates("tma_persistent_pipelined", many, gpu)) & set(DEEP_RING_TILES)
+
+
 def test_a_time_budget_stops_between_problems(tmp_path, capsys):
     problems = (Problem(16, 16, 16, "float32"), Problem(8, 8, 8, "float32"))
     tune.tune(problems, path=tmp_path / "t.json", minutes=0, progress=False)

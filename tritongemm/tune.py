@@ -34,8 +34,12 @@ def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
     return tuple(Problem(m, n, k, dtype, layout) for m, n, k, layout in shapes for dtype in dtypes)
 
 
-# What is tried besides swap_ab and grouped on a skinny problem (candidates).
+# What is tried besides swap_ab and grouped on a skinny problem (candidates): split_k's default,
+# and from SKINNY_TMA_MIN_M tokens up, rung 6 on the small tiles with deep rings, the kind of
+# kernel cuBLAS runs there (hopper.DEEP_RING_TILES).
 SKINNY_ALSO = ("split_k",)
+SKINNY_TMA = "tma_persistent_pipelined"
+SKINNY_TMA_MIN_M = 32
 # A table entry decides a whole bucket on one problem's timing, so a candidate displaces the
 # rules' choice only when it is faster by more than the noise between runs (on the H100 the same
 # kernel measured 1-3% apart from run to run: results/h100/auto.csv's re-measured rows).
@@ -48,7 +52,9 @@ def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[Mat
     swap_ab's tiles; naive, the teaching rung, only its default), each once. Skinny problems
     (dispatch.SKINNY_M) are swap_ab's: besides its tiles only split_k's default and the grouped
     kernel's default and skinny tile are tried there (the other rungs ran 0.30-0.96x cuBLAS and
-    never won a bucket at M = 1, results/h100/tune-skinny.csv); swap_ab tries nothing above."""
+    never won a bucket at M = 1, results/h100/tune-skinny.csv), and rung 6's deep-ring tiles from
+    SKINNY_TMA_MIN_M tokens; swap_ab tries nothing above. The Gluon kernels try the Hopper tiles
+    and, on problems too small for two waves of 128 x 128 tiles, the deep-ring ones."""
     from tritongemm import dispatch, registry
     from tritongemm.ladder import swap_ab
 
@@ -66,13 +72,19 @@ def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[Mat
     if skinny:
         if kernel == "grouped":  # swap_ab's tile, unswapped: the tokens on the rows
             return tuple(dict.fromkeys((default, swap_ab.default_config(dtype, M, N, K, device).with_(split_k=0))))
+        if kernel == SKINNY_TMA and M >= SKINNY_TMA_MIN_M:
+            from tritongemm.hopper import DEEP_RING_TILES
+
+            return tuple(dict.fromkeys((default, *DEEP_RING_TILES)))
         return (default,) if kernel in SKINNY_ALSO else ()
     if kernel == "naive":
         return (default,)
     if not info.interpretable:  # a Gluon kernel: the Hopper tile table
-        from tritongemm.hopper import TILES
+        from tritongemm import device_info
+        from tritongemm.hopper import DEEP_RING_TILES, MID_TILE, TILES
 
-        return tuple(dict.fromkeys((default, *TILES)))
+        few_tiles = MID_TILE.num_tiles(M, N) < 2 * device_info.sm_count(device)
+        return tuple(dict.fromkeys((default, *TILES, *(DEEP_RING_TILES if few_tiles else ()))))
     from tritongemm.config import BIG_CONFIG, FP32_CONFIG, MID_CONFIG, SMALL_CONFIG
     from tritongemm.ladder.grouped import LESSON_CONFIGS
 

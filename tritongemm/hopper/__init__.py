@@ -35,6 +35,15 @@ MID_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, nu
 SMALL_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TINY_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
+# Deeper rings for the small tiles, tried by `tritongemm tune` (not defaults): a 64-row tile does
+# few FLOPs per byte, so what keeps its SM busy is how many loads are in flight, and it leaves
+# shared memory for 8 to 12 slots. cuBLAS picks such kernels on the H100 where it beats this
+# library's rules (results/h100/cublas-kernels.csv: 64 x 64 tiles with 13 stages at 128 x 4096 x
+# 4096, 64 x 32 with 16 at M = 64, 64 x 128 with 8 at 1000^3).
+DEEP_RING_TILES = (
+    TINY_TILE.with_(num_stages=8), TINY_TILE.with_(num_stages=12), SMALL_TILE.with_(num_stages=8),
+    MatmulConfig(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=12),
+)  # fmt: skip
 # Rung 9's tiles. Two MMA warpgroups on BIG_TILE's 128 x 256 with 3 buffers (C's own tile lives
 # next to the ring: 4 x 48 KB + 64 KB > 227 KB) measured 0.99-1.03x cuBLAS at 8192^3 and 4096^3
 # (H100, 2026-11-23, results/h100/ws-two-warpgroups.csv); one warpgroup on 128 x 128, 0.92-1.00x
