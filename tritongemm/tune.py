@@ -40,6 +40,11 @@ def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
 SKINNY_ALSO = ("split_k",)
 SKINNY_TMA = "tma_persistent_pipelined"
 SKINNY_TMA_MIN_M = 32
+# A winner is chosen on kernel-only timing. Where the kernel is as short as a call's host time the
+# eager time can disagree: at 64 and 128 x 4096 x 4096 (bf16, H100) rung 6's deep ring ran 0.94x
+# cuBLAS kernel-only against swap_ab's 0.90x, but took 25-26 us a call in eager timing against
+# swap_ab's 22-23 (it encodes TMA descriptors for each call's new operands), so the shipped table
+# keeps swap_ab there (results/h100/deep-ring-eager-check.txt).
 # A table entry decides a whole bucket on one problem's timing, so a candidate displaces the
 # rules' choice only when it is faster by more than the noise between runs (on the H100 the same
 # kernel measured 1-3% apart from run to run: results/h100/auto.csv's re-measured rows).
