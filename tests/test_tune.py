@@ -142,3 +142,43 @@ def test_a_tuned_entry_records_the_rules_time(tmp_path):
     assert cli.main(["tune", "--out", str(path), "--shapes", "8,8,8", "--dtypes", "float32"]) == 0
     (entry,) = json.loads(path.read_text())["entries"]
     assert entry["rules_ms"] > 0 and entry["ms"] <= entry["rules_ms"]
+
+
+def _row(kernel, config, ms):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(kernel=kernel, config=config, ms=ms)
+
+
+def test_the_eager_check_keeps_a_winner_only_if_it_is_not_slower_eagerly():
+    best, rules = _row("tma_persistent_pipelined", "64x64x64 g8 w4 s12", 0.016), _row("swap_ab", "64x64x128", 0.017)
+    times = lambda ours, theirs: {tune.key(best): _row(best.kernel, best.config, ours),  # noqa: E731
+                                  tune.key(rules): _row(rules.kernel, rules.config, theirs)}  # fmt: skip
+    assert tune.eager_confirms(times(0.022, 0.022), best, rules)
+    assert tune.eager_confirms(times(0.0226, 0.022), best, rules)  # within RULES_MARGIN
+    assert not tune.eager_confirms(times(0.026, 0.0225), best, rules)  # 128 x 4096 x 4096's case
+    assert not tune.eager_confirms(times(None, 0.022), best, rules)  # failed eagerly
+    assert tune.eager_confirms(times(0.03, None), best, rules)  # nothing to hold it against
+
+
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_winner_that_is_not_the_rules_choice_is_timed_eagerly(tmp_path, monkeypatch, confirmed):
+    """Whatever wins kernel-only, the entry records the eager check; if the check fails, the rules'
+    choice goes into the table and the loser is named."""
+    rules_of = {}
+
+    def the_other(timed, rules):  # a kernel-only winner other than the rules' choice
+        ruled = next(r for r in timed if (r.kernel, r.config) == rules)
+        rules_of["rules"] = ruled
+        return next(r for r in timed if r is not ruled), ruled
+
+    monkeypatch.setattr(tune, "winner", the_other)
+    monkeypatch.setattr(tune, "eager_confirms", lambda eager, best, rules: confirmed)
+    path, rows = tmp_path / "t.json", tmp_path / "rows.csv"
+    tune.tune((Problem(16, 16, 16, "float32"),), path=path, progress=False, rows_path=rows)
+    (entry,) = json.loads(path.read_text())["entries"]
+    assert entry["eager_ms"] > 0 and entry["rules_eager_ms"] > 0
+    ruled = rules_of["rules"]
+    assert ((entry["kernel"], entry["config"]) == (ruled.kernel, ruled.config)) is not confirmed
+    assert ("rejected" in entry) is not confirmed
+    assert "eager" in rows.read_text()  # the eager check's rows are kept with the others

@@ -5,12 +5,15 @@ For every problem every kernel that runs it here is tried with its default confi
 configs that make sense for it (the Hopper tiles for the TMA kernels, the lesson's configs for the
 `triton.language` ones), each checked against the fp64 reference, then timed kernel-only as the
 benchmarks time them (CUDA graphs, interleaved rounds, medians; bench/measure.py) beside
-torch.matmul. The winner goes into the table, which is written after every problem: an
-interrupted run keeps what it measured, and a second run skips the buckets the table has.
+torch.matmul. A winner other than the rules' choice is then timed eagerly beside it and kept only
+if it is not slower there (RULES_MARGIN). The winner goes into the table, which is written after
+every problem: an interrupted run keeps what it measured, and a second run skips the buckets the
+table has.
 """
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import torch
@@ -40,15 +43,16 @@ def default_problems(dtypes=DTYPES) -> tuple[Problem, ...]:
 SKINNY_ALSO = ("split_k",)
 SKINNY_TMA = "tma_persistent_pipelined"
 SKINNY_TMA_MIN_M = 32
-# A winner is chosen on kernel-only timing. Where the kernel is as short as a call's host time the
-# eager time can disagree: at 64 and 128 x 4096 x 4096 (bf16, H100) rung 6's deep ring ran 0.94x
-# cuBLAS kernel-only against swap_ab's 0.90x, but took 25-26 us a call in eager timing against
-# swap_ab's 22-23 (it encodes TMA descriptors for each call's new operands), so the shipped table
-# keeps swap_ab there (results/h100/deep-ring-eager-check.txt).
 # A table entry decides a whole bucket on one problem's timing, so a candidate displaces the
 # rules' choice only when it is faster by more than the noise between runs (on the H100 the same
 # kernel measured 1-3% apart from run to run: results/h100/auto.csv's re-measured rows).
 RULES_MARGIN = 0.03
+# A winner is found on kernel-only timing, but users mostly call eagerly, and where a kernel is as
+# short as a call's host time the two can disagree: at 64 and 128 x 4096 x 4096 (bf16, H100) rung
+# 6's deep ring ran 0.94x cuBLAS kernel-only against swap_ab's 0.90x, and 25-26 us a call eagerly
+# against swap_ab's 22-23 (it encodes TMA descriptors for each call's new operands;
+# results/h100/deep-ring-eager-check.txt). So a winner that is not the rules' choice is timed
+# eagerly beside it, and kept only if it is not slower there by more than RULES_MARGIN.
 
 
 def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[MatmulConfig, ...]:
@@ -140,27 +144,39 @@ def tune(
                 print(f"stopped at the {minutes}-minute budget with {left} problems left: run again to go on")
                 break
             providers = [("cublas", "torch.matmul", provider(torch.matmul, False))]
+            configs = {}  # (kernel, config label) -> config, for the eager check
             for kernel in runnable_kernels(dtype, device):
                 for config in candidates(kernel, problem, device):
                     call = provider(tritongemm.matmul, False, kernel=kernel, config=config)
                     providers.append((kernel, config.short(), call))
-            rows = measure_problem(
-                problem, providers, device=device, device_name=env["device"],
+                    configs[kernel, config.short()] = config
+            measure = functools.partial(
+                measure_problem, problem, device=device, device_name=env["device"],
                 timer=gpu_timer if on_gpu else cpu_timer, l2_bytes=env["l2_bytes"],
             )  # fmt: skip
-            if rows_path is not None:
-                _append_rows(Path(rows_path), rows)
+            rows = measure(providers)
             cublas = next(r for r in rows if r.kernel == "cublas")
             timed = [r for r in rows if r.kernel != "cublas" and r.ms]
             if timed and cublas.ms:
                 best, rules = winner(timed, rules_choice(a, b, problem))
+                checked = {}  # the eager check's times (ms a call), when there was one
+                if rules is not None and best is not rules:
+                    eager = eager_times(measure, configs, best, rules)
+                    rows += eager.values()
+                    if not eager_confirms(eager, best, rules):  # the rules' choice stays
+                        checked = dict(rejected=f"{best.kernel} {best.config}", rejected_ms=best.ms,
+                                       rejected_eager_ms=eager_ms(eager, best))  # fmt: skip
+                        best = rules
+                    checked |= dict(eager_ms=eager_ms(eager, best), rules_eager_ms=eager_ms(eager, rules))
                 table.entries[bucket] = dict(
                     kernel=best.kernel, config=best.config, problem=[problem.M, problem.N, problem.K],
                     ms=best.ms, cublas_ms=cublas.ms, rules_ms=rules.ms if rules else None,
-                    tried=len(providers) - 1, correct=len(timed),
+                    tried=len(providers) - 1, correct=len(timed), **checked,
                 )  # fmt: skip
                 table.save(path)
                 measured += 1
+            if rows_path is not None:
+                _append_rows(Path(rows_path), rows)
             advance(f"{problem.label()} {problem.dtype}")
     print(f"{measured} buckets measured, {skipped} already in the table; wrote {path}")
     dispatch_table.reload()  # kernel="auto" reads the new table for every plan built from now on,
@@ -186,6 +202,36 @@ def winner(timed: list, rules: tuple[str, str]):
     if ruled is not None and ruled.ms * (1 - RULES_MARGIN) <= best.ms:
         return ruled, ruled
     return best, ruled
+
+
+def key(row) -> tuple[str, str]:
+    return row.kernel, row.config
+
+
+def eager_times(measure, configs: dict, best, rules) -> dict:
+    """{(kernel, config label): eager row} for the kernel-only winner, the rules' choice and cuBLAS,
+    timed in the same interleaved rounds, eager calls as a user makes them (bench.measure's "eager")."""
+    import tritongemm
+    from tritongemm.bench import provider
+
+    pair = [(r.kernel, r.config, provider(tritongemm.matmul, True, kernel=r.kernel, config=configs[key(r)]))
+            for r in (best, rules)]  # fmt: skip
+    rows = measure([("cublas", "torch.matmul", provider(torch.matmul, True)), *pair], timing="eager")
+    return {key(row): row for row in rows}
+
+
+def eager_ms(eager: dict, row) -> float | None:
+    found = eager.get(key(row))
+    return found.ms if found is not None else None
+
+
+def eager_confirms(eager: dict, best, rules) -> bool:
+    """Whether the kernel-only winner is no slower eagerly than the rules' choice, within the margin
+    (an eager time that failed counts against the winner)."""
+    ours, theirs = eager_ms(eager, best), eager_ms(eager, rules)
+    if not ours:
+        return False
+    return not theirs or ours <= theirs * (1 + RULES_MARGIN)
 
 
 def _append_rows(path: Path, rows) -> None:
