@@ -245,3 +245,13 @@ def test_a_suite_rewritten_with_its_remeasured_rows_says_which(tmp_path):
     assert env["remeasured"] == [{"file": "auto-tuned.csv", "date": "2026-11-23", "problems": 1}]
     write_remeasured(tmp_path / "auto.csv", tmp_path / "auto-tuned.csv")  # again: listed once
     assert len(json.loads((tmp_path / "auto.json").read_text())["environment"]["remeasured"]) == 1
+
+
+def test_eager_timing_refuses_the_gpu_timer():
+    """gpu_timer sees the GPU's work alone; an eager row timed by it would hide the host (tune's
+    eager check once did this)."""
+    from tritongemm.bench.measure import gpu_timer
+
+    with pytest.raises(ValueError, match="eager_timer"):
+        measure_problem(Problem(8, 8, 8, "float32"), [], device=torch.device("cpu"), device_name="cpu",
+                        timer=gpu_timer, l2_bytes=0, timing="eager")  # fmt: skip

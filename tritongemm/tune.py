@@ -117,7 +117,7 @@ def tune(
     from tritongemm import dispatch_table
     from tritongemm.bench import Progress, provider, use_interpreter_without_gpu
     from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.measure import cpu_timer, gpu_timer, measure_problem, operand, runnable_kernels
+    from tritongemm.bench.measure import cpu_timer, eager_timer, gpu_timer, measure_problem, operand, runnable_kernels
 
     on_gpu = use_interpreter_without_gpu()
     import tritongemm
@@ -151,17 +151,17 @@ def tune(
                     providers.append((kernel, config.short(), call))
                     configs[kernel, config.short()] = config
             measure = functools.partial(
-                measure_problem, problem, device=device, device_name=env["device"],
-                timer=gpu_timer if on_gpu else cpu_timer, l2_bytes=env["l2_bytes"],
-            )  # fmt: skip
-            rows = measure(providers)
+                measure_problem, problem, device=device, device_name=env["device"], l2_bytes=env["l2_bytes"]
+            )
+            rows = measure(providers, timer=gpu_timer if on_gpu else cpu_timer)
             cublas = next(r for r in rows if r.kernel == "cublas")
             timed = [r for r in rows if r.kernel != "cublas" and r.ms]
             if timed and cublas.ms:
                 best, rules = winner(timed, rules_choice(a, b, problem))
                 checked = {}  # the eager check's times (ms a call), when there was one
                 if rules is not None and best is not rules:
-                    eager = eager_times(measure, configs, best, rules)
+                    eager = eager_times(functools.partial(measure, timer=eager_timer if on_gpu else cpu_timer),
+                                        configs, best, rules)  # fmt: skip
                     rows += eager.values()
                     if not eager_confirms(eager, best, rules):  # the rules' choice stays
                         checked = dict(rejected=f"{best.kernel} {best.config}", rejected_ms=best.ms,
@@ -210,7 +210,8 @@ def key(row) -> tuple[str, str]:
 
 def eager_times(measure, configs: dict, best, rules) -> dict:
     """{(kernel, config label): eager row} for the kernel-only winner, the rules' choice and cuBLAS,
-    timed in the same interleaved rounds, eager calls as a user makes them (bench.measure's "eager")."""
+    timed in the same interleaved rounds, eager calls as a user makes them (bench.measure's "eager";
+    `measure` brings the wall-clock timer)."""
     import tritongemm
     from tritongemm.bench import provider
 

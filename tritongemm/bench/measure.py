@@ -163,6 +163,8 @@ def measure_problem(
     Every provider is checked first; the correct ones are then timed in `rounds` interleaved
     rounds (cuBLAS, ours, cuBLAS, ours, ...) and keep the median, so a clock or neighbour that
     drifts during the run shifts everyone alike instead of whoever happened to run then."""
+    if timing == "eager" and timer is gpu_timer:  # it times GPU work alone: no host time in it
+        raise ValueError("measure_problem: timing 'eager' needs a wall-clock timer (eager_timer), not gpu_timer")
     sets = input_sets(problem, device, l2_bytes)
     references = [reference_matmul(a, b) for a, b, _ in sets]
     bound = tolerance(getattr(torch, problem.dtype), problem.K)
