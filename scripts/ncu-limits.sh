@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Nsight Compute beside cuBLAS on the rows where tritongemm trails it (scripts/probe_limits.py has the
-# kernel names and clocks): L2 and DRAM throughput, the tensor pipes' utilization, bytes moved, for
+# kernel names and clocks): L2, DRAM and SM throughput, the SM clock, bytes moved, for
 # one warm launch of each (ncu flushes the caches before it). Clocks float (--clock-control none),
 # as in the benchmarks.
 # Usage: bash scripts/ncu-limits.sh   ->  $OUT/ncu-limits/LABEL.csv, and a summary on stdout
