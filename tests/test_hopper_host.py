@@ -9,11 +9,13 @@ from tritongemm import registry
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import (
     BIG_TILE,
+    DEEP_RING_STAGES,
     H100_SMS,
     MID_TILE,
     SMALL_TILE,
     TILES,
     TINY_TILE,
+    persistent_pipelined_config,
     choose_config,
     default_config,
     descriptors,
@@ -205,7 +207,37 @@ def test_choose_config(M, N, expected):
     assert choose_config(M, N, H100_SMS) == expected
 
 
-@pytest.mark.parametrize("config", TILES, ids=lambda c: c.short())
+@pytest.mark.parametrize(
+    "M, N, K, expected",
+    [
+        (8192, 8192, 8192, BIG_TILE),  # 16 waves of BIG tiles against 32 of MID: BIG
+        (4096, 4096, 4096, BIG_TILE),
+        (1024, 14336, 4096, MID_TILE.with_(num_stages=6)),  # BIG: 3.4 waves, so 4; MID: 6.8, so 7 < 4 x 1.8
+        (512, 28672, 8192, MID_TILE.with_(num_stages=6)),
+        (512, 14336, 4096, BIG_TILE),  # 224 BIG tiles: 2 waves; MID: 4 > 2 x 1.8
+        (777, 4096, 4096, BIG_TILE),  # 112 BIG tiles (choose_config: too few), MID's 224 spill into a 2nd wave
+        (512, 4096, 4096, MID_TILE.with_(num_stages=6)),
+        (1024, 1024, 1024, SMALL_TILE.with_(num_stages=8)),  # 16 K-steps: two rings of 8
+        (1024, 1024, 960, SMALL_TILE),  # 15 K-steps: short of two rings
+        (1000, 1000, 1000, SMALL_TILE),  # N and K not multiples of 64
+        (1024, 1000, 4096, SMALL_TILE),
+        (256, 1024, 8192, TINY_TILE.with_(num_stages=8)),
+        (256, 256, 256, TINY_TILE),
+    ],
+)
+def test_persistent_pipelined_config(M, N, K, expected):
+    assert persistent_pipelined_config(M, N, K, H100_SMS) == expected
+
+
+def test_rung_6_default_is_its_rules():
+    info = registry.get("tma_persistent_pipelined")
+    config = info.default_config(torch.float16, 512, 4096, 4096, torch.device("cpu"))
+    assert config == persistent_pipelined_config(512, 4096, 4096, H100_SMS) != choose_config(512, 4096, H100_SMS)
+    assert registry.get("tma_persistent").default_config(torch.float16, 512, 4096, 4096, torch.device("cpu")) == MID_TILE
+
+
+@pytest.mark.parametrize("config", [*TILES, *(t.with_(num_stages=s) for t, s in DEEP_RING_STAGES.items())],
+                         ids=lambda c: c.short())  # fmt: skip
 def test_every_default_fits_every_kernel(config):
     plan_ring(config, 2)
     check_sequential_fits("tma_persistent", config, 2)

@@ -43,6 +43,7 @@ TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
 DEEP_RING_TILES = (
     TINY_TILE.with_(num_stages=8), TINY_TILE.with_(num_stages=12), SMALL_TILE.with_(num_stages=8),
     MatmulConfig(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=12),
+    MID_TILE.with_(num_stages=6),
 )  # fmt: skip
 # Rung 9's tiles. Two MMA warpgroups on BIG_TILE's 128 x 256 with 3 buffers (C's own tile lives
 # next to the ring: 4 x 48 KB + 64 KB > 227 KB) measured 0.99-1.03x cuBLAS at 8192^3 and 4096^3
@@ -80,6 +81,43 @@ def choose_config(M: int, N: int, num_sms: int, tiles: tuple[MatmulConfig, ...] 
     return tiles[-1]
 
 
+# Rung 6's rules (its default config: what kernel="auto" runs where its table has no entry) refine
+# choose_config in two ways. H100, 2026-11-24, kernel-only, fp16 and bf16 alike
+# (results/h100/rules-nn.csv, rules-nt.csv):
+#  1. BIG against MID by waves. With every SM busy, a wave of BIG tiles took 1.8-1.9 times a wave
+#     of MID ones (1024 x 14336 x 4096: 47 us against 26; 2048^2 x 4096 in the table above). So MID
+#     wins where BIG's last wave is short: 1024 x 14336 x 4096 (448 BIG tiles, 3.4 waves; 896 MID,
+#     6.8) ran 0.94-0.96x cuBLAS with MID against 0.86-0.90x with BIG. And BIG wins where MID would
+#     spill into a short second wave: 777 x 4096 x 4096 (112 BIG tiles, 224 MID), 0.84-0.86x with
+#     BIG against 0.74-0.76x with MID.
+BIG_WAVE_COST = 1.8  # a wave of BIG tiles, in waves of MID tiles
+#  2. Deeper rings below BIG. The rules pick those tiles where they make about one wave, so each
+#     SM has one tile, and nothing hides its loads' latency but the ring:
+#       MID, 6 slots: 512 x 4096 x 4096 1.00-1.01x (0.93-0.95x with 4), 512 x 4096 x 14336
+#         0.98x (0.88-0.90x);
+#       SMALL, 8 slots: 1024^3 0.98-1.00x (0.80x), 256 x 4096 x 4096 1.03x (0.78x);
+#       TINY, 8 slots: 128 x 4096 x 4096 0.93x (0.68x; results/h100/tune-deep-ring.csv).
+#     Not where K is short of two rings' worth of steps (256^3, SMALL: 0.66x with 8 slots against
+#     0.86x with 4), nor where N or K is not a multiple of 64 (1000^3: 0.75-0.77x with 8 slots, 0.79-0.81x
+#     with 4; 0.83-0.84x with MID's 6 against 0.86-0.87x with 4).
+DEEP_RING_STAGES = {MID_TILE: 6, SMALL_TILE: 8, TINY_TILE: 8}
+
+
+def persistent_pipelined_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
+    """Rung 6's default (pure: CPU-testable): choose_config's tile, weighed by waves between BIG
+    and MID, with a deeper ring below BIG where K is long (the notes above)."""
+    config = choose_config(M, N, num_sms)
+    if config in (BIG_TILE, MID_TILE):
+        big_waves = -(-BIG_TILE.num_tiles(M, N) // num_sms)
+        mid_waves = -(-MID_TILE.num_tiles(M, N) // num_sms)
+        config = MID_TILE if mid_waves < BIG_WAVE_COST * big_waves else BIG_TILE
+    stages = DEEP_RING_STAGES.get(config)
+    whole_lines = N % 64 == 0 and K % 64 == 0
+    if stages is not None and whole_lines and K >= 2 * stages * config.BLOCK_K:
+        config = config.with_(num_stages=stages)
+    return config
+
+
 def _num_sms(device: torch.device) -> int:
     """Without a CUDA device (tools, CPU tests): an H100 SXM's."""
     device = torch.device(device)
@@ -103,6 +141,10 @@ def ping_pong_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
     config = choose_config(M, N, num_sms, PING_PONG_TILES)
     short_k = config == MID_TILE and K <= SHORT_K["tma_ping_pong"]
     return config.with_(num_stages=PING_PONG_SHORT_K_STAGES) if short_k else config
+
+
+def persistent_pipelined_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+    return persistent_pipelined_config(M, N, K, _num_sms(device))
 
 
 def warp_specialized_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
@@ -152,7 +194,7 @@ register(
         idea="next tile's loads issued during this tile's drain; TMA store overlaps the next tile",
         launch=tma_persistent_pipelined.launch,
         plan=tma_persistent_pipelined.plan,
-        **_COMMON,
+        **_COMMON | dict(default_config=persistent_pipelined_default_config),
     )
 )
 register(

@@ -81,6 +81,8 @@ def default_config(kernel: str, dtype: str, M: int, N: int, K: int, gpu: GPU = H
             return hopper.warp_specialized_config(M, N, K, gpu.num_sms)
         if kernel == "tma_ping_pong":
             return hopper.ping_pong_config(M, N, K, gpu.num_sms)
+        if kernel == "tma_persistent_pipelined":
+            return hopper.persistent_pipelined_config(M, N, K, gpu.num_sms)
         return hopper.choose_config(M, N, gpu.num_sms)
     from tritongemm.config import default_config as ladder_default
 
