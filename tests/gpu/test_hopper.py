@@ -17,7 +17,7 @@ from triton.experimental.gluon import language as gl
 
 from tritongemm import tile_order
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper import TILES, tma_persistent, tma_persistent_pipelined, tma_pipelined
+from tritongemm.hopper import DEEP_RING_STAGES, TILES, tma_persistent, tma_persistent_pipelined, tma_pipelined
 from tritongemm.hopper.schedulers import scheduler_for
 from tritongemm.reference import reference_matmul, rel_error, tolerance
 
@@ -137,6 +137,21 @@ def test_boundaries(kernel, M, N, K, config, dtype, b_layout):
 @pytest.mark.parametrize("kernel", LAUNCH)
 def test_default_tiles(kernel, config, dtype):
     check(kernel, 300, 500, 700, dtype, "k_major", config)
+
+
+# Rung 6's rules' deeper rings (hopper.DEEP_RING_STAGES; `tune` tries them on every Gluon rung):
+# where the rules take them (1000 x 1024 x 1024: a partial last row of tiles), and past where they
+# would, as a named config may be: K of one step or a prime, shorter than the ring.
+DEEP_RINGS = tuple(tile.with_(num_stages=stages) for tile, stages in DEEP_RING_STAGES.items())
+
+
+@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("config", DEEP_RINGS, ids=lambda c: c.short().replace(" ", ""))
+@pytest.mark.parametrize("M, N, K", ((1000, 1024, 1024), (129, 256, 64), (37, 41, 43), (300, 500, 700)), ids=str)
+@pytest.mark.parametrize("kernel", LAUNCH)
+def test_deep_rings(kernel, M, N, K, config, dtype, b_layout):
+    check(kernel, M, N, K, dtype, b_layout, config)
 
 
 def test_contiguous_operands_take_no_padding():

@@ -143,7 +143,9 @@ def ping_pong_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
     return config.with_(num_stages=PING_PONG_SHORT_K_STAGES) if short_k else config
 
 
-def persistent_pipelined_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+def persistent_pipelined_default_config(
+    dtype: torch.dtype, M: int, N: int, K: int, device: torch.device
+) -> MatmulConfig:
     return persistent_pipelined_config(M, N, K, _num_sms(device))
 
 
