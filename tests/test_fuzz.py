@@ -74,9 +74,12 @@ def _gpu_configs() -> dict[str, tuple[MatmulConfig | None, ...]]:
         skinny.with_(BLOCK_N=32, BLOCK_K=256, num_stages=3, split_k=7),
     )
     if _IS_SM90:
-        from tritongemm.hopper import SMALL_TILE, TINY_TILE, WARP_SPECIALIZED_BIG_TILE
+        from tritongemm.hopper import MID_TILE, SMALL_TILE, TINY_TILE, WARP_SPECIALIZED_BIG_TILE
 
-        gluon = (None, TINY_TILE, SMALL_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1))
+        # MID_TILE with 6 slots: rung 6's rules' deepest ring (hopper.DEEP_RING_STAGES), its C
+        # buffer beside it within 3 KB of the 227 KB a block may have
+        deep = MID_TILE.with_(num_stages=6)
+        gluon = (None, TINY_TILE, SMALL_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1), deep)
         configs |= {name: gluon for name in GLUON}
         configs["split_k"] = (None, TINY_TILE.with_(split_k=2), SMALL_TILE.with_(split_k=5))
         # rung 9's two-warpgroup tile is its default only where its tiles fill the SMs (not here)
