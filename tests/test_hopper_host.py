@@ -286,7 +286,7 @@ def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
     "M, b, padded",
     [
         (4096, torch.zeros(40, 3000, dtype=F16), True),  # rows of 6,000 bytes: 47 lines a row, each read twice
-        (4095, torch.zeros(40, 3000, dtype=F16), False),  # too few rows of A to repay B's copy
+        (2047, torch.zeros(40, 3000, dtype=F16), False),  # too few rows of A to repay B's copy
         (4096, torch.zeros(40, 3072, dtype=F16), False),  # rows of 6,144 bytes, 48 whole lines
         (4096, torch.zeros(40, 3000, dtype=F16).T, True),  # a K-major weight view whose rows are 6,000 bytes
         (4096, torch.zeros(40, 3072, dtype=F16).T, False),
@@ -301,6 +301,32 @@ def test_prepare_pads_b_rows_to_128_bytes_for_large_m(M, b, padded):
     if padded:
         assert pb.stride(1) == 1 and pb.stride(0) * 2 % 128 == 0
     assert tma_unsupported_reason(pa, pb, c) is None
+
+
+@pytest.mark.parametrize(
+    "t",
+    [
+        torch.randn(7, 3000).half(),  # rows of 6,000 bytes: copied as int64
+        torch.randn(7, 3001).half()[:, 1:],  # rows start 2 bytes into 8: fp16 as it is
+        torch.randn(5, 3002).bfloat16()[:, 2:],  # 4 bytes in: int32
+        torch.randn(6, 1000).T.half(),  # a transposed view: element by element
+        torch.randn(1, 20).half(),
+        torch.randn(0, 8).half(),
+        torch.randn(9, 13).float(),  # rows of 52 bytes: 4-byte elements already
+    ],
+)
+def test_row_aligned_copy_keeps_the_bits(t):
+    copy = descriptors._row_aligned_copy(t, 128)
+    assert copy.dtype == t.dtype and copy.shape == t.shape and torch.equal(copy, t)
+    assert copy.stride(1) == 1 and copy.stride(0) * copy.element_size() % 128 == 0
+
+
+def test_row_aligned_copy_takes_the_widest_elements_it_can():
+    t = torch.randn(7, 3000).half()
+    target = torch.empty(7, 3008).half()[:, :3000]
+    assert [v.dtype for v in descriptors._widest_views(t, target)] == [torch.int64] * 2
+    odd = torch.randn(7, 3001).half()[:, 1:]
+    assert descriptors._widest_views(odd, target)[0].dtype == torch.float16
 
 
 def test_prepare_keeps_good_operands_and_out():

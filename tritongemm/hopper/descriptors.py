@@ -31,11 +31,14 @@ _TMA_MAX_DIM = 2**31 - 1  # Triton passes descriptor shapes as int32
 # 128-byte boundary every one of those spans two, and B's tile has twice A's rows: on the H100,
 # 5000 x 3000 x 7000 (B's rows 6,000 bytes) ran at 0.69-0.73x cuBLAS as given, 0.92x with B's rows
 # alone padded to 128 bytes, 0.78-0.80x with A's alone (results/h100/probe-row-stride-ab.txt).
-# A copy of B moves 4 K N bytes (54 us there) while what it saves, a quarter of the GEMM, grows
-# with M: it pays from about M = 4096 (at 0.25 x 2MNK / 650 TFLOP/s against 4KN / 1.6 TB/s, M >
-# 3300; 3000 x 5000 x 1000 broke even).
+# A copy of B moves 4 K N bytes while what it saves, a quarter of the GEMM, grows with M: at 0.25 x
+# 2MNK / 650 TFLOP/s against 4KN / 2.4 TB/s (_row_aligned_copy's speed), from M = 2200 or so.
+# Measured with the copy in the call (H100, fp16 and bf16, results/h100/row-copy.txt), without
+# and with it: 5000 x 3000 x 7000 0.70-0.73x -> 0.88-0.90x, 3000 x 5000 x 1000 0.77-0.79x ->
+# 0.88-0.89x, 2048 x 5000 x 1000 0.63-0.66x -> 0.73-0.76x; but 1536 x 5000 x 2000 0.89x -> 0.85x.
+# So from M = 2048.
 _FAST_ROW_BYTES = 128
-PAD_B_MIN_M = 4096
+PAD_B_MIN_M = 2048
 
 
 def _tma_strides(t: torch.Tensor) -> tuple[int, int]:
@@ -202,7 +205,34 @@ def _row_aligned_copy(t: torch.Tensor, row_multiple_bytes: int = _TMA_ALIGN_BYTE
     """A copy of t whose rows are padded to a multiple of `row_multiple_bytes`."""
     rows, cols = t.shape
     storage = torch.empty((rows, _padded_columns(cols, t.dtype, row_multiple_bytes)), dtype=t.dtype, device=t.device)
-    return storage[:, :cols].copy_(t)
+    copy = storage[:, :cols]
+    source, target = _widest_views(t.detach(), copy)
+    target.copy_(source)
+    return copy
+
+
+# torch's copy_ between views with padded rows costs an index computation per element, so wider
+# elements move more bytes for it: on the H100, 7000 x 3000 fp16 into rows padded to 128 bytes took
+# 58 us as fp16 (1.4 TB/s) and 35 us as int64 (2.4 TB/s); 1000 x 5000, 19 and 13 us
+# (results/h100/row-copy.txt). The bits are the same either way.
+_WIDE_ELEMENTS = ((8, torch.int64), (4, torch.int32))
+
+
+def _widest_views(source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """source and target (2D, one shape and dtype) as views of the widest integer elements that
+    their addresses, row strides and row lengths are multiples of (as they are, if none is wider)."""
+    size = source.element_size()
+    if source.stride(1) != 1 or target.stride(1) != 1 or source.numel() == 0:
+        return source, target
+    byte_counts = (source.data_ptr(), target.data_ptr(), source.stride(0) * size, target.stride(0) * size,
+                   source.shape[1] * size)  # fmt: skip
+    for width, dtype in _WIDE_ELEMENTS:
+        if width > size and all(count % width == 0 for count in byte_counts):
+            try:
+                return source.view(dtype), target.view(dtype)
+            except RuntimeError:  # a storage offset torch's view won't take: narrower ones may
+                continue
+    return source, target
 
 
 @dataclass(frozen=True)
