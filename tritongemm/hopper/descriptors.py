@@ -32,10 +32,10 @@ _TMA_MAX_DIM = 2**31 - 1  # Triton passes descriptor shapes as int32
 # 5000 x 3000 x 7000 (B's rows 6,000 bytes) ran at 0.69-0.73x cuBLAS as given, 0.92x with B's rows
 # alone padded to 128 bytes, 0.78-0.80x with A's alone (results/h100/probe-row-stride-ab.txt).
 # A copy of B moves 4 K N bytes while what it saves, a quarter of the GEMM, grows with M: at 0.25 x
-# 2MNK / 650 TFLOP/s against 4KN / 2.4 TB/s (_row_aligned_copy's speed), from M = 2200 or so.
+# 2MNK / 650 TFLOP/s against 4KN / 2.3 TB/s (_row_aligned_copy's speed), from M = 2300 or so.
 # Measured with the copy in the call (H100, fp16 and bf16, results/h100/row-copy.txt), without
-# and with it: 5000 x 3000 x 7000 0.70-0.73x -> 0.88-0.90x, 3000 x 5000 x 1000 0.77-0.79x ->
-# 0.88-0.89x, 2048 x 5000 x 1000 0.63-0.66x -> 0.73-0.76x; but 1536 x 5000 x 2000 0.89x -> 0.85x.
+# and with it: 5000 x 3000 x 7000 0.69-0.74x -> 0.88-0.90x, 3000 x 5000 x 1000 0.78x -> 0.88-0.89x,
+# 2048 x 5000 x 1000 0.62-0.66x -> 0.72-0.75x; but 1536 x 5000 x 2000 0.87-0.91x -> 0.87-0.88x.
 # So from M = 2048.
 _FAST_ROW_BYTES = 128
 PAD_B_MIN_M = 2048
@@ -213,7 +213,7 @@ def _row_aligned_copy(t: torch.Tensor, row_multiple_bytes: int = _TMA_ALIGN_BYTE
 
 # torch's copy_ between views with padded rows costs an index computation per element, so wider
 # elements move more bytes for it: on the H100, 7000 x 3000 fp16 into rows padded to 128 bytes took
-# 58 us as fp16 (1.4 TB/s) and 35 us as int64 (2.4 TB/s); 1000 x 5000, 19 and 13 us
+# 58 us as fp16 (1.4 TB/s) and 36 us as int64 (2.3 TB/s); 1000 x 5000, 19 and 13 us
 # (results/h100/row-copy.txt). The bits are the same either way.
 _WIDE_ELEMENTS = ((8, torch.int64), (4, torch.int32))
 
