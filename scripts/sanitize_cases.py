@@ -99,6 +99,23 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
             a = operand(M, K, torch.float16, "nt", gen)
             b = operand(N, K, torch.float16, "nn", gen).T
             yield a, b, SMALL.with_(split_k=3), None
+    if kernel == "split_k":  # three splits a tile: partials in the workspace, then the reduction
+        for M, N in ((3, 100), (65, 129)):
+            a = operand(M, 1000, torch.float16, "nt", gen)
+            b = operand(N, 1000, torch.float16, "nn", gen).T
+            yield a, b, GLUON_SMALL.with_(split_k=3), None
+    if kernel in ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined"):
+        # Rung 6's rules' deeper rings (tune tries them on all three), over a K of two rings and more.
+        from tritongemm.hopper import DEEP_RING_STAGES
+
+        a = operand(300, 1100, torch.float16, "nn", gen)
+        b = operand(500, 1100, torch.float16, "nn", gen).T
+        a_, b_, c = info.plan_operands(a, b, None, a.dtype)(a, b, None)
+        for tile, stages in DEEP_RING_STAGES.items():
+            config = tile.with_(num_stages=stages)
+            yield a, b, config, None
+            if kernel != "tma_pipelined":
+                yield a, b, config, functools.partial(launch_on_few_programs, info, a_, b_, c, config)
     if kernel in ("tma_persistent", "tma_persistent_pipelined", "tma_warp_specialized", "tma_ping_pong"):
         # Several tiles per program: the cross-tile pipeline and barrier phases over many laps.
         configs = (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1))
