@@ -233,6 +233,24 @@ def test_gpu_tma_descriptors_follow_the_addresses():
         assert rel_error(c, reference_matmul(a1, b)) <= tolerance(F16, 40)
 
 
+@pytest.mark.skipif(not ON_GPU, reason="TMA descriptors are encoded on the GPU only")
+def test_gpu_tma_encodings_past_their_bound(monkeypatch):
+    """More addresses than an operand keeps encodings for (fast_launch.ENCODINGS_PER_OPERAND, 2
+    here): the kept ones are dropped and encoded again, and every call computes right."""
+    if not _on_hopper():
+        pytest.skip("needs an sm_90 GPU")
+    from tritongemm import fast_launch
+
+    monkeypatch.setattr(fast_launch, "ENCODINGS_PER_OPERAND", 2)
+    cache = PlanCache()
+    weights = [rand(40, 48) for _ in range(5)]
+    a = rand(64, 40)
+    for b in weights + weights[::-1] + weights:
+        b.normal_()
+        c = run(cache, a, b, kernel="tma_persistent_pipelined", config=None)
+        assert rel_error(c, reference_matmul(a, b)) <= tolerance(F16, 40)
+
+
 def _on_hopper() -> bool:
     return ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 

@@ -31,6 +31,11 @@ from triton.runtime.errors import OutOfResources
 _RAW_LAUNCHER_LAYOUT = ("3.6.",)
 
 
+# Encodings kept per TMA operand of a plan, by address: a 32-layer model's q and o projections
+# share one plan's B (64 weights). A few hundred bytes an encoding: under 100 KB a plan.
+ENCODINGS_PER_OPERAND = 64
+
+
 class CompiledLaunch:
     """`launch(*runtime_args)`: the kernel compiled for one problem geometry, launched on the
     current stream with new runtime arguments (the non-constexpr parameters, in order).
@@ -103,11 +108,12 @@ class CompiledLaunch:
         Triton's launcher turns each host descriptor into a CUtensorMap on every call, in Python
         (about 1.5 us a descriptor on the H100 machine, plus the copy `rebase` makes); encoding
         it here from the plan's fixed fields costs the driver call alone (0.56 us). And each
-        operand's previous encoding is kept, with its address: a weight is at the same address on
-        every call, and so, often, is an activation or an output the caching allocator hands out
-        again. One per operand per plan bounds it; the plan's fixed fields and the address are
-        all an encoding holds, so an equal address gives an equal descriptor. Where this
-        Triton's launcher is not the one that was measured, descriptors take Triton's own path.
+        operand keeps the encodings of the addresses it was last called at (ENCODINGS_PER_OPERAND):
+        the weights of the layers that share a plan's geometry, each always at its address, and the
+        few blocks the caching allocator hands out again for activations and outputs. The plan's
+        fixed fields and the address are all an encoding holds, so an equal address gives an equal
+        descriptor. Where this Triton's launcher is not the one that was measured, descriptors take
+        Triton's own path.
         """
         unbound = tuple(rebase(d, None) for d in descriptors)  # the plan must not keep tensors alive
         encode = self._descriptor_encoding(descriptors)
@@ -119,7 +125,7 @@ class CompiledLaunch:
         grid_x, grid_y, grid_z = self._grid
         fill = triton.runtime.driver.active.utils.fill_tma_descriptor
         head = self._raw_head
-        previous = [(None, None)] * len(specs)  # per operand: (address, its encoded descriptor)
+        encodings = [{} for _ in specs]  # per operand: address -> its encoded descriptor
 
         def launch(*given) -> None:
             tensors, rest = given[:count], given[count:]
@@ -129,11 +135,13 @@ class CompiledLaunch:
                 return
             args = []
             for i, t in enumerate(tensors):
-                address, encoded = previous[i]
-                if t.data_ptr() != address:
-                    address = t.data_ptr()
+                address, known = t.data_ptr(), encodings[i]
+                encoded = known.get(address)
+                if encoded is None:
                     encoded = fill(address, *specs[i][0])
-                    previous[i] = (address, encoded)  # one assignment: a thread reads the old pair or the new
+                    if len(known) >= ENCODINGS_PER_OPERAND:  # the bound; a thread looking up meanwhile
+                        known.clear()  # misses, and encodes again
+                    known[address] = encoded
                 args.append(encoded)
                 args.extend(specs[i][1])
             stream = torch._C._cuda_getCurrentRawStream(self._device_index)
