@@ -35,16 +35,18 @@ MID_TILE = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, nu
 SMALL_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TINY_TILE = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
 TILES = (BIG_TILE, MID_TILE, SMALL_TILE, TINY_TILE)
-# Deeper rings for the small tiles, tried by `tritongemm tune` (not defaults): a 64-row tile does
-# few FLOPs per byte, so what keeps its SM busy is how many loads are in flight, and it leaves
-# shared memory for 8 to 12 slots. cuBLAS picks such kernels on the H100 where it beats this
-# library's rules (results/h100/cublas-kernels.csv: 64 x 64 tiles with 13 stages at 128 x 4096 x
-# 4096, 64 x 32 with 16 at M = 64, 64 x 128 with 8 at 1000^3).
+# Deeper rings for the tiles below BIG: a small tile does few FLOPs per byte, so what keeps its SM
+# busy is how many loads are in flight, and it leaves shared memory for 6 to 12 slots. cuBLAS picks
+# such kernels on the H100 where it beat this library's rules (results/h100/cublas-kernels.csv: 64
+# x 64 tiles with 13 stages at 128 x 4096 x 4096, 64 x 32 with 16 at M = 64, 64 x 128 with 8 at
+# 1000^3). Rung 6's rules take DEEP_RING_STAGES' (persistent_pipelined_config: where, and why);
+# `tritongemm tune` tries every one of DEEP_RING_TILES.
+DEEP_RING_STAGES = {MID_TILE: 6, SMALL_TILE: 8, TINY_TILE: 8}
 DEEP_RING_TILES = (
-    TINY_TILE.with_(num_stages=8), TINY_TILE.with_(num_stages=12), SMALL_TILE.with_(num_stages=8),
+    *(tile.with_(num_stages=stages) for tile, stages in DEEP_RING_STAGES.items()),
+    TINY_TILE.with_(num_stages=12),
     MatmulConfig(BLOCK_M=64, BLOCK_N=32, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=12),
-    MID_TILE.with_(num_stages=6),
-)  # fmt: skip
+)
 # Rung 9's tiles. Two MMA warpgroups on BIG_TILE's 128 x 256 with 3 buffers (C's own tile lives
 # next to the ring: 4 x 48 KB + 64 KB > 227 KB) measured 0.99-1.03x cuBLAS at 8192^3 and 4096^3
 # (H100, 2026-11-23, results/h100/ws-two-warpgroups.csv); one warpgroup on 128 x 128, 0.92-1.00x
@@ -91,16 +93,15 @@ def choose_config(M: int, N: int, num_sms: int, tiles: tuple[MatmulConfig, ...] 
 #     spill into a short second wave: 777 x 4096 x 4096 (112 BIG tiles, 224 MID), 0.84-0.86x with
 #     BIG against 0.74-0.76x with MID.
 BIG_WAVE_COST = 1.8  # a wave of BIG tiles, in waves of MID tiles
-#  2. Deeper rings below BIG. The rules pick those tiles where they make about one wave, so each
-#     SM has one tile, and nothing hides its loads' latency but the ring:
+#  2. Deeper rings below BIG (DEEP_RING_STAGES). The rules pick those tiles where they make about
+#     one wave, so each SM has one tile, and nothing hides its loads' latency but the ring:
 #       MID, 6 slots: 512 x 4096 x 4096 1.00-1.01x (0.93-0.95x with 4), 512 x 4096 x 14336
 #         0.98x (0.88-0.90x);
 #       SMALL, 8 slots: 1024^3 0.98-1.00x (0.80x), 256 x 4096 x 4096 1.03x (0.78x);
 #       TINY, 8 slots: 128 x 4096 x 4096 0.93x (0.68x; results/h100/tune-deep-ring.csv).
 #     Not where K is short of two rings' worth of steps (256^3, SMALL: 0.66x with 8 slots against
-#     0.86x with 4), nor where N or K is not a multiple of 64 (1000^3: 0.75-0.77x with 8 slots, 0.79-0.81x
-#     with 4; 0.83-0.84x with MID's 6 against 0.86-0.87x with 4).
-DEEP_RING_STAGES = {MID_TILE: 6, SMALL_TILE: 8, TINY_TILE: 8}
+#     0.86x with 4), nor where N or K is not a multiple of 64 (1000^3: 0.75-0.77x with 8 slots,
+#     0.79-0.81x with 4; 0.83-0.84x with MID's 6 against 0.86-0.87x with 4).
 
 
 def persistent_pipelined_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
@@ -143,18 +144,19 @@ def ping_pong_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
     return config.with_(num_stages=PING_PONG_SHORT_K_STAGES) if short_k else config
 
 
-def persistent_pipelined_default_config(
-    dtype: torch.dtype, M: int, N: int, K: int, device: torch.device
-) -> MatmulConfig:
-    return persistent_pipelined_config(M, N, K, _num_sms(device))
+# The rungs whose rules go beyond choose_config (the others': `default_config`), as pure functions
+# of (M, N, K, SM count): the registry's hook runs them on the device's SMs, tools/launch.py on a
+# modelled GPU's.
+RULES = {
+    "tma_persistent_pipelined": persistent_pipelined_config,
+    "tma_warp_specialized": warp_specialized_config,
+    "tma_ping_pong": ping_pong_config,
+}
 
 
-def warp_specialized_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
-    return warp_specialized_config(M, N, K, _num_sms(device))
-
-
-def ping_pong_default_config(dtype: torch.dtype, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
-    return ping_pong_config(M, N, K, _num_sms(device))
+def _registry_hook(rule):
+    """A rule as the registry's default_config hook, (dtype, M, N, K, device) -> config."""
+    return lambda dtype, M, N, K, device: rule(M, N, K, _num_sms(device))
 
 
 _COMMON = dict(
@@ -196,7 +198,7 @@ register(
         idea="next tile's loads issued during this tile's drain; TMA store overlaps the next tile",
         launch=tma_persistent_pipelined.launch,
         plan=tma_persistent_pipelined.plan,
-        **_COMMON | dict(default_config=persistent_pipelined_default_config),
+        **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config)),
     )
 )
 register(
@@ -218,7 +220,7 @@ register(
         launch=tma_warp_specialized.launch,
         plan=tma_warp_specialized.plan,
         experimental=True,  # right on the H100, not yet faster than rung 6 (docs/warp-specialization.md)
-        **_COMMON | dict(default_config=warp_specialized_default_config),
+        **_COMMON | dict(default_config=_registry_hook(warp_specialized_config)),
     )
 )
 register(
@@ -229,6 +231,6 @@ register(
         launch=functools.partial(tma_warp_specialized.launch, consumers=2),
         plan=functools.partial(tma_warp_specialized.plan, consumers=2),
         experimental=True,  # right on the H100; auto takes it for short K only (dispatch.SHORT_K)
-        **_COMMON | dict(default_config=ping_pong_default_config),
+        **_COMMON | dict(default_config=_registry_hook(ping_pong_config)),
     )
 )

@@ -77,13 +77,8 @@ def default_config(kernel: str, dtype: str, M: int, N: int, K: int, gpu: GPU = H
     if kernel in GLUON or kernel == "cublas":  # cuBLAS: modelled with the Gluon kernels' tile choice
         from tritongemm import hopper
 
-        if kernel == "tma_warp_specialized":
-            return hopper.warp_specialized_config(M, N, K, gpu.num_sms)
-        if kernel == "tma_ping_pong":
-            return hopper.ping_pong_config(M, N, K, gpu.num_sms)
-        if kernel == "tma_persistent_pipelined":
-            return hopper.persistent_pipelined_config(M, N, K, gpu.num_sms)
-        return hopper.choose_config(M, N, gpu.num_sms)
+        rule = hopper.RULES.get(kernel)
+        return rule(M, N, K, gpu.num_sms) if rule else hopper.choose_config(M, N, gpu.num_sms)
     from tritongemm.config import default_config as ladder_default
 
     return ladder_default(getattr(torch, dtype), M, N, K, num_sms=gpu.num_sms, interpret=False)
