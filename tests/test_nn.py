@@ -45,12 +45,12 @@ class Block(torch.nn.Module):
 
 
 class Tree(torch.nn.Module):
-    """nn.Linear under a ModuleList of modules and under a ModuleDict."""
+    """nn.Linear under a ModuleList of modules and under a ModuleDict, with and without a bias."""
 
-    def __init__(self):
+    def __init__(self, d: int = IN):
         super().__init__()
-        self.blocks = torch.nn.ModuleList([Block(IN), Block(IN)])
-        self.heads = torch.nn.ModuleDict({"a": torch.nn.Linear(IN, OUT), "b": torch.nn.Linear(IN, 5, bias=False)})
+        self.blocks = torch.nn.ModuleList([Block(d), Block(d)])
+        self.heads = torch.nn.ModuleDict({"a": torch.nn.Linear(d, OUT), "b": torch.nn.Linear(d, 5, bias=False)})
 
     def forward(self, x):
         for block in self.blocks:
@@ -244,3 +244,40 @@ def test_under_autocast_the_gemm_runs_in_autocasts_dtype():
         expected = torch.relu(torch.nn.functional.linear(x, module.weight, module.bias))
     assert y.dtype == expected.dtype == torch.float16
     assert rel_error(y, expected.double()) <= tolerance(torch.float16, IN)
+
+
+# --- training under torch.compile ---------------------------------------------------------------
+
+# The GPU trains in bf16 too, at a width whose rows TMA reads in place (the Gluon rungs' forward,
+# their M-major weight gradients); the CPU's interpreter in fp32 at the odd width.
+TRAIN_CASES = [(torch.float32, IN)] + ([(torch.bfloat16, 256)] if ON_GPU else [])
+BACKEND = "inductor" if ON_GPU else "aot_eager"
+# A step's loss and gradients go through up to six GEMMs (Block's two, the head's; their dX and
+# dW), each rounding on its own: four of one GEMM's bounds.
+CHAIN_FACTOR = 4
+
+
+@pytest.mark.parametrize("dtype, width", TRAIN_CASES, ids=str)
+def test_patched_model_trains_under_compile(dtype, width):
+    """A patched model (nn.Linear with and without a bias, under ModuleList and ModuleDict) trains
+    for three SGD steps under torch.compile; each step's loss and every gradient match the same
+    model's float64 steps in torch (the IndexError of compiled training, issue 25, is this test)."""
+    torch.manual_seed(0)
+    reference = Tree(width).to(DEVICE, torch.float64)
+    model = patch(copy.deepcopy(reference).to(dtype))
+    assert not model.tritongemm_patch_report.skipped
+    compiled = torch.compile(model, backend=BACKEND)
+    bound = CHAIN_FACTOR * tolerance(dtype, 2 * width + 1)
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (reference, model)]
+    for step in range(3):
+        x = make_x(2, 5 + step, width)  # a new M each step, as a data loader's last batch brings
+        losses = [reference(x.double()).square().mean(), compiled(x.to(dtype)).float().square().mean()]
+        for loss in losses:
+            loss.backward()
+        assert abs(losses[1].item() - losses[0].item()) <= bound * abs(losses[0].item()), f"step {step} loss"
+        for (name, p_ref), p in zip(reference.named_parameters(), model.parameters()):
+            err = rel_error(p.grad, p_ref.grad)
+            assert err <= bound, f"step {step}: {name}.grad relative error {err:.3e} > {bound:.3e}"
+        for optimizer in optimizers:
+            optimizer.step()
+            optimizer.zero_grad()

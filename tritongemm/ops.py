@@ -131,7 +131,9 @@ def _linear_backward(ctx, grad_y):
     def lin(x, weight, bias, activation, alpha, out_dtype):
         return linear(x, weight, bias, None, activation, alpha, out_dtype, ctx.kernel, None)
 
-    needs = ctx.needs_input_grad[:4]
+    # As long as the call: a graph calls the operator without its trailing defaults (AOTAutograd
+    # drops them), so a Linear without a bias has (x, weight) alone. What is not there needs none.
+    needs = (*ctx.needs_input_grad, False, False, False, False)[:4]
     grads = fused.linear_grads(grad_y, x, weight, bias, ctx.residual_dtype, ctx.activation, ctx.alpha, needs, lin)
     return *grads, None, None, None, None, None
 
