@@ -33,8 +33,15 @@ FUSED = {
     "gelu": Epilogue(activation="gelu", alpha=0.5, bias=True, residual=True, preact=True),
     "silu": Epilogue(activation="silu", bias=True),
 }
-CASES = [(i, False, 1, None) for i in range(len(TILES))] + [(0, True, 1, None), (0, False, 2, None)]
-CASES += [(0, False, 1, name) for name in FUSED]
+# A case: (tile, b_k_major, barriers per slot, fused epilogue, a_m_major). A M-major (a weight
+# gradient's dY^T) on the big and the smallest tile, with B in each layout (tn, tt), and fused.
+CASES = [(i, False, 1, None, False) for i in range(len(TILES))] + [
+    (0, True, 1, None, False),
+    (0, False, 2, None, False),
+]
+CASES += [(0, False, 1, name, False) for name in FUSED]
+CASES += [(0, False, 1, None, True), (0, True, 1, None, True), (len(TILES) - 1, True, 1, None, True)]
+CASES += [(0, True, 1, "silu", True)]
 INSTRUCTIONS = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
 
 
@@ -99,10 +106,10 @@ def _compile_all(kernel: str) -> list[dict]:
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
-    for tile, b_k_major, per_slot, fused in CASES:
+    for tile, b_k_major, per_slot, fused, a_m_major in CASES:
         config = tile_config(kernel, tile, b_k_major)
         M, N, K = 1000, 1504, 704  # rows of 16-byte multiples, as TMA needs
-        a = torch.empty(M, K, dtype=torch.float16)
+        a = torch.empty(K, M, dtype=torch.float16).T if a_m_major else torch.empty(M, K, dtype=torch.float16)
         b = torch.empty(N, K, dtype=torch.float16).T if b_k_major else torch.empty(K, N, dtype=torch.float16)
         c = torch.empty(M, N, dtype=torch.float16)
         common = dict(NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=per_slot, num_warps=config.num_warps)
@@ -133,13 +140,14 @@ def _compile_all(kernel: str) -> list[dict]:
             workspace = torch.empty(3, M, N, dtype=torch.float32)
             _, k_per_split = split_k.ring_split_plan(M, N, K, config, num_sms=132)
             args, extra, fn = (desc.a, desc.b, workspace, M, N, k_per_split), {}, split_k._split_k_partial_kernel
-        compiled = fn.warmup(*args, B_K_MAJOR=desc.b_k_major, **common, **extra, grid=(1,))
+        compiled = fn.warmup(*args, **desc.layout_constexprs(), **common, **extra, grid=(1,))
         ptx = compiled.asm["ptx"]
         # Warp specialization's register reallocation: the load warp gives registers to the MMA warps.
         instructions = INSTRUCTIONS + (("setmaxnreg",) if kernel in WARP_SPECIALIZED else ())
         results.append(
             dict(
-                case=[tile, b_k_major, per_slot, fused],
+                case=[tile, b_k_major, per_slot, fused, a_m_major],
+                a_m_major=desc.a_m_major,
                 b_k_major=desc.b_k_major,
                 shared=compiled.metadata.shared,
                 missing=[name for name in instructions if name not in ptx],
@@ -173,15 +181,16 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
     by_case = {tuple(r["case"]): r for r in results}
     # The ConSan variant has NUM_BUFFERS more barriers, 8 bytes each, and nothing else changes
     # (an array of barriers takes a multiple of 16 bytes: 3 buffers grow 24 -> 48 bytes by 32 -> 48).
-    split, plain = by_case[(0, False, 2, None)]["shared"], by_case[(0, False, 1, None)]["shared"]
+    split, plain = by_case[(0, False, 2, None, False)]["shared"], by_case[(0, False, 1, None, False)]["shared"]
     stages = tile_config(kernel, 0).num_stages
     grown = _aligned(16 * stages) - _aligned(8 * stages)
     assert split - plain == grown, f"{kernel}: {plain} -> {split} bytes with a barrier each"
     for result in results:
-        tile, b_k_major, per_slot, fused = result["case"]
+        tile, b_k_major, per_slot, fused, a_m_major = result["case"]
         config = tile_config(kernel, tile, b_k_major)
-        label = f"{kernel} {config.short()} b_k_major={b_k_major} barriers/slot={per_slot} epilogue={fused}"
-        assert result["b_k_major"] == b_k_major, label
+        label = (f"{kernel} {config.short()} a_m_major={a_m_major} b_k_major={b_k_major} barriers/slot={per_slot} "
+                 f"epilogue={fused}")  # fmt: skip
+        assert (result["a_m_major"], result["b_k_major"]) == (a_m_major, b_k_major), label
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
         # A plain GEMM keeps its accumulator in registers; the epilogue's plumbing must not cost
         # it a spill. (A fused epilogue on a 128-row tile does spill: docs/epilogue.md.)

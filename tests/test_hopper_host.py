@@ -61,7 +61,26 @@ UNSUPPORTED = [
     ),
     ("fp32", lambda: (torch.zeros(8, 8), torch.zeros(8, 8)), "float32"),
     ("mixed dtypes", lambda: (torch.zeros(8, 8, dtype=F16), torch.zeros(8, 8, dtype=torch.bfloat16)), "one dtype"),
-    ("a column-major", lambda: (torch.zeros(32, 64, dtype=F16).T, torch.zeros(32, 16, dtype=F16)), "unit stride"),
+    (
+        "a is M-major (a weight gradient's dY^T)",
+        lambda: (torch.zeros(32, 64, dtype=F16).T, torch.zeros(32, 16, dtype=F16)),
+        None,
+    ),
+    (
+        "both transposed (tt)",
+        lambda: (torch.zeros(32, 64, dtype=F16).T, torch.zeros(16, 32, dtype=F16).T),
+        None,
+    ),
+    (
+        "a strided both ways",
+        lambda: (torch.zeros(64, 64, dtype=F16)[::2, ::2], torch.zeros(32, 16, dtype=F16)),
+        "M-major",
+    ),
+    (
+        "a M-major with rows of 34 bytes",
+        lambda: (torch.zeros(4, 17, dtype=F16)[:, :16].T, torch.zeros(4, 8, dtype=F16)),
+        "row stride is 17",
+    ),
     ("a rows of 34 bytes", lambda: (torch.zeros(4, 17, dtype=F16), torch.zeros(17, 8, dtype=F16)), "row stride is 17"),
     (
         "a 6 bytes off alignment",
@@ -133,6 +152,16 @@ def test_descriptor_blocks_follow_the_b_layout():
     assert k_major.b_k_major and k_major.b.block_shape == [256, 64] and list(k_major.b.shape) == [512, 128]
     assert k_major.c.block_shape == [128, 128]
     assert row.a.block_shape == [128, 64] and row.a.layout.swizzle_byte_width == 128
+
+
+def test_descriptor_blocks_follow_the_a_layout():
+    b, c = torch.zeros(128, 512, dtype=F16), torch.zeros(256, 512, dtype=F16)
+    m_major = make_descriptors(torch.zeros(128, 256, dtype=F16).T, b, c, 128, 256, 64)
+    assert m_major.a_m_major and not m_major.b_k_major
+    assert m_major.a.block_shape == [64, 128] and list(m_major.a.shape) == [128, 256]
+    assert m_major.layout_constexprs() == dict(A_M_MAJOR=True, B_K_MAJOR=False)
+    row = make_descriptors(torch.zeros(256, 128, dtype=F16), b, c, 128, 256, 64)
+    assert not row.a_m_major and row.a.block_shape == [128, 64]
 
 
 def test_descriptors_refuse_what_tma_cannot_read():
@@ -267,7 +296,8 @@ def test_registered_rungs():
     "a, b, out",
     [
         (torch.zeros(8, 7, dtype=F16), torch.zeros(7, 16, dtype=F16), None),  # a's rows end mid-chunk
-        (torch.zeros(16, 8, dtype=F16).T, torch.zeros(16, 16, dtype=F16), None),  # a transposed
+        (torch.zeros(16, 8, dtype=F16).T, torch.zeros(16, 16, dtype=F16), None),  # a M-major: read in place
+        (torch.zeros(16, 7, dtype=F16).T, torch.zeros(16, 16, dtype=F16), None),  # a M-major, rows of 14 bytes
         (torch.zeros(8, 16, dtype=F16), torch.zeros(16, 24, dtype=F16)[:, 1:], None),  # b offset by 1
         (torch.zeros(8, 16, dtype=F16), torch.zeros(16, 5, dtype=F16), torch.zeros(8, 5, dtype=F16)),  # N = 5
     ],
@@ -278,7 +308,7 @@ def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
     pa, pb, c = plan_operands(a, b, out, a.dtype)(a, b, out)
     assert tma_unsupported_reason(pa, pb, c) is None
     assert torch.equal(pa, a) and torch.equal(pb, b) and c.shape == (a.shape[0], b.shape[1])
-    assert (pa is a) == (descriptors._view_reason("a", a) is None)
+    assert (pa is a) == (descriptors._a_view(a)[2] is None)
     assert (c is out) == (out is not None and tma_out_unsupported_reason(out) is None)
 
 

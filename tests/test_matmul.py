@@ -43,6 +43,7 @@ GPU_CASES = [
     Case(2000, 1000, 2000),
     Case(2000, 1000, 2000, "nt"),
     Case(1000, 2000, 2000, "tn"),
+    Case(1000, 2000, 2000, "tt"),
     Case(4097, 4095, 513),
     Case(128, 4096, 4096),
     *[Case(999, 1001, 1003, config=c) for c in LESSON_CONFIGS],

@@ -177,6 +177,8 @@ MATMUL_CASES = [
     Case(1000, 1500, 700, config=MID_TILE.with_(num_stages=6)),  # ping-pong: two half-tile C buffers
     Case(1000, 1500, 700, "nt", SMALL_TILE.with_(num_stages=3)),
     Case(640, 100, 300, config=MID_TILE.with_(scheduler="chunked", GROUP_SIZE_M=1)),
+    Case(1000, 1500, 700, "tn", TWO_WARPGROUPS),  # A M-major (a weight gradient's dY^T), read in place
+    Case(1000, 1500, 700, "tt", MID_TILE.with_(num_stages=6)),
 ]
 # (case, programs): several tiles per program, so the ring's phases run over many laps and tiles;
 # chunked over 5 tiles on 4 programs leaves the last program without a tile.

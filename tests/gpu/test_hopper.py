@@ -34,7 +34,9 @@ LAUNCH = {
 }
 PERSISTENT = ("tma_persistent", "tma_persistent_pipelined")
 DTYPES = (torch.float16, torch.bfloat16)
-B_LAYOUTS = ("row", "k_major")  # b (K, N) row-major, or the transpose of an (N, K) weight
+# a row-major (n) or the transpose of a (K, M) tensor (t: a weight gradient's dY^T); then b
+# row-major (n) or the transpose of an (N, K) weight (t): every pair is read in place.
+LAYOUTS = ("nn", "nt", "tn", "tt")
 SCHEDULERS = (("chunked", 1), ("grouped", 1), ("grouped", 8))
 
 
@@ -58,14 +60,14 @@ def _padded(n: int) -> int:
     return -(-n // 8) * 8
 
 
-def check(kernel: str, M: int, N: int, K: int, dtype, b_layout: str, config: MatmulConfig, **launch_kw) -> None:
-    a = make_operand(M, K, dtype)
-    b = make_operand(K, N, dtype, transposed=b_layout == "k_major")
+def check(kernel: str, M: int, N: int, K: int, dtype, layout: str, config: MatmulConfig, **launch_kw) -> None:
+    a = make_operand(M, K, dtype, transposed=layout[0] == "t")
+    b = make_operand(K, N, dtype, transposed=layout[1] == "t")
     c, storage = make_output(M, N, dtype)
     LAUNCH[kernel](a, b, c, config, **launch_kw)
     err = rel_error(c, reference_matmul(a, b))
     bound = tolerance(dtype, K)
-    assert err <= bound, f"{kernel} {M}x{N}x{K} {dtype} b={b_layout} {config.short()}: error {err:.3e} > {bound:.3e}"
+    assert err <= bound, f"{kernel} {M}x{N}x{K} {dtype} {layout} {config.short()}: error {err:.3e} > {bound:.3e}"
     # TMA clips stores at N, in whole 16-byte chunks (triton-lang/triton#11583): the chunk that
     # holds column N - 1 may be overwritten up to its end, the next one must keep the poison.
     assert storage[:, _padded(N) :].isnan().all(), f"{kernel} wrote past the 16-byte chunk of column N={N}"
@@ -91,11 +93,11 @@ def _seed_params():
             yield pytest.param(kernel, M, N, K, config, id=f"{kernel}-{M}x{N}x{K}-{config.short().replace(' ', '')}")
 
 
-@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("kernel, M, N, K, config", list(_seed_params()))
-def test_seed_matrix(kernel, M, N, K, config, dtype, b_layout):
-    check(kernel, M, N, K, dtype, b_layout, config)
+def test_seed_matrix(kernel, M, N, K, config, dtype, layout):
+    check(kernel, M, N, K, dtype, layout, config)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,20 +125,21 @@ BOUNDARY_SHAPES = (
 )
 
 
-@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", (SMALL, BIG), ids=lambda c: c.short().replace(" ", ""))
 @pytest.mark.parametrize("M, N, K", BOUNDARY_SHAPES, ids=lambda s: str(s))
 @pytest.mark.parametrize("kernel", LAUNCH)
-def test_boundaries(kernel, M, N, K, config, dtype, b_layout):
-    check(kernel, M, N, K, dtype, b_layout, config)
+def test_boundaries(kernel, M, N, K, config, dtype, layout):
+    check(kernel, M, N, K, dtype, layout, config)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", TILES, ids=lambda c: c.short().replace(" ", ""))
 @pytest.mark.parametrize("kernel", LAUNCH)
 def test_default_tiles(kernel, config, dtype):
-    check(kernel, 300, 500, 700, dtype, "k_major", config)
+    check(kernel, 300, 500, 700, dtype, "nt", config)
+    check(kernel, 300, 500, 700, dtype, "tn", config)
 
 
 # Rung 6's rules' deeper rings (hopper.DEEP_RING_STAGES; `tune` tries them on every Gluon rung):
@@ -145,13 +148,13 @@ def test_default_tiles(kernel, config, dtype):
 DEEP_RINGS = tuple(tile.with_(num_stages=stages) for tile, stages in DEEP_RING_STAGES.items())
 
 
-@pytest.mark.parametrize("b_layout", B_LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("config", DEEP_RINGS, ids=lambda c: c.short().replace(" ", ""))
 @pytest.mark.parametrize("M, N, K", ((1000, 1024, 1024), (129, 256, 64), (37, 41, 43), (300, 500, 700)), ids=str)
 @pytest.mark.parametrize("kernel", LAUNCH)
-def test_deep_rings(kernel, M, N, K, config, dtype, b_layout):
-    check(kernel, M, N, K, dtype, b_layout, config)
+def test_deep_rings(kernel, M, N, K, config, dtype, layout):
+    check(kernel, M, N, K, dtype, layout, config)
 
 
 def test_contiguous_operands_take_no_padding():
@@ -177,11 +180,12 @@ def test_contiguous_operands_take_no_padding():
     (BIG, BIG.with_(num_stages=3), SMALL, MatmulConfig(128, 128, 128, num_warps=8, num_stages=2)),
     ids=lambda c: c.short().replace(" ", ""),
 )
+@pytest.mark.parametrize("layout", ("nn", "tn"))
 @pytest.mark.parametrize("kernel", PERSISTENT)
-def test_many_tiles_per_program(kernel, config, scheduler, group, num_programs):
+def test_many_tiles_per_program(kernel, layout, config, scheduler, group, num_programs):
     # K = 700: 11 K-steps of 64, so with a 5-slot B ring the stolen slots wrap at the first tile.
     config = config.with_(scheduler=scheduler, GROUP_SIZE_M=group)
-    check(kernel, 1000, 1500, 700, torch.float16, "row", config, num_programs=num_programs)
+    check(kernel, 1000, 1500, 700, torch.float16, layout, config, num_programs=num_programs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -7,11 +7,15 @@ which is why the kernels need no masks and take any M, N, K >= 1 (a 128 x 64 blo
 tensor loads one real row and 127 zero rows). One catch: stores are clipped in whole 16-byte
 chunks, so C's rows must end on 16 bytes, or own the padding after them (`empty_output`).
 
-B comes in two layouts, both without a copy:
-  * row-major (K, N), b.stride(1) == 1: tiles of [BLOCK_K, BLOCK_N];
-  * "K-major", the transpose of an (N, K) row-major weight as nn.Linear stores it,
-    b.stride(0) == 1: the descriptor is built on b.T, tiles of [BLOCK_N, BLOCK_K], and the MMA
-    reads them through a transposed shared-memory view.
+Each operand comes in two layouts, all four pairs without a copy:
+  * A row-major (M, K), a.stride(1) == 1: tiles of [BLOCK_M, BLOCK_K];
+  * A "M-major", the transpose of a (K, M) row-major tensor (a weight gradient's dY^T),
+    a.stride(0) == 1: the descriptor is built on a.T, tiles of [BLOCK_K, BLOCK_M];
+  * B row-major (K, N), b.stride(1) == 1: tiles of [BLOCK_K, BLOCK_N];
+  * B "K-major", the transpose of an (N, K) row-major weight as nn.Linear stores it,
+    b.stride(0) == 1: the descriptor is built on b.T, tiles of [BLOCK_N, BLOCK_K].
+The MMA reads a tile that arrived the other way round through a transposed shared-memory view.
+Row-major wins where both layouts work (a vector, a 1 x 1 operand).
 """
 
 import functools
@@ -72,16 +76,26 @@ def _view_reason(name: str, t: torch.Tensor) -> str | None:
     return None
 
 
-def _b_view(b: torch.Tensor) -> tuple[torch.Tensor, bool, str | None]:
-    """The view of b (K, N) the descriptor is built on, whether it is K-major, and why not if
-    neither layout works. Row-major wins when both do (a 1 x 1 B, say)."""
-    row_reason = _view_reason("b", b)
+def _operand_view(name: str, t: torch.Tensor, transposed: str) -> tuple[torch.Tensor, bool, str | None]:
+    """The view of operand `t` the descriptor is built on (t, or t.T), whether it is t.T (the
+    `transposed` layout: "M-major" for A, "K-major" for B), and why not if neither works."""
+    row_reason = _view_reason(name, t)
     if row_reason is None:
-        return b, False, None
-    k_major_reason = _view_reason("b.T", b.T)
-    if k_major_reason is None:
-        return b.T, True, None
-    return b, False, f"{row_reason}; as a K-major operand: {k_major_reason}"
+        return t, False, None
+    transposed_reason = _view_reason(f"{name}.T", t.T)
+    if transposed_reason is None:
+        return t.T, True, None
+    return t, False, f"{row_reason}; as a {transposed} operand: {transposed_reason}"
+
+
+def _a_view(a: torch.Tensor) -> tuple[torch.Tensor, bool, str | None]:
+    """a (M, K) as its descriptor sees it: (M, K) row-major, or (K, M) when M-major."""
+    return _operand_view("a", a, "M-major")
+
+
+def _b_view(b: torch.Tensor) -> tuple[torch.Tensor, bool, str | None]:
+    """b (K, N) as its descriptor sees it: (K, N) row-major, or (N, K) when K-major."""
+    return _operand_view("b", b, "K-major")
 
 
 def tma_unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None) -> str | None:
@@ -97,7 +111,7 @@ def tma_unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | N
             return f"{name} must be 2D, but has shape {tuple(t.shape)}"
     if a.dtype != b.dtype:
         return f"a and b must have one dtype, but got {a.dtype} and {b.dtype}"
-    reason = _view_reason("a", a)
+    reason = _a_view(a)[2]
     if reason is not None:
         return reason
     reason = _b_view(b)[2]
@@ -167,7 +181,7 @@ def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, ou
             f"TMA kernels: {' and '.join(too_big)} has a dimension of 2**31 or more, past what "
             "their descriptors take; use kernel='auto' or a triton.language kernel"
         )
-    copy_a = _view_reason("a", a) is not None
+    copy_a = _a_view(a)[2] is not None
     b_view, _, b_reason = _b_view(b)
     copy_b = b_reason is not None or (a.shape[0] >= PAD_B_MIN_M and not _rows_on_fast_boundaries(b_view))
     out_in_place = out is not None and tma_out_unsupported_reason(out) is None
@@ -197,8 +211,8 @@ def _rows_on_fast_boundaries(t: torch.Tensor) -> bool:
 
 
 def rows_on_fast_boundaries(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether TMA reads both operands' rows (b's as its descriptor sees them) in whole 128-byte lines."""
-    return _rows_on_fast_boundaries(a) and _rows_on_fast_boundaries(_b_view(b)[0])
+    """Whether TMA reads both operands' rows (as their descriptors see them) in whole 128-byte lines."""
+    return _rows_on_fast_boundaries(_a_view(a)[0]) and _rows_on_fast_boundaries(_b_view(b)[0])
 
 
 def _row_aligned_copy(t: torch.Tensor, row_multiple_bytes: int = _TMA_ALIGN_BYTES) -> torch.Tensor:
@@ -237,10 +251,15 @@ def _widest_views(source: torch.Tensor, target: torch.Tensor) -> tuple[torch.Ten
 
 @dataclass(frozen=True)
 class Descriptors:
-    a: TensorDescriptor  # (M, K), block [BLOCK_M, BLOCK_K]
+    a: TensorDescriptor  # (M, K) block [BLOCK_M, BLOCK_K], or (K, M) block [BLOCK_K, BLOCK_M]
     b: TensorDescriptor  # (K, N) block [BLOCK_K, BLOCK_N], or (N, K) block [BLOCK_N, BLOCK_K]
     c: TensorDescriptor  # (M, N), block [BLOCK_M, BLOCK_N // epi_split]
+    a_m_major: bool
     b_k_major: bool
+
+    def layout_constexprs(self) -> dict:
+        """The kernels' constexprs for the operands' layouts."""
+        return dict(A_M_MAJOR=self.a_m_major, B_K_MAJOR=self.b_k_major)
 
 
 @functools.cache
@@ -261,11 +280,13 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
     reason = tma_unsupported_reason(a, b, c)
     if reason is not None:
         raise ValueError(f"TMA kernels: {reason}")
+    a_view, a_m_major, _ = _a_view(a)
     b_view, b_k_major, _ = _b_view(b)
     return Descriptors(
-        a=_descriptor(a, (BLOCK_M, BLOCK_K)),
+        a=_descriptor(a_view, (BLOCK_K, BLOCK_M) if a_m_major else (BLOCK_M, BLOCK_K)),
         b=_descriptor(b_view, (BLOCK_N, BLOCK_K) if b_k_major else (BLOCK_K, BLOCK_N)),
         c=_descriptor(c, (BLOCK_M, BLOCK_N // epi_split)),
+        a_m_major=a_m_major,
         b_k_major=b_k_major,
     )
 
@@ -287,8 +308,9 @@ def planned_launch(
     fixed = epilogue.fixed_args(residual, preact)
     runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(bias, residual, preact), *fixed)
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
-    # A K-major b's descriptor describes b.T: the same data pointer and dtype, which is all that a
-    # launch reads from a descriptor's tensor (its shape and strides are the plan's), so b serves.
+    # A transposed operand's descriptor describes its .T: the same data pointer and dtype, which is
+    # all that a launch reads from a descriptor's tensor (its shape and strides are the plan's), so
+    # the operand serves.
     launch = compiled.with_descriptors((desc.a, desc.b, desc.c), bind)
     if epilogue.plain:  # matmul's launch, in the fewest steps
         return lambda a, b, c, *_: launch(a, b, c, 0, 0, 0, *fixed)

@@ -27,8 +27,13 @@ shows it on a one-barrier kernel). Under ConSan the kernels therefore give A and
 (`barriers_per_slot`): the ring, its phases and every buffer's reuse stay exactly as they are, so
 ConSan checks the same pipeline, and the hardware path is unchanged.
 
-B layout. ``B_K_MAJOR`` means B arrived as the transpose of an (N, K) row-major weight: its TMA
-tiles are [BLOCK_N, BLOCK_K] and the MMA reads a transposed view of them (no copy anywhere).
+Operand layouts. Each operand is read in place in either of its two layouts, the MMA taking a
+transposed shared-memory view where the tile arrived the other way round (WGMMA reads 16-bit
+operands from shared memory in both majors; no copy anywhere):
+  * ``B_K_MAJOR``: B arrived as the transpose of an (N, K) row-major weight (every forward
+    through nn.Linear): its TMA tiles are [BLOCK_N, BLOCK_K];
+  * ``A_M_MAJOR``: A arrived as the transpose of a (K, M) row-major tensor (every weight
+    gradient, dW = dY^T X, and any ``a.T @ b``): its TMA tiles are [BLOCK_K, BLOCK_M].
 """
 
 import functools
@@ -73,7 +78,20 @@ def _b_has_own_barrier(ready, NUM_BUFFERS):
 
 
 @gluon.jit
-def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr, pred=True):
+def issue_loads(
+    producer,
+    a_desc,
+    b_desc,
+    off_m,
+    off_n,
+    k,
+    ready,
+    a_bufs,
+    b_bufs,
+    A_M_MAJOR: gl.constexpr,
+    B_K_MAJOR: gl.constexpr,
+    pred=True,
+):
     """Request the A and B tiles of K-step `producer` (at column k) into its ring slot."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
@@ -89,7 +107,10 @@ def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs
     else:
         b_bar = a_bar
         mbarrier.expect(a_bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
-    tma_load(a_desc, [off_m, k], a_bar, a_bufs.index(slot), pred)
+    if A_M_MAJOR:
+        tma_load(a_desc, [k, off_m], a_bar, a_bufs.index(slot), pred)
+    else:
+        tma_load(a_desc, [off_m, k], a_bar, a_bufs.index(slot), pred)
     b_slot = b_bufs.index(producer % NUM_B_BUFFERS)
     if B_K_MAJOR:
         tma_load(b_desc, [off_n, k], b_bar, b_slot, pred)
@@ -99,7 +120,7 @@ def issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs
 
 
 @gluon.jit
-def issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
+def issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr):
     """Wait for K-step `consumer`'s tiles, issue its MMA, then retire the step before it."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]
@@ -108,16 +129,32 @@ def issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
     mbarrier.wait(ready.index(slot), phase)
     if _b_has_own_barrier(ready, NUM_BUFFERS):
         mbarrier.wait(ready.index(NUM_BUFFERS + slot), phase)
+    a = a_bufs.index(slot)
+    if A_M_MAJOR:
+        a = a.permute((1, 0))  # [BLOCK_K, BLOCK_M] tile -> [BLOCK_M, BLOCK_K] view
     b = b_bufs.index(consumer % NUM_B_BUFFERS)
     if B_K_MAJOR:
         b = b.permute((1, 0))  # [BLOCK_N, BLOCK_K] tile -> [BLOCK_K, BLOCK_N] view; WGMMA reads it transposed
-    mma = mma.issue_async_mma(a_bufs.index(slot), b)
+    mma = mma.issue_async_mma(a, b)
     mma = mma.wait_num_outstanding(1)
     return consumer + 1, mma
 
 
 @gluon.jit
-def mma_over_k(mma, a_desc, b_desc, off_m, off_n, k_begin, k_end, ready, a_bufs, b_bufs, B_K_MAJOR: gl.constexpr):
+def mma_over_k(
+    mma,
+    a_desc,
+    b_desc,
+    off_m,
+    off_n,
+    k_begin,
+    k_end,
+    ready,
+    a_bufs,
+    b_bufs,
+    A_M_MAJOR: gl.constexpr,
+    B_K_MAJOR: gl.constexpr,
+):
     """One tile's K-steps k_begin, k_begin + BLOCK_K, ... < k_end through a fresh ring (rungs 4
     and 7); returns the accumulator state with every MMA retired.
 
@@ -126,19 +163,19 @@ def mma_over_k(mma, a_desc, b_desc, off_m, off_n, k_begin, k_end, ready, a_bufs,
     so a range shorter than NUM_BUFFERS - 2 steps must end at K (split_k's plan sees to it).
     """
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
     producer = 0
     consumer = 0
     for i in gl.static_range(NUM_BUFFERS - 2):
         k = k_begin + i * BLOCK_K
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
     # Steady state: one load and one MMA per K-step.
     for k in range(k_begin + (NUM_BUFFERS - 2) * BLOCK_K, k_end, BLOCK_K):
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
     # Drain: consume what the prologue got ahead.
     for _ in gl.static_range(NUM_BUFFERS - 2):
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
     return mma.wait_num_outstanding(0)
 
 

@@ -38,7 +38,7 @@ from tritongemm.ladder._split import MIN_STEPS_PER_SPLIT, reduce_plan, split_pla
 
 @gluon.jit
 def _split_k_partial_kernel(
-    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     workspace_ptr,  # (S, M, N) fp32: partial tile of split s at [s, tile rows, tile columns]
     M,
@@ -46,13 +46,14 @@ def _split_k_partial_kernel(
     k_per_split,  # a multiple of BLOCK_K, and at least NUM_BUFFERS - 2 steps (split_plan)
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,
+    A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
-    K = a_desc.shape[1]
+    K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
     # 1. My tile and my split: programs 0..T-1 take split 0 of every tile, T..2T-1 split 1, ...
@@ -74,7 +75,7 @@ def _split_k_partial_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
-    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, k_begin, k_end, ready, a_bufs, b_bufs, B_K_MAJOR)
+    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, k_begin, k_end, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
     invalidate_barriers(ready)
 
     # 3. The fp32 partial tile, straight from the accumulator's registers to the workspace.
@@ -108,7 +109,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K)
     workspace = torch.empty((S, M, N), device=c.device, dtype=torch.float32)
     partial_meta = dict(
-        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), B_K_MAJOR=desc.b_k_major,
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), **desc.layout_constexprs(),
         num_warps=config.num_warps,
     )  # fmt: skip
     partial = compile_launch(

@@ -38,7 +38,7 @@ from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 @gluon.jit
 def _tma_persistent_kernel(
     # TMA descriptors
-    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
     # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
@@ -54,6 +54,7 @@ def _tma_persistent_kernel(
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
@@ -64,9 +65,9 @@ def _tma_persistent_kernel(
 ):
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
-    K = a_desc.shape[1]
+    K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
     # 1. Per-program state, reused by every tile: barriers, counters, accumulator, schedule.
@@ -88,12 +89,16 @@ def _tma_persistent_kernel(
 
         # 3. Prologue, steady state and drain: as in rung 4.
         for k in gl.static_range(0, (NUM_BUFFERS - 2) * BLOCK_K, BLOCK_K):
-            producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+            producer = issue_loads(
+                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR
+            )
         for k in range((NUM_BUFFERS - 2) * BLOCK_K, K, BLOCK_K):
-            producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+            producer = issue_loads(
+                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR
+            )
+            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
         for _ in gl.static_range(NUM_BUFFERS - 2):
-            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
         mma = mma.wait_num_outstanding(0)
 
         # 4. Epilogue; the wait keeps the next tile's loads off C's bytes while TMA reads them.
@@ -132,7 +137,7 @@ def plan(
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
+        **desc.layout_constexprs(), num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_persistent_kernel, grid, desc, constexprs, c, **epilogue)
 

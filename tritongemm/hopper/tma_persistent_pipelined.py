@@ -41,7 +41,7 @@ from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 @gluon.jit
 def _tma_persistent_pipelined_kernel(
     # TMA descriptors
-    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N // EPI_SPLIT]: one epilogue piece
     # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
@@ -58,6 +58,7 @@ def _tma_persistent_pipelined_kernel(
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     STEAL_B: gl.constexpr,  # stage C in free B slots instead of a buffer of its own
+    A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
@@ -66,13 +67,13 @@ def _tma_persistent_pipelined_kernel(
     STORE_PREACT: gl.constexpr,
     num_warps: gl.constexpr,
 ):
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
     EPI_SPLIT: gl.constexpr = BLOCK_N // c_desc.block_type.shape[1]
     NUM_B_BUFFERS: gl.constexpr = NUM_BUFFERS + EPI_SPLIT - 1 if STEAL_B else NUM_BUFFERS
     dtype: gl.constexpr = a_desc.dtype
-    K = a_desc.shape[1]
+    K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
     gl.static_assert(STEAL_B or EPI_SPLIT == 1, "only the stolen-B epilogue stores C in pieces")
 
@@ -97,19 +98,23 @@ def _tma_persistent_pipelined_kernel(
     has_work = num_tiles > 0
     for ki in gl.static_range(NUM_BUFFERS - 1):
         k0 = ki * BLOCK_K
-        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, B_K_MAJOR, has_work)
+        producer = issue_loads(
+            producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, has_work
+        )
 
     for idx in range(num_tiles):
         # 3. First K-step, loaded one tile ago; then the previous C must have left the B slots
         #    that the next loads fill.
-        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
         if STEAL_B:
             tma.store_wait(pendings=0)
 
         # 4. Steady state: one load and one MMA per K-step.
         for k in range((NUM_BUFFERS - 1) * BLOCK_K, K, BLOCK_K):
-            producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
-            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+            producer = issue_loads(
+                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR
+            )
+            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
 
         # 5. Drain this tile's last MMAs while the next tile's prologue loads go out.
         out_m = off_m
@@ -121,10 +126,10 @@ def _tma_persistent_pipelined_kernel(
         for ki in gl.static_range(NUM_BUFFERS - 1):
             k0 = ki * BLOCK_K
             producer = issue_loads(
-                producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, B_K_MAJOR, has_next
+                producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, has_next
             )
             if ki < NUM_BUFFERS - 2:  # the last of these loads has no MMA left to pair with
-                consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+                consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
         mma = mma.wait_num_outstanding(0)
 
         # 6. Epilogue, overlapped with the next tile's loads (in flight) and MMAs (after it).
@@ -167,7 +172,7 @@ def plan(
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        STEAL_B=ring.steal_b, B_K_MAJOR=desc.b_k_major,
+        STEAL_B=ring.steal_b, **desc.layout_constexprs(),
         num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_persistent_pipelined_kernel, grid, desc, constexprs, c, **epilogue)

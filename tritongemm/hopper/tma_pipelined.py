@@ -32,7 +32,7 @@ from tritongemm.hopper.pipeline import (
 @gluon.jit
 def _tma_pipelined_kernel(
     # TMA descriptors
-    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
     # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
@@ -47,6 +47,7 @@ def _tma_pipelined_kernel(
     # meta-parameters
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
@@ -58,7 +59,7 @@ def _tma_pipelined_kernel(
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
     BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
     dtype: gl.constexpr = a_desc.dtype
-    K = a_desc.shape[1]
+    K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
     # 1. The tile of this program, in column-major launch order like the naive rung's 2D grid,
@@ -78,7 +79,7 @@ def _tma_pipelined_kernel(
     # 3. Prologue, steady state, drain (pipeline.mma_over_k): the prologue fills all but two slots
     #    (the MMA in flight and the next load); each steady step issues one load and one MMA; the
     #    drain consumes what the prologue got ahead. Loads past K come back as zeros from TMA.
-    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, 0, K, ready, a_bufs, b_bufs, B_K_MAJOR)
+    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, 0, K, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
     invalidate_barriers(ready)
 
     # 4. Epilogue: the fused one (epilogue/kernels.py), then the store. C's buffer is allocated
@@ -105,7 +106,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     grid = (config.num_tiles(M, N),)
     constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        B_K_MAJOR=desc.b_k_major, num_warps=config.num_warps,
+        **desc.layout_constexprs(), num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_pipelined_kernel, grid, desc, constexprs, c, **epilogue)
 

@@ -88,14 +88,23 @@ CONSUMER_REGISTERS = 232
 
 @gluon.jit
 def _load_partition(
-    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler: gl.constexpr, B_K_MAJOR: gl.constexpr
+    a_desc,
+    b_desc,
+    c_desc,
+    a_bufs,
+    b_bufs,
+    ready,
+    empty,
+    Scheduler: gl.constexpr,
+    A_M_MAJOR: gl.constexpr,
+    B_K_MAJOR: gl.constexpr,
 ):
     """The load warp: every K-step of every tile of this program, in the MMA partition's order."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
-    K = a_desc.shape[1]
+    K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     scheduler = Scheduler.initialize(c_desc.shape[0], c_desc.shape[1], BLOCK_M, BLOCK_N)
     producer = 0
     for idx in range(scheduler.get_num_tiles()):
@@ -106,26 +115,28 @@ def _load_partition(
             # The slot's previous lap released (module docstring: lap 0 passes at once).
             lap_phase = (producer // NUM_BUFFERS) & 1
             mbarrier.wait(empty.index(producer % NUM_BUFFERS), lap_phase ^ 1)
-            producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, B_K_MAJOR)
+            producer = issue_loads(
+                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR
+            )
 
 
 @gluon.jit
 def _mma_partition(
     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty, turns,
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-    Scheduler: gl.constexpr, B_K_MAJOR: gl.constexpr,
+    Scheduler: gl.constexpr, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """A consumer: wait for a slot, multiply, release the slot; per tile, the epilogue. Consumer c
     of CONSUMERS takes the program's tiles c, c + CONSUMERS, ... (ping-pong when there are two)."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     M = c_desc.shape[0]
     N = c_desc.shape[1]
-    K = a_desc.shape[1]
+    K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     k_steps = gl.cdiv(K, BLOCK_K)
     mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
     scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
@@ -145,7 +156,7 @@ def _mma_partition(
         #    retired: its slot goes back to the load warp. (A tile's first step has no earlier
         #    step of its own: the previous tile released its last one in step 2.)
         for k in range(0, K, BLOCK_K):
-            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, B_K_MAJOR)
+            consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
             mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
         if CONSUMERS > 1:  # the next tile's consumer may wait on the ring now
             mbarrier.arrive(turns.index((CONSUMER + 1) % CONSUMERS))
@@ -168,7 +179,7 @@ def _mma_partition(
 @gluon.jit
 def _tma_warp_specialized_kernel(
     # TMA descriptors
-    a_desc,  # (M, K), block [BLOCK_M, BLOCK_K]
+    a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
     # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
@@ -184,6 +195,7 @@ def _tma_warp_specialized_kernel(
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
     LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)
     CONSUMERS: gl.constexpr,  # 1: the kernel's warps compute every tile; 2: ping-pong (tma_ping_pong)
@@ -219,9 +231,12 @@ def _tma_warp_specialized_kernel(
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 1, num_warps,
+                    Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+                    0, 1, num_warps,
                 )),
-                (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, B_K_MAJOR)),
+                (_load_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, A_M_MAJOR, B_K_MAJOR,
+                )),
             ],
             [1],  # warps of each worker partition
             [LOAD_REGS],  # and their registers a thread
@@ -232,14 +247,18 @@ def _tma_warp_specialized_kernel(
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, num_warps,
+                    Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+                    0, 2, num_warps,
                 )),
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    Scheduler, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, num_warps,
+                    Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+                    1, 2, num_warps,
                 )),
-                (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, B_K_MAJOR)),
+                (_load_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, A_M_MAJOR, B_K_MAJOR,
+                )),
             ],
             [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
             [CONSUMER_REGS, LOAD_REGS],
@@ -322,7 +341,7 @@ def plan(
     grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
-        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), B_K_MAJOR=desc.b_k_major,
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), **desc.layout_constexprs(),
         LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_warp_specialized_kernel, grid, desc, constexprs, c, **epilogue)
