@@ -18,7 +18,8 @@ REQUIRED_COLUMNS = {"device", "dtype", "layout", "m", "n", "k", "kernel", "confi
 
 
 def test_suites_cover_what_the_seeds_measured():
-    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm", "auto"}  # and `overhead`, measured apart
+    # and `overhead`, `epilogue`, `model`, measured apart
+    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm", "auto", "auto-transposed", "backward"}
     assert [p.K for p in SUITES["ksweep"].problems if p.dtype == "float16"] == [512, 1024, 2048, 4096, 8192, 16384]
     assert {p.dtype for p in SUITES["ksweep"].problems} == {"float16", "bfloat16"}
     assert [c.GROUP_SIZE_M for c in SUITES["group"].configs] == [1, 2, 4, 6, 8]
@@ -26,6 +27,20 @@ def test_suites_cover_what_the_seeds_measured():
     llm = SUITES["llm"].problems
     assert {p.M for p in llm} == {1, 16, 128, 2048, 8192} and {p.layout for p in llm} == {"nt"}
     assert {(p.N, p.K) for p in llm} == {(4096, 4096), (4096, 14336), (14336, 4096)}
+
+
+def test_auto_has_every_layout_and_backward_has_what_autograd_hands_over():
+    auto = SUITES["auto"].problems
+    assert {p.layout for p in auto} == {"nn", "nt", "tn", "tt"}
+    shapes = lambda layout: {(p.M, p.N, p.K, p.dtype) for p in auto if p.layout == layout}  # noqa: E731
+    assert shapes("tn") == shapes("tt") == shapes("nn")  # the transposed rows: the nn rows' shapes
+    assert set(SUITES["auto-transposed"].problems) == {p for p in auto if p.layout in ("tn", "tt")}
+    backward = SUITES["backward"].problems
+    # y = x @ W.T with x (2048, 4096), W (14336, 4096): dX = dY @ W is 2048 x 4096 x 14336 (nn),
+    # dW = dY^T @ X is 14336 x 4096 x 2048 with dY^T a transposed view (tn).
+    assert Problem(2048, 4096, 14336, "bfloat16", "nn") in backward
+    assert Problem(14336, 4096, 2048, "bfloat16", "tn") in backward
+    assert {p.layout for p in backward} == {"nn", "tn"} and min(p.M for p in backward if p.layout == "nn") == 2048
 
 
 def test_flops_and_labels():

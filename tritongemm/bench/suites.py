@@ -80,10 +80,32 @@ GROUP_CONFIGS = tuple(
 AUTO_TOKENS = (1, 16, 64, 128, 512, 2048, 8192)
 ODD_SHAPES = ((1000, 1000, 1000), (777, 4096, 4096), (3000, 5000, 1000), (5000, 3000, 7000), (997, 1009, 1013),
               (12345, 4567, 2345))  # fmt: skip
+AUTO_SQUARE_AND_ODD = (
+    [(8192, 8192, k) for k in K_SWEEP] + [(s, s, s) for s in (256, 1024, 4096, 8192)] + list(ODD_SHAPES)
+)
+# The same shapes with a transposed (tn) and with both transposed (tt): A as the transpose of a
+# (K, M) tensor is what every weight gradient hands over (dW = dY^T X), and issue 25 found no suite
+# had it (the TMA rungs copied such an A then: 0.55-0.65x cuBLAS).
+AUTO_TRANSPOSED_PROBLEMS = problems(AUTO_SQUARE_AND_ODD, HALF, layout="tn") + problems(
+    AUTO_SQUARE_AND_ODD, HALF, layout="tt"
+)
 AUTO_PROBLEMS = (
     problems([(m, n, k) for m in AUTO_TOKENS for n, k in LLM_WEIGHTS + LLM_WEIGHTS_70B], HALF, layout="nt")
-    + problems([(8192, 8192, k) for k in K_SWEEP], HALF)
-    + problems([(s, s, s) for s in (256, 1024, 4096, 8192)] + list(ODD_SHAPES), HALF)
+    + problems(AUTO_SQUARE_AND_ODD, HALF)
+    + AUTO_TRANSPOSED_PROBLEMS
+)
+
+# A training step's backward through y = x @ W.T (x (M, K) tokens, W (N, K) as nn.Linear stores
+# it), as autograd hands the GEMMs over: dX = dY @ W, (M, N) @ (N, K), both row-major (nn), and
+# dW = dY^T @ X, (N, M) @ (M, K), dY^T the transpose of the contiguous dY (tn). Llama-3-8B's and
+# Qwen2-7B's layers, bf16 as models train.
+QWEN2_7B_WEIGHTS = ((3584, 3584), (18944, 3584), (3584, 18944))
+BACKWARD_TOKENS = (2048, 8192, 16384)
+BACKWARD_PROBLEMS = tuple(
+    problem
+    for m in BACKWARD_TOKENS
+    for n, k in LLM_WEIGHTS + QWEN2_7B_WEIGHTS
+    for problem in (Problem(m, k, n, "bfloat16", "nn"), Problem(n, k, m, "bfloat16", "tn"))
 )
 
 GROUPED_KERNELS = ("grouped", "persistent", "tma_persistent", "tma_persistent_pipelined")
@@ -133,8 +155,21 @@ SUITES = {
         ),
         Suite(
             "auto",
-            "kernel='auto' on what users run: tokens x Llama-3-8B and -70B weights, the K sweep, squares, odd shapes",
+            "kernel='auto' on what users run: tokens x Llama-3-8B and -70B weights, the K sweep, squares, odd shapes"
+            " (nn, and tn and tt)",
             AUTO_PROBLEMS,
+            kernels=("auto",),
+        ),
+        Suite(
+            "auto-transposed",
+            "the auto suite's tn and tt rows alone (to re-measure them; scripts/auto_targets.py merges)",
+            AUTO_TRANSPOSED_PROBLEMS,
+            kernels=("auto",),
+        ),
+        Suite(
+            "backward",
+            "kernel='auto' on a training step's dX (nn) and dW (tn) GEMMs of Llama-3-8B and Qwen2-7B layers, bf16",
+            BACKWARD_PROBLEMS,
             kernels=("auto",),
         ),
     )
