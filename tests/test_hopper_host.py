@@ -328,8 +328,9 @@ def test_prepare_pads_b_rows_to_128_bytes_for_large_m(M, b, padded):
     a = torch.zeros(M, b.shape[0], dtype=F16)
     pa, pb, c = plan_operands(a, b, None, a.dtype)(a, b, None)
     assert pa is a and (pb is not b) == padded and torch.equal(pb, b)
-    if padded:
-        assert pb.stride(1) == 1 and pb.stride(0) * 2 % 128 == 0
+    if padded:  # in B's own layout (a K-major B's copy is K-major: a copy of whole rows, no transpose)
+        view, transposed, _ = descriptors._b_view(pb)
+        assert transposed == (b.stride(0) == 1) and view.stride(1) == 1 and view.stride(0) * 2 % 128 == 0
     assert tma_unsupported_reason(pa, pb, c) is None
 
 
