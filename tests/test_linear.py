@@ -290,6 +290,30 @@ def test_a_planned_call_is_still_checked_where_the_plan_key_says_nothing():
         tritongemm.linear(x, w, b, residual=r, out_dtype=torch.float64)
 
 
+@pytest.mark.parametrize("grad", [False, True], ids=["no_grad", "autograd"])
+def test_a_second_call_runs_its_planned_call_without_checks(grad, monkeypatch):
+    """The hot path: a call like one seen before (every fact in fused.call_key) runs the
+    LinearCall planned then, checking nothing again, with autograd or without; and computes
+    what the first call did."""
+    from tritongemm import checks
+
+    x, w, b, r = inputs((2, 3), 8, 16, torch.float32, True, True)
+    w.requires_grad_(grad)
+    first = tritongemm.linear(x, w, b, residual=r, activation="gelu")
+
+    def refuse(*args):
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(checks, "check_linear", refuse)
+    second = tritongemm.linear(x, w, b, residual=r, activation="gelu")
+    assert torch.equal(first.detach(), second.detach()) and second.requires_grad == grad
+    if grad:  # the planned call stored the pre-activation for the backward: gradients flow
+        second.sum().backward()
+        assert w.grad is not None and torch.isfinite(w.grad).all()
+    with pytest.raises(AssertionError, match="checked again"):  # another layout of x: a new call
+        tritongemm.linear(x.transpose(0, 1), w, b, residual=r.transpose(0, 1), activation="gelu")
+
+
 @pytest.mark.skipif(not ON_GPU, reason="shared memory is a GPU's")
 def test_a_float32_output_too_big_for_the_default_stages_plans_twice():
     """bf16 -> fp32 on the persistent rung: its default 128 x 256 tile with 3 stages needs 272 KB

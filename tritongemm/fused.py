@@ -11,13 +11,14 @@ plan's key also holds the epilogue and its tensors' layouts (epilogue.Fused).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
 from tritongemm import checks, registry
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue, Fused, activate_torch, activation_backward
-from tritongemm.plan import PLANS
+from tritongemm.plan import PLANS, Plan, _allow_tf32, tensor_facts
 
 
 def linear(
@@ -52,23 +53,103 @@ def linear(
     (the forward's epilogue also stores the pre-activation where the activation's derivative
     needs it), and traceable by `torch.compile` (through `torch.ops.tritongemm.linear`).
     """
-    if isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
+    if _any_autocast() and isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
         x, weight, bias = _autocast(x, weight, bias)
     if torch.compiler.is_compiling():
         from tritongemm import ops
 
         return ops.traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
-    inputs = (x, weight, bias, residual)
-    autograd = torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs)
-    if not autograd:  # the hot path: a plan built for exactly this call, whose checks passed then
-        hit = _on_a_hit(*inputs, activation, alpha, out_dtype, kernel, config)
-        if hit is not None:
-            plan, prepared = hit
-            return _run(plan, prepared)[0]
-    out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+    autograd = torch.is_grad_enabled() and _requires_grad(x, weight, bias, residual)
+    # The hot path: a call like one seen before, whose checks passed then (LinearCall).
+    store_preact = autograd and activation is not None and PREACT == "store"
+    key = call_key(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
+    call = None if key is None else PLANS.find_key(key)
+    if call is None:
+        out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+        call = LinearCall.build(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
+        if call is None:  # an empty problem: no kernel, and nothing to remember
+            if autograd:
+                return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel,
+                                             config, None)  # fmt: skip
+            return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
+        if key is not None:
+            PLANS.remember(key, call)
     if autograd:
-        return _LinearFunction.apply(*inputs, activation, float(alpha), out_dtype, kernel, config)
-    return checked_linear(*inputs, activation, alpha, out_dtype, kernel, config)
+        return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), call.out_dtype, kernel,
+                                     config, call)  # fmt: skip
+    return call.run(x, weight, bias, residual)[0]
+
+
+# Whether any device's autocast is on, in one call: 0.06 us, where torch.is_autocast_enabled(
+# x.device.type) takes 1 us (this repository's CPU machine), on every linear call.
+_any_autocast = getattr(torch._C, "_is_any_autocast_enabled", None) or (lambda: True)
+
+
+def _requires_grad(*tensors) -> bool:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            return True
+    return False
+
+
+def call_key(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact) -> tuple | None:
+    """Every fact of a linear call that its checks and its plan read, as given (before any fold):
+    each tensor's dtype, device, shape, strides, alignment and negation, the epilogue's
+    arguments, the kernel and config, and fp32's TF32 switch. None where a fact can't be read (not
+    tensors, an unhashable argument) or alpha is not a plain int or float (True == 1 in a key, but
+    the checks refuse it): the checks then say what is wrong."""
+    if type(alpha) not in (int, float):
+        return None
+    try:
+        key = ("linear", tensor_facts(x), tensor_facts(weight), tensor_facts(bias), tensor_facts(residual),
+               activation, float(alpha), out_dtype, kernel, config, store_preact,
+               x.dtype == torch.float32 and _allow_tf32())  # fmt: skip
+        hash(key)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return key
+
+
+@dataclass(frozen=True)
+class LinearCall:
+    """One linear problem, planned: its GEMM's plan (plan.py) and how a call's tensors fold into
+    the GEMM's (M, K) and (K, N) operands and (M, N) epilogue tensors, decided once. A call whose
+    `call_key` matches runs it without checks, choices or new objects."""
+
+    plan: Plan
+    lead: tuple[int, ...]  # x.shape[:-1]: the output is (*lead, N)
+    M: int
+    K: int
+    N: int
+    fold: bool  # x is not (M, K) as it is: fold its leading dimensions (a view where strides allow)
+    out_dtype: torch.dtype
+    store_preact: bool  # also write the pre-activation z, for the backward
+
+    @staticmethod
+    def build(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact):
+        """The plan for a checked call (`checks.check_linear`); None for an empty problem."""
+        prepared = _prepare(x, weight, bias, residual, activation, alpha, out_dtype, store_preact)
+        if prepared is None:
+            return None
+        x2, b, fused, lead = prepared
+        plan = PLANS.lookup(x2, b, None, kernel, config, fused)
+        M, K = x2.shape
+        return LinearCall(plan, tuple(lead), M, K, b.shape[1], x.dim() != 2, out_dtype, store_preact)
+
+    def run(self, x, weight, bias, residual) -> tuple:
+        """(y, z) as `_linear` returns them."""
+        M, N = self.M, self.N
+        x2 = x.reshape(M, self.K) if self.fold else x  # a view whenever the strides allow, as in matmul
+        if bias is not None:  # the kernels read the bias as a contiguous row (a no-op when it is one)
+            bias = bias.contiguous().resolve_neg()
+        if residual is not None:
+            residual = residual.resolve_neg()
+            residual = residual.reshape(M, N) if self.fold else residual
+        preact = x2.new_empty((M, N), dtype=self.out_dtype) if self.store_preact else None
+        y = self.plan.run(x2, weight.T, None, bias, residual, preact)
+        if not self.fold:
+            return y, preact
+        return y.view(*self.lead, N), None if preact is None else preact.view(*self.lead, N)
 
 
 def _autocast(x, weight, bias):
@@ -91,26 +172,6 @@ def _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, con
         return _empty_linear(x, weight, bias, residual, activation, out_dtype, kernel, config, store_preact)
     x2, b, fused, _ = prepared
     return _run(PLANS.lookup(x2, b, None, kernel, config, fused), prepared)
-
-
-def _on_a_hit(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config):
-    """(plan, prepared) when a plan was built for exactly this call, else None. A plan exists only
-    for a problem whose checks passed, and its key holds every fact they read of the operands
-    but three, checked here: alpha's type (a bool would pass as 1.0), weight's rank, and the
-    residual's shape (its (M, N) fold is in the key, not its own shape)."""
-    try:
-        if type(alpha) not in (int, float) or weight.dim() != 2 or x.dim() == 0:
-            return None
-        if residual is not None and residual.shape != (*x.shape[:-1], weight.shape[0]):
-            return None
-        prepared = _prepare(x, weight, bias, residual, activation, alpha, out_dtype or x.dtype, False)
-    except (AttributeError, RuntimeError, TypeError, ValueError):  # not tensors, mismatched: the checks say why
-        return None
-    if prepared is None:
-        return None
-    x2, b, fused, _ = prepared
-    plan = PLANS.find(x2, b, None, kernel, config, fused)
-    return None if plan is None else (plan, prepared)
 
 
 def _prepare(x, weight, bias, residual, activation, alpha, out_dtype, store_preact: bool):
@@ -195,9 +256,14 @@ class _LinearFunction(torch.autograd.Function):
     """Eager autograd for `linear`; under torch.compile the operator's autograd serves (ops.py)."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, residual, activation, alpha, out_dtype, kernel, config):
-        store = activation is not None and PREACT == "store"
-        y, z = _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store)
+    def forward(ctx, x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, call):
+        """`call`: the LinearCall planned for these inputs (with the pre-activation stored where an
+        activation's derivative needs it), None for an empty problem."""
+        if call is None:
+            store = activation is not None and PREACT == "store"
+            y, z = _linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store)
+        else:
+            y, z = call.run(x, weight, bias, residual)
         ctx.save_for_backward(x, weight, bias, z)  # not the residual: its gradient is grad_y's
         ctx.residual_dtype = None if residual is None else residual.dtype
         ctx.activation, ctx.alpha, ctx.kernel = activation, alpha, kernel
@@ -214,4 +280,4 @@ class _LinearFunction(torch.autograd.Function):
 
         needs = ctx.needs_input_grad
         grads = linear_grads(grad_y, x, weight, bias, ctx.residual_dtype, ctx.activation, ctx.alpha, needs, lin, z)
-        return *grads, None, None, None, None, None
+        return *grads, None, None, None, None, None, None

@@ -27,7 +27,8 @@ from tritongemm import checks, dispatch, registry
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Fused
 
-# A problem is a geometry, not a pointer: a training step or a decoder has a few dozen. 512 keeps
+# A problem is a geometry, not a pointer: a training step or a decoder has a few dozen (each
+# `linear` problem holds two entries: its GEMM's plan and its call, fused.LinearCall). 512 keeps
 # every plan of a large model's layers, for several batch sizes, and bounds a shape-sweeping
 # program's memory; a miss costs one plan build (checks and a descriptor build, no recompile).
 CAPACITY = 512
@@ -183,14 +184,23 @@ class PlanCache:
         if plan is not None:
             return plan
         plan = build_plan(a, b, out, kernel, config, fused)  # outside the lock: it may compile for seconds
+        self.remember(key, plan)
+        return plan
+
+    def find_key(self, key: tuple):
+        """What `remember` keeps under `key`, else None: `linear` keeps its calls here (fused.py),
+        under keys of their own, so that one bound and one `clear` cover them too."""
+        return self._hit(key)
+
+    def remember(self, key: tuple, value) -> None:
+        """Keep `value` under `key`, the least recently used entry going when the cache is full."""
         with self._lock:
             self.misses += 1
-            self._plans[key] = plan
+            self._plans[key] = value
             self._plans.move_to_end(key)
             while len(self._plans) > self.capacity:
                 self._plans.popitem(last=False)
                 self.evictions += 1
-        return plan
 
     def _hit(self, key: tuple) -> Plan | None:
         with self._lock:
