@@ -60,24 +60,33 @@ def linear(
 
         return ops.traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
     autograd = torch.is_grad_enabled() and _requires_grad(x, weight, bias, residual)
-    # The hot path: a call like one seen before, whose checks passed then (LinearCall).
     store_preact = autograd and activation is not None and PREACT == "store"
-    key = call_key(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
-    call = None if key is None else PLANS.find_key(key)
-    if call is None:
+    call = planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
+    if call is None:  # an empty problem: no kernel
         out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
-        call = LinearCall.build(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
-        if call is None:  # an empty problem: no kernel, and nothing to remember
-            if autograd:
-                return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel,
-                                             config, None)  # fmt: skip
-            return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
-        if key is not None:
-            PLANS.remember(key, call)
+        if autograd:
+            return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel,
+                                         config, None)  # fmt: skip
+        return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
     if autograd:
         return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), call.out_dtype, kernel,
                                      config, call)  # fmt: skip
     return call.run(x, weight, bias, residual)[0]
+
+
+def planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact: bool):
+    """The LinearCall for these arguments: the hot path's, when a call like this one was seen
+    before (every fact in `call_key`: its checks passed then), else checked and planned now and
+    remembered. None for an empty problem (M, N or K = 0), which has no kernel to plan."""
+    key = call_key(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
+    call = None if key is None else PLANS.find_key(key)
+    if call is not None:
+        return call
+    out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+    call = LinearCall.build(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
+    if call is not None and key is not None:
+        PLANS.remember(key, call)
+    return call
 
 
 # Whether any device's autocast is on, in one call: 0.06 us, where torch.is_autocast_enabled(

@@ -101,11 +101,15 @@ def linear(
     kernel_name: str = "auto",
     config: str | None = None,
 ) -> torch.Tensor:
-    """`tritongemm.linear` (its keyword arguments positional, `config` as for `mm`)."""
-    with torch.no_grad():  # the operator's own autograd (below) differentiates it
+    """`tritongemm.linear` (its keyword arguments positional, `config` as for `mm`), on linear's hot
+    path: a compiled graph calls it with the same facts every time. Nothing here records autograd
+    (the operator's own, below, differentiates it): the output is a fresh tensor."""
+    config = _config(config)
+    call = fused.planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config, False)
+    if call is None:  # an empty problem
         out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
-        return fused.checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name,
-                                    _config(config))  # fmt: skip
+        return fused.checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config)
+    return call.run(x, weight, bias, residual)[0]
 
 
 @linear.register_fake
