@@ -252,32 +252,45 @@ def test_under_autocast_the_gemm_runs_in_autocasts_dtype():
 # their M-major weight gradients); the CPU's interpreter in fp32 at the odd width.
 TRAIN_CASES = [(torch.float32, IN)] + ([(torch.bfloat16, 256)] if ON_GPU else [])
 BACKEND = "inductor" if ON_GPU else "aot_eager"
-# A step's loss and gradients go through up to six GEMMs (Block's two, the head's; their dX and
-# dW), each rounding on its own: four of one GEMM's bounds.
-CHAIN_FACTOR = 4
+# A first layer's gradient goes through six GEMMs and the activations stored in the dtype between
+# them: on the H100 bf16 torch itself lands near 8% of float64's there. So each result is held
+# to torch's own error in the dtype (twice it: two roundings that differ), or to one GEMM's bound
+# where that is larger.
+TORCH_ERROR_FACTOR = 2
 
 
 @pytest.mark.parametrize("dtype, width", TRAIN_CASES, ids=str)
 def test_patched_model_trains_under_compile(dtype, width):
     """A patched model (nn.Linear with and without a bias, under ModuleList and ModuleDict) trains
-    for three SGD steps under torch.compile; each step's loss and every gradient match the same
-    model's float64 steps in torch (the IndexError of compiled training, issue 25, is this test)."""
+    for three SGD steps under torch.compile; each step's loss and every gradient stay as close to
+    the same model's float64 steps as torch's own compiled steps in the dtype (the IndexError of
+    compiled training, issue 25, is this test)."""
     torch.manual_seed(0)
     reference = Tree(width).to(DEVICE, torch.float64)
-    model = patch(copy.deepcopy(reference).to(dtype))
-    assert not model.tritongemm_patch_report.skipped
-    compiled = torch.compile(model, backend=BACKEND)
-    bound = CHAIN_FACTOR * tolerance(dtype, 2 * width + 1)
-    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in (reference, model)]
+    ours = patch(copy.deepcopy(reference).to(dtype))
+    assert not ours.tritongemm_patch_report.skipped
+    models = {"float64": reference, "torch": copy.deepcopy(reference).to(dtype), "tritongemm": ours}
+    runs = {"float64": reference, "torch": torch.compile(models["torch"], backend=BACKEND),
+            "tritongemm": torch.compile(ours, backend=BACKEND)}  # fmt: skip
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.05) for m in models.values()]
+    bound = tolerance(dtype, 2 * width + 1)
     for step in range(3):
         x = make_x(2, 5 + step, width)  # a new M each step, as a data loader's last batch brings
-        losses = [reference(x.double()).square().mean(), compiled(x.to(dtype)).float().square().mean()]
-        for loss in losses:
-            loss.backward()
-        assert abs(losses[1].item() - losses[0].item()) <= bound * abs(losses[0].item()), f"step {step} loss"
-        for (name, p_ref), p in zip(reference.named_parameters(), model.parameters()):
-            err = rel_error(p.grad, p_ref.grad)
-            assert err <= bound, f"step {step}: {name}.grad relative error {err:.3e} > {bound:.3e}"
+        losses = {}
+        for name, run in runs.items():
+            losses[name] = run(x.to(next(models[name].parameters()).dtype)).double().square().mean()
+            losses[name].backward()
+        errors = {
+            name: rel_error(losses[name].detach(), losses["float64"].detach()) for name in ("torch", "tritongemm")
+        }
+        allowed = max(bound, TORCH_ERROR_FACTOR * errors["torch"])
+        assert errors["tritongemm"] <= allowed, f"step {step}: loss error {errors} (allowed {allowed:.3e})"
+        params = [dict(models[name].named_parameters()) for name in ("float64", "torch", "tritongemm")]
+        for param, p_ref in params[0].items():
+            torch_err = rel_error(params[1][param].grad, p_ref.grad)
+            ours_err = rel_error(params[2][param].grad, p_ref.grad)
+            allowed = max(bound, TORCH_ERROR_FACTOR * torch_err)
+            assert ours_err <= allowed, f"step {step}: {param}.grad error {ours_err:.3e} (torch {torch_err:.3e})"
         for optimizer in optimizers:
             optimizer.step()
             optimizer.zero_grad()
