@@ -1,5 +1,6 @@
 """The benchmark harness's own logic, on the CPU: suites, FLOP arithmetic, the result schema,
-plots, a wrong kernel reported as failed and never timed, eager timing and the overhead suite."""
+plots, a wrong kernel reported as failed and never timed, eager timing (the overhead suite:
+test_bench_overhead.py)."""
 
 import csv
 import json
@@ -186,22 +187,6 @@ def test_old_csv_without_timing_reads_as_graph(tmp_path):
     rows = read_rows(path)
     assert [r["timing"] for r in rows] == ["graph", "graph"] and list(rows[0]) == COLUMNS
     assert markdown_pivot(rows).splitlines()[2] == "| float16 | nn | 8 x 8 x 8 | 100 | 50 (0.50) |"
-
-
-def test_overhead_suite_writes_its_csv(tmp_path, capsys):
-    from tritongemm.cli import main
-
-    assert main(["bench", "overhead", "--out-dir", str(tmp_path), "--kernels", "auto,naive"]) == 0
-    assert "us/call" in capsys.readouterr().out
-    with (tmp_path / "overhead.csv").open() as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-    assert reader.fieldnames == ["device", "dtype", "m", "n", "k", "kernel", "us_per_call", "torch_us_per_call"]
-    problems = {(r["dtype"], r["m"], r["n"], r["k"]) for r in rows}
-    assert {r["kernel"] for r in rows} == {"auto", "naive"} and len(rows) == 2 * len(problems)
-    assert all(float(r["us_per_call"]) > 0 and float(r["torch_us_per_call"]) > 0 for r in rows)
-    assert "environment" in json.loads((tmp_path / "overhead.json").read_text())
-    assert (tmp_path / "overhead.png").stat().st_size > 10_000
 
 
 def test_kernel_only_and_eager_results_combine_into_one_file(tmp_path):

@@ -66,30 +66,44 @@ def _ratio_bars(ax, groups: list, series: list, ratio, baseline: str, ylabel: st
 
 
 def plot_overhead(rows: list, path: Path, title: str) -> Path:
-    """Grouped bars: for every problem, microseconds per eager call of torch.matmul (black) and of
-    tritongemm with each kernel. `rows` are bench.overhead.OverheadRow."""
+    """A panel per op (matmul, linear, ...): for every problem, microseconds per eager call of the
+    op's torch counterpart (black) and of tritongemm with each kernel. `rows` are
+    bench.overhead.OverheadRow."""
     plt = figures.pyplot()
-    key = lambda r: (r.dtype, r.layout, r.m, r.n, r.k)  # noqa: E731
+    ops = list(dict.fromkeys(r.op for r in rows))
+    panels = [[r for r in rows if r.op == op] for op in ops]
+    # Wide enough for every panel's bars (0.22 in each) and its shape labels (~1.1 in each, at fontsize 7).
+    problems = [len({(r.dtype, r.layout, r.label()) for r in p}) for p in panels]
+    bars = max(n * (1 + len({r.kernel for r in p})) for n, p in zip(problems, panels))
+    width = max(8, 0.22 * bars, 1.2 * max(problems))
+    fig, axes = plt.subplots(len(ops), 1, figsize=(width, 4.2 * len(ops)), squeeze=False)
+    times = [t for r in rows for t in (r.us_per_call, r.torch_us_per_call) if t]
+    log = bool(times) and max(times) > 30 * min(times)  # the interpreter smoke run: ms against us
+    for i, (ax, op, panel) in enumerate(zip(axes[:, 0], ops, panels)):
+        _overhead_panel(ax, panel, log)
+        ax.set_title(f"{title}\n{op}" if i == 0 else op, fontsize=10)  # not suptitle: tight_layout overlaps it
+    return figures.save(fig, path, dpi=110)
+
+
+def _overhead_panel(ax, rows: list, log: bool) -> None:
+    """Grouped bars on `ax` for rows of one op: per problem, the torch counterpart, then each kernel."""
+    key = lambda r: (r.dtype, r.layout, r.label())  # noqa: E731
     problems = list(dict.fromkeys(key(r) for r in rows))
     kernels = list(dict.fromkeys(r.kernel for r in rows))
     us = {(key(r), r.kernel): r.us_per_call for r in rows} | {(key(r), None): r.torch_us_per_call for r in rows}
-    series = [(None, "torch.matmul")] + [(k, f"tritongemm {k}") for k in kernels]
-    fig, ax = plt.subplots(figsize=(max(8, 0.22 * len(problems) * len(series)), 5))
+    series = [(None, rows[0].baseline)] + [(k, f"tritongemm {k}") for k in kernels]
     width = 0.8 / len(series)
     for i, (kernel, label) in enumerate(series):
         xs = [p + i * width for p in range(len(problems))]
         ys = [us.get((problem, kernel)) or float("nan") for problem in problems]
         ax.bar(xs, ys, width=width, label=label, **(dict(color="black") if kernel is None else {}))
     ax.set_xticks([p + 0.4 - width / 2 for p in range(len(problems))])
-    ax.set_xticklabels([f"{m}x{n}x{k}\n{d} {lay}" for d, lay, m, n, k in problems], fontsize=7)
-    times = [t for t in us.values() if t]
-    if times and max(times) > 30 * min(times):  # the interpreter smoke run: ms against us
+    ax.set_xticklabels([f"{shape}\n{d} {lay}" for d, lay, shape in problems], fontsize=7)
+    if log:
         ax.set_yscale("log")
-    ax.set_ylabel("us per call (eager, lower is better)")
-    ax.set_title(title)
+    ax.set_ylabel("us per call (eager, lower is better)", fontsize=8)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.grid(axis="y", alpha=0.3)
-    return figures.save(fig, path, dpi=110)
 
 
 def plot_epilogue(rows: list, path: Path, title: str) -> Path:

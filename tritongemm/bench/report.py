@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from pathlib import Path
 
 from tritongemm.bench.measure import Row
@@ -96,17 +97,26 @@ def format_table(rows: list[Row], on_gpu: bool = True) -> str:
 
 
 def format_overhead_table(rows: list) -> str:
-    """`bench overhead`'s table: one line per (problem, kernel), torch.matmul's time beside ours."""
-    header = f"{'dtype':<9} {'layout':<6} {'shape':>16} {'kernel':<25} {'us/call':>9} {'torch us':>9} {'vs torch':>8} {'rel err':>8}  status"  # noqa: E501
+    """`bench overhead`'s table: one line per (op, problem, kernel), the time of the op's torch
+    counterpart beside ours and the gap (ours - torch). A blank line after each op, and around
+    each problem timed with several kernels. `rows` are bench.overhead.OverheadRow."""
+    header = f"{'op':<14} {'dtype':<9} {'layout':<6} {'shape':>18} {'kernel':<25} {'us/call':>9} {'torch us':>9} {'gap us':>7} {'vs torch':>8} {'rel err':>8}  status"  # noqa: E501
 
     def line(r) -> str:
-        ratio = r.torch_us_per_call / r.us_per_call if r.us_per_call and r.torch_us_per_call else None
+        timed = r.us_per_call and r.torch_us_per_call
+        ratio = r.torch_us_per_call / r.us_per_call if timed else None
+        gap = r.us_per_call - r.torch_us_per_call if timed else None
         return (
-            f"{r.dtype:<9} {r.layout:<6} {f'{r.m}x{r.n}x{r.k}':>16} {r.kernel:<25} {_fmt(r.us_per_call, '9.1f')} "
-            f"{_fmt(r.torch_us_per_call, '9.1f')} {_fmt(ratio, '8.2f')} {_fmt(r.max_rel_err, '8.1e')}  {r.status}"
+            f"{r.op:<14} {r.dtype:<9} {r.layout:<6} {r.label():>18} {r.kernel:<25} {_fmt(r.us_per_call, '9.1f')} "
+            f"{_fmt(r.torch_us_per_call, '9.1f')} {_fmt(gap, '+7.1f')} {_fmt(ratio, '8.2f')} "
+            f"{_fmt(r.max_rel_err, '8.1e')}  {r.status}"
         )
 
-    return _grouped_table(header, rows, line)
+    problem = lambda r: (r.op, r.dtype, r.layout, r.label())  # noqa: E731
+    kernels = Counter(problem(r) for r in rows)
+    group = lambda r: problem(r) if kernels[problem(r)] > 1 else (r.op,)  # noqa: E731
+    baselines = ", ".join(f"{op}: {baseline}" for op, baseline in dict.fromkeys((r.op, r.baseline) for r in rows))
+    return f"torch us: each op's torch counterpart ({baselines})\n" + _grouped_table(header, rows, line, key=group)
 
 
 def format_epilogue_table(rows: list, on_gpu: bool = True) -> str:
