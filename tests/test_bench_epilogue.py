@@ -1,6 +1,6 @@
-"""`bench epilogue` and `bench model` on the CPU: the epilogue suite's problems, a wrong provider
-reported and never timed, the smoke run's files, and the model suite's pure parts (its settings,
-configuration and rows) plus its refusal to run without a GPU."""
+"""`bench epilogue` on the CPU: the suite's problems, a wrong provider reported and never timed,
+the smoke run's files; and the options that the suites with their own module refuse. `bench
+model`'s tests are in test_bench_model.py."""
 
 import csv
 import json
@@ -10,7 +10,6 @@ import torch
 
 import tritongemm
 from tritongemm.bench import epilogue as E
-from tritongemm.bench import model as M
 from tritongemm.cli import main
 
 ON_CPU = not torch.cuda.is_available()
@@ -21,13 +20,6 @@ needs_linear = pytest.mark.skipif(
 
 EPILOGUE_COLUMNS = ["device", "dtype", "m", "n", "k", "epilogue", "provider", "timing", "ms", "tflops",
                     "ratio_to_unfused"]  # fmt: skip
-MODEL_COLUMNS = ["device", "dtype", "layers", "phase", "batch", "tokens", "provider", "ms", "tokens_per_s",
-                 "ratio_to_torch", "max_rel_err", "status"]  # fmt: skip
-
-
-# ----------------------------------------------------------------------------------------------
-# bench epilogue
-# ----------------------------------------------------------------------------------------------
 
 
 def test_epilogue_suite_covers_the_llama_projections():
@@ -131,80 +123,6 @@ def test_epilogue_smoke_run_writes_nothing_unless_asked(tmp_path, monkeypatch, c
     assert "No files written" in capsys.readouterr().out and list(tmp_path.iterdir()) == []
 
 
-# ----------------------------------------------------------------------------------------------
-# bench model
-# ----------------------------------------------------------------------------------------------
-
-
-def test_model_settings_are_prefill_and_decode():
-    prefill = [(s.batch, s.tokens) for s in M.SETTINGS if s.phase == "prefill"]
-    decode = [(s.batch, s.tokens, s.context) for s in M.SETTINGS if s.phase == "decode"]
-    assert sorted(prefill) == [(1, 512), (1, 2048), (8, 512), (8, 2048)]
-    assert sorted(decode) == [(1, 1, 512), (8, 1, 512), (64, 1, 512)]
-    assert M.Setting("decode", 8, 1, 512).label == "decode batch 8 x 1 on 512 cached"
-
-
-def test_model_config_is_llama_3_8b_layers():
-    config = M.llama_config(3)
-    assert (config["hidden_size"], config["intermediate_size"]) == (4096, 14336)
-    assert (config["num_attention_heads"], config["num_key_value_heads"], config["num_hidden_layers"]) == (32, 8, 3)
-    assert config["attn_implementation"] == "sdpa"
-    with pytest.raises(ValueError, match="--layers: expected one of 2, 3, 4, but got 5"):
-        M.llama_config(5)
-
-
-def test_model_rows_derive_throughput_and_ratio(tmp_path):
-    decode = M.Setting("decode", 8, 1, 512)
-    outcomes = {
-        "torch": M.Outcome(4.0, 0.0, "ok"),
-        "tritongemm": M.Outcome(2.0, 3e-3, "ok"),
-        "torch.compile": M.Outcome(None, None, "error: compile failed"),
-        "tritongemm+compile": M.Outcome(None, 0.5, "wrong"),
-    }
-    rows = M.make_rows("H100", "bfloat16", 2, decode, outcomes)
-    assert [r.provider for r in rows] == list(outcomes)
-    torch_row, ours, compiled, wrong = rows
-    assert torch_row.tokens_per_s == pytest.approx(8 / 4e-3) and torch_row.ratio_to_torch == 1.0
-    assert ours.tokens_per_s == pytest.approx(8 / 2e-3) and ours.ratio_to_torch == 2.0
-    assert compiled.ms is None and compiled.ratio_to_torch is None and compiled.status == "error: compile failed"
-    assert wrong.max_rel_err == 0.5 and wrong.tokens_per_s is None
-    assert list(M.ModelRow.__dataclass_fields__)[: len(MODEL_COLUMNS)] == MODEL_COLUMNS == M.COLUMNS
-    prefill = M.make_rows("H100", "bfloat16", 2, M.Setting("prefill", 8, 2048), {"torch": M.Outcome(10.0, 0.0, "ok")})
-    assert prefill[0].tokens_per_s == pytest.approx(8 * 2048 / 10e-3) and prefill[0].context == 0
-
-    from tritongemm.bench.plots import plot_model
-    from tritongemm.bench.report import format_model_table
-
-    table = format_model_table(rows + prefill).splitlines()
-    assert table[0].startswith("phase") and any("error: compile failed" in line for line in table)
-    assert plot_model(rows + prefill, tmp_path / "m.png", "t").stat().st_size > 10_000
-
-
-def test_logits_error_is_relative_and_catches_nan():
-    ref = torch.ones(2, 3, 4)
-    assert M.logits_error(ref * 1.01, ref) == pytest.approx(0.01, rel=1e-4)
-    assert M.logits_error(ref.clone().fill_(float("nan")), ref) == float("inf")
-
-
-@cpu_only
-def test_bench_model_needs_a_gpu(capsys):
-    assert M.requirements_error() == M.GPU_HINT
-    assert main(["bench", "model"]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and err.strip() == f"tritongemm: error: {M.GPU_HINT}"
-    with pytest.raises(RuntimeError, match="needs a CUDA GPU"):
-        M.run_model()
-
-
-def test_bench_model_says_how_to_install_transformers(monkeypatch):
-    import importlib.util
-
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "transformers" else real(name))
-    assert "pip install transformers" in M.requirements_error()
-
-
 @pytest.mark.parametrize(
     "argv, names",
     [
@@ -213,6 +131,11 @@ def test_bench_model_says_how_to_install_transformers(monkeypatch):
         ("bench model --shapes 8,8,8", "--shapes does not apply"),
         ("bench ladder --layers 3", "--layers applies to bench model only"),
         ("bench model --layers 5", "argument --layers"),
+        ("bench epilogue --phases train", "--phases does not apply"),
+        ("bench ladder --models qwen2-7b", "--models applies to bench model only"),
+        ("bench model --models gpt2", "argument --models"),
+        ("bench model --phases decode", "argument --phases"),
+        ("bench model --providers tritongemm", "--providers must include torch"),
     ],
 )
 def test_new_suites_reject_options_they_do_not_take(argv, names, capsys):
@@ -220,27 +143,3 @@ def test_new_suites_reject_options_they_do_not_take(argv, names, capsys):
     out, err = capsys.readouterr()
     (line,) = err.splitlines()
     assert out == "" and line.startswith("tritongemm") and names in line
-
-
-@needs_linear
-def test_model_measure_on_a_tiny_llama_on_the_cpu():
-    """The harness end to end where transformers is installed: a 2-layer Llama of width 64, the
-    patched copy checked against eager torch, decode cropping its cache back after each call."""
-    pytest.importorskip("transformers")
-    import tritongemm.nn
-
-    def timer(fn):
-        fn()
-        return 1.0
-
-    config = M.llama_config(2) | dict(hidden_size=64, intermediate_size=128, num_attention_heads=4,
-                                      num_key_value_heads=2, vocab_size=256)  # fmt: skip
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    with torch.no_grad():
-        models = M.build_models(config, device=device, dtype=torch.float32, providers=("torch", "tritongemm"))
-        assert isinstance(models["tritongemm"].model.layers[0].mlp.up_proj, tritongemm.nn.Linear)
-        assert models["tritongemm"].lm_head.weight is models["torch"].lm_head.weight  # shared, not copied
-        for setting in (M.Setting("prefill", 2, 8), M.Setting("decode", 2, 1, 8)):
-            outcomes = M.measure_setting(models, setting, vocab_size=256, device=device, rounds=1, timer=timer)
-            assert [o.status for o in outcomes.values()] == ["ok", "ok"]
-            assert outcomes["tritongemm"].max_rel_err < 1e-4 and outcomes["tritongemm"].ms == 1.0

@@ -20,9 +20,11 @@ OWN_SUITES = ["overhead", "epilogue", "model"]
 OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
     "epilogue": ("shapes", "dtypes", "timing", "name"),
-    "model": ("layers", "name"),
+    "model": ("layers", "models", "phases", "providers", "name"),
 }
-BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers")
+BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers", "models", "phases",
+                 "providers")  # fmt: skip
+MODEL_ONLY_OPTIONS = ("layers", "models", "phases", "providers")
 DTYPE_SPELLINGS = {"fp16": "float16", "half": "float16", "bf16": "bfloat16", "fp32": "float32", "float": "float32"}
 
 
@@ -45,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     from tritongemm import tools
     from tritongemm.bench import CPU_MAX_VOLUME
     from tritongemm.bench.measure import TIMINGS
+    from tritongemm.bench.model import FAMILIES, LAYERS, PHASES, PROVIDERS
     from tritongemm.bench.suites import LAYOUTS, SUITES
 
     parser = _Parser(prog="tritongemm", description="GEMM kernels in Triton and Gluon.")
@@ -58,9 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     bench = commands.add_parser("bench", help="benchmark kernels against cuBLAS (tables, CSV/JSON, plots)")
     bench.add_argument(
         "suite", nargs="?", choices=sorted(SUITES) + OWN_SUITES,
-        help="a named suite; overhead: host cost of one eager call on launch-bound problems, vs torch.matmul; "
+        help="a named suite; overhead: host cost of one eager call on launch-bound problems (matmul, linear, "
+        "nn.Linear), vs torch's counterpart of each; "
         "epilogue: tritongemm.linear's fused bias+activation/residual vs F.linear + torch and torch.compile; "
-        "model: a Llama's forward with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers)",
+        "model: Llama-3-8B's, Qwen2-7B's and Pythia-1.4B's layers in prefill, generate and a training step, "
+        "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers)",
     )  # fmt: skip
     bench.add_argument(
         "--shapes", type=shapes,
@@ -83,7 +88,10 @@ def _parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--configs", type=config_labels, help="'128x256x64 g8 w8 s3;...': run every kernel with each of these"
     )
-    bench.add_argument("--layers", type=int, choices=(2, 3, 4), help="bench model: decoder layers (default 2)")
+    bench.add_argument("--layers", type=int, choices=LAYERS, help="bench model: decoder layers (default 2)")
+    for option, choices in (("--models", FAMILIES), ("--phases", PHASES), ("--providers", PROVIDERS)):
+        model_help = f"bench model: some of {','.join(choices)} (default all)"
+        bench.add_argument(option, type=names(list(choices)), help=model_help)
     bench.add_argument(
         "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
     )
@@ -122,14 +130,16 @@ def _check(args: argparse.Namespace) -> None:
 
             plan_problems(args.shapes, args.dtypes, on_gpu=_on_gpu())
         if args.suite == "model":
-            from tritongemm.bench.model import requirements_error
+            from tritongemm.bench import model
 
-            problem = requirements_error()
+            model.check_arguments(**_model_arguments(args))
+            problem = model.requirements_error()
             if problem:
                 raise ValueError(problem)
         return
-    if args.layers:
-        raise ValueError("bench: --layers applies to bench model only")
+    given = [f"--{k}" for k in MODEL_ONLY_OPTIONS if getattr(args, k)]
+    if given:
+        raise ValueError(f"bench: {given[0]} applies to bench model only")
     if args.layout and args.shapes is None:
         raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
     check_arguments(args.suite, **_problem_arguments(args))
@@ -143,6 +153,18 @@ def _problem_arguments(args: argparse.Namespace) -> dict:
         kernels=args.kernels,
         layout=args.layout or "nn",
         timing=args.timing or "graph",
+    )
+
+
+def _model_arguments(args: argparse.Namespace) -> dict:
+    """What `bench model` measures, as run_model and its check_arguments take it."""
+    from tritongemm.bench.model import FAMILIES, PHASES, PROVIDERS
+
+    return dict(
+        families=args.models or tuple(FAMILIES),
+        phases=args.phases or PHASES,
+        providers=args.providers or PROVIDERS,
+        layers=args.layers or 2,
     )
 
 
@@ -192,7 +214,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.suite == "model":
         from tritongemm.bench.model import run_model
 
-        run_model(layers=args.layers or 2, out_dir=args.out_dir or "results", name=args.name or "model",
+        run_model(**_model_arguments(args), out_dir=args.out_dir or "results", name=args.name or "model",
                   plot=not args.no_plot)  # fmt: skip
         return 0
     from tritongemm.bench import run_bench

@@ -1,20 +1,28 @@
-"""`tritongemm bench model`: a Hugging Face Llama (Llama-3-8B's layer dimensions, random weights,
-no download) with its nn.Linear modules computed by tritongemm (`tritongemm.patch`), against the
-same model in eager torch, and both under `torch.compile`, at prefill and decode sizes.
+"""`tritongemm bench model`: three Hugging Face model families (Llama-3-8B's, Qwen2-7B's and
+Pythia-1.4B's layer dimensions, random weights, nothing downloaded) with their nn.Linear modules
+computed by tritongemm (`tritongemm.patch`), against the same model in eager torch, and both under
+`torch.compile`, in three phases: prefill, greedy `generate` and a training step.
 
-What a user's forward costs, host included: `eager_timer`'s wall clock around back-to-back
-forwards. Each provider's logits are checked against eager torch's first (relative Frobenius
-error, bf16 bound MAX_REL_ERR); a wrong one is reported and not timed. Decode is one new token
-per sequence on a KV cache of a CONTEXT-token prompt, prepared once: each timed call appends
-its token and crops it off again (`DynamicCache.crop`), so every call sees the same cache.
+What a user's call costs, host included: `eager_timer`'s wall clock around back-to-back calls.
+Each provider is checked against eager torch first (relative Frobenius errors, bf16 bounds below);
+a wrong one is reported and not timed, one that raises is reported and the run goes on.
+
+- prefill: one forward over the prompt, no cache; checked on the logits.
+- generate: `model.generate`, greedy, exactly NEW_TOKENS new tokens on a KV cache (DynamicCache,
+  generate's default); checked on the first new token's logits, and the leading new tokens that
+  equal eager torch's are counted (bf16 rounding may turn a near-tie later: reported, not failed).
+- train: model.train(), a forward with labels (transformers computes the causal-LM loss), then
+  loss.backward(); checked on the logits, the loss and every nn.Linear parameter's gradient.
 
 Needs a CUDA GPU and `transformers` (optional: pip install transformers).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
+import gc
 import math
 import statistics
 import time
@@ -26,52 +34,106 @@ import torch
 from tritongemm.bench.measure import ROUNDS, describe_error, eager_timer
 
 PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile")
-MAX_REL_ERR = 2e-2  # logits of a bf16 model whose GEMMs round differently, two to four layers deep
+PHASES = ("prefill", "generate", "train")
+MAX_REL_ERR = 2e-2  # logits and loss of a bf16 model whose GEMMs round differently, two to four layers deep
+# A broken backward is off by O(1); two correct bf16 ones differ by their roundings, near the
+# logits' 1e-2 (a first bound, not yet measured on the H100).
+MAX_GRAD_REL_ERR = 5e-2
 LAYERS = (2, 3, 4)
-VOCAB_SIZE = 32000  # Llama 2's: Llama 3's 128256 would make the logits, not the layers, the story
-CONTEXT = 512  # decode: tokens already in the KV cache
-COLUMNS = ["device", "dtype", "layers", "phase", "batch", "tokens", "provider", "ms", "tokens_per_s",
-           "ratio_to_torch", "max_rel_err", "status"]  # fmt: skip
+VOCAB_SIZE = 32000  # Llama 2's: Llama 3's 128256 or Qwen2's 152064 would make the logits, not the layers, the story
+NEW_TOKENS = 64  # generate: new tokens per call, always all of them (min_new_tokens)
+COLUMNS = ["device", "dtype", "model", "layers", "phase", "batch", "tokens", "new_tokens", "provider", "ms",
+           "tokens_per_s", "ratio_to_torch", "max_rel_err", "loss_rel_err", "max_grad_rel_err", "matching_tokens",
+           "status"]  # fmt: skip
 INSTALL_HINT = "bench model: needs Hugging Face transformers: pip install transformers"
+NO_REFERENCE = "no reference: eager torch failed"
 GPU_HINT = "bench model: needs a CUDA GPU (a Llama layer's GEMMs are pointless in the Triton interpreter)"
 
 
 @dataclass(frozen=True)
+class Family:
+    """A released model's layer, as transformers' `config` class builds it; the number of layers
+    and the vocabulary are the bench's (`model_config`)."""
+
+    name: str  # the `model` column
+    architecture: str  # transformers' causal-LM class
+    config: str  # its configuration class
+    dims: dict  # the configuration's arguments that make the layer
+    mlp: str  # what the MLP computes, for the reader and the tests
+
+
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family(
+            "llama-3-8b", "LlamaForCausalLM", "LlamaConfig",
+            dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                 hidden_act="silu", attention_bias=False, mlp_bias=False, max_position_embeddings=8192,
+                 attention_dropout=0.0),
+            "down(silu(gate(x)) * up(x)), no bias",
+        ),
+        # Qwen2's q/k/v projections have a bias by construction (o_proj and the MLP have none).
+        Family(
+            "qwen2-7b", "Qwen2ForCausalLM", "Qwen2Config",
+            dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
+                 hidden_act="silu", max_position_embeddings=32768, attention_dropout=0.0),
+            "down(silu(gate(x)) * up(x)), no bias",
+        ),
+        # GPT-NeoX's MLP is Linear -> GELU -> Linear, all of its projections nn.Linear with a bias
+        # (GPT-2's Conv1D is not an nn.Linear: patch would leave it). Pythia keeps NeoX's defaults:
+        # parallel residual, rotary on a quarter of each head.
+        Family(
+            "pythia-1.4b", "GPTNeoXForCausalLM", "GPTNeoXConfig",
+            dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=16, hidden_act="gelu",
+                 max_position_embeddings=2048, attention_dropout=0.0, hidden_dropout=0.0),
+            "dense_4h_to_h(gelu(dense_h_to_4h(x))), with bias",
+        ),
+    )
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class Setting:
-    phase: str  # "prefill" (a prompt, no cache) or "decode" (one token per sequence, with a cache)
+    phase: str  # one of PHASES
     batch: int
-    tokens: int  # per sequence: the prompt's length, or 1 new token
-    context: int = 0  # decode: the cached prompt's length
+    tokens: int  # per sequence: the prompt's length
+    new_tokens: int = 0  # generate: tokens generated per sequence
 
     @property
     def label(self) -> str:
-        extra = f" on {self.context} cached" if self.phase == "decode" else ""
-        return f"{self.phase} batch {self.batch} x {self.tokens}{extra}"
+        return f"{self.phase} {self.shape}"
+
+    @property
+    def shape(self) -> str:
+        return f"{self.batch} x {self.tokens}" + (f" + {self.new_tokens} new" if self.new_tokens else "")
+
+    @property
+    def tokens_per_call(self) -> int:
+        """What tokens/s counts: the new tokens of a generate, the prompt's tokens otherwise."""
+        return self.batch * (self.new_tokens if self.phase == "generate" else self.tokens)
 
 
-SETTINGS = tuple(Setting("prefill", b, t) for b in (1, 8) for t in (512, 2048)) + tuple(
-    Setting("decode", b, 1, CONTEXT) for b in (1, 8, 64)
+SETTINGS = (
+    Setting("prefill", 1, 2048),
+    Setting("prefill", 4, 1024),
+    Setting("generate", 1, 128, NEW_TOKENS),
+    Setting("train", 2, 1024),
 )
 
 
-@dataclass
-class ModelRow:
-    device: str
-    dtype: str
-    layers: int
-    phase: str
-    batch: int
-    tokens: int
-    provider: str  # one of PROVIDERS
-    ms: float | None  # wall clock per forward
-    tokens_per_s: float | None  # batch * tokens / s
-    ratio_to_torch: float | None  # eager torch's ms / this ms
-    max_rel_err: float | None  # logits against eager torch's
-    status: str  # "ok", "wrong" (failed the check, not timed) or "error: ..." (raised)
-    context: int = 0  # decode: the cached prompt's length (JSON only)
+@dataclass(frozen=True)
+class Agreement:
+    """How one provider's results compare with eager torch's; None: not compared in this phase."""
 
-    def as_dict(self) -> dict:
-        return asdict(self)
+    max_rel_err: float | None = None  # logits (generate: the first new token's)
+    loss_rel_err: float | None = None  # train
+    max_grad_rel_err: float | None = None  # train: the worst nn.Linear parameter's gradient
+    matching_tokens: int | None = None  # generate: leading new tokens equal to eager torch's
+
+    def ok(self) -> bool:
+        bounds = ((self.max_rel_err, MAX_REL_ERR), (self.loss_rel_err, MAX_REL_ERR),
+                  (self.max_grad_rel_err, MAX_GRAD_REL_ERR))  # fmt: skip
+        return all(err is None or err <= bound for err, bound in bounds)
 
 
 @dataclass(frozen=True)
@@ -79,42 +141,83 @@ class Outcome:
     """What one provider gave for one setting, before the derived columns."""
 
     ms: float | None
+    agreement: Agreement
+    status: str  # "ok", "wrong" (failed the check, not timed) or "error: ..." (raised)
+
+
+@dataclass
+class ModelRow:
+    device: str
+    dtype: str
+    model: str  # a FAMILIES name
+    layers: int
+    phase: str
+    batch: int
+    tokens: int
+    new_tokens: int
+    provider: str  # one of PROVIDERS
+    ms: float | None  # wall clock per call: a forward, a whole generate, a forward + backward
+    tokens_per_s: float | None  # Setting.tokens_per_call / s
+    ratio_to_torch: float | None  # eager torch's ms / this ms
     max_rel_err: float | None
+    loss_rel_err: float | None
+    max_grad_rel_err: float | None
+    matching_tokens: int | None
     status: str
 
+    def as_dict(self) -> dict:
+        return asdict(self)
+
 
 # ----------------------------------------------------------------------------------------------
-# Pure parts: the model's configuration, the rows
+# Pure parts: the configurations, the arguments, the rows
 # ----------------------------------------------------------------------------------------------
 
 
-def llama_config(layers: int = 2, vocab_size: int = VOCAB_SIZE) -> dict:
-    """transformers.LlamaConfig's arguments: Llama-3-8B's layer (hidden 4096, MLP 14336, 32 query
-    heads sharing 8 key/value heads) `layers` times, SDPA attention."""
+def model_config(family: str, layers: int = 2, vocab_size: int = VOCAB_SIZE) -> dict:
+    """The arguments of `family`'s transformers configuration class: its layer `layers` times,
+    `vocab_size` tokens, an lm_head of its own (not tied), SDPA attention, no dropout."""
+    if family not in FAMILIES:
+        raise ValueError(f"bench model: --models: expected names from {', '.join(FAMILIES)}, but got {family!r}")
     if layers not in LAYERS:
         raise ValueError(f"bench model: --layers: expected one of {', '.join(map(str, LAYERS))}, but got {layers!r}")
-    return dict(
-        hidden_size=4096,
-        intermediate_size=14336,
-        num_attention_heads=32,
-        num_key_value_heads=8,
-        num_hidden_layers=layers,
-        vocab_size=vocab_size,
-        max_position_embeddings=8192,
-        attn_implementation="sdpa",
+    return FAMILIES[family].dims | dict(
+        num_hidden_layers=layers, vocab_size=vocab_size, tie_word_embeddings=False, attn_implementation="sdpa"
     )
 
 
-def make_rows(device: str, dtype: str, layers: int, setting: Setting, outcomes: dict[str, Outcome]) -> list[ModelRow]:
+def check_arguments(
+    families: tuple[str, ...] = tuple(FAMILIES),
+    phases: tuple[str, ...] = PHASES,
+    providers: tuple[str, ...] = PROVIDERS,
+    layers: int = 2,
+) -> None:
+    """Raise the ValueError that `run_model` would raise for these arguments, running nothing."""
+    for given, choices, option in ((families, FAMILIES, "--models"), (phases, PHASES, "--phases"),
+                                   (providers, PROVIDERS, "--providers")):  # fmt: skip
+        unknown = [x for x in given if x not in choices]
+        if unknown or not given:
+            got = repr(unknown[0]) if unknown else "none"
+            raise ValueError(f"bench model: {option}: expected names from {', '.join(choices)}, but got {got}")
+    if "torch" not in providers:
+        raise ValueError(f"bench model: --providers must include torch, the reference, but got {','.join(providers)}")
+    model_config(families[0], layers)
+
+
+def make_rows(
+    device: str, dtype: str, model: str, layers: int, setting: Setting, outcomes: dict[str, Outcome]
+) -> list[ModelRow]:
     """One row per provider, in `outcomes`' order, with tokens/s and the ratio to eager torch."""
     torch_ms = outcomes["torch"].ms if "torch" in outcomes else None
     rows = []
     for provider, o in outcomes.items():
-        tokens_per_s = setting.batch * setting.tokens / (o.ms * 1e-3) if o.ms else None
+        tokens_per_s = setting.tokens_per_call / (o.ms * 1e-3) if o.ms else None
         ratio = torch_ms / o.ms if o.ms and torch_ms else None
+        a = o.agreement
         rows.append(
-            ModelRow(device, dtype, layers, setting.phase, setting.batch, setting.tokens, provider, o.ms,
-                     tokens_per_s, ratio, o.max_rel_err, o.status, setting.context)
+            ModelRow(device, dtype, model, layers, setting.phase, setting.batch, setting.tokens, setting.new_tokens,
+                     provider, o.ms, tokens_per_s, ratio, a.max_rel_err, a.loss_rel_err, a.max_grad_rel_err,
+                     a.matching_tokens, o.status)
         )  # fmt: skip
     return rows
 
@@ -130,13 +233,34 @@ def requirements_error() -> str | None:
     return None
 
 
-def logits_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref||_F / ||ref||_F in fp32 (the logits of a large batch are GBs: no fp64 copy);
     inf where out holds NaN/Inf."""
     diff = out.float() - ref.float()
     if not torch.isfinite(diff).all():
         return math.inf
-    return (torch.linalg.norm(diff) / torch.linalg.norm(ref.float())).item()
+    return (torch.linalg.norm(diff) / torch.linalg.norm(ref.float()).clamp_min(1e-30)).item()
+
+
+def matching_prefix(tokens: torch.Tensor, ref: torch.Tensor) -> int:
+    """How many leading positions of two (batch, n) token tensors agree in every sequence."""
+    differs = (tokens != ref).any(dim=0).nonzero()
+    return int(differs[0]) if len(differs) else tokens.shape[-1]
+
+
+def agreement(seen: dict, ref: dict) -> Agreement:
+    """Compare one provider's `observe` results with eager torch's."""
+    grads = None
+    if "grads" in ref:
+        errors = [rel_error(seen["grads"][n], g) if seen["grads"][n] is not None else math.inf
+                  for n, g in ref["grads"].items() if g is not None]  # fmt: skip
+        grads = max(errors, default=None)
+    return Agreement(
+        max_rel_err=rel_error(seen["logits"], ref["logits"]),
+        loss_rel_err=abs(seen["loss"].item() - ref["loss"].item()) / abs(ref["loss"].item()) if "loss" in ref else None,
+        max_grad_rel_err=grads,
+        matching_tokens=matching_prefix(seen["tokens"], ref["tokens"]) if "tokens" in ref else None,
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -145,75 +269,120 @@ def logits_error(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def build_models(
-    config_kwargs: dict, *, device, dtype: torch.dtype = torch.bfloat16, providers=PROVIDERS
+    family: str, config_kwargs: dict, *, device, dtype: torch.dtype = torch.bfloat16, providers=PROVIDERS
 ) -> dict[str, torch.nn.Module]:
-    """provider -> the module it calls: the random-weight Llama, a copy of its module tree sharing
+    """provider -> the module it calls: the random-weight model, a copy of its module tree sharing
     every parameter and buffer with tritongemm.patch applied, and torch.compile of each."""
     import transformers
 
     import tritongemm
 
-    config = transformers.LlamaConfig(**config_kwargs)
+    info = FAMILIES[family]
+    config = getattr(transformers, info.config)(**config_kwargs)
     saved = torch.get_default_dtype()
     torch.set_default_dtype(dtype)  # parameters made in bf16 where they are: no fp32 copy first
     try:
         with torch.device(device):
-            base = transformers.LlamaForCausalLM(config).eval()
+            base = getattr(transformers, info.architecture)(config).eval()
     finally:
         torch.set_default_dtype(saved)
     models = {"torch": base}
     if any(p.startswith("tritongemm") for p in providers):
-        shared = {id(t): t for t in (*base.parameters(), *base.buffers())}  # deepcopy's memo: reuse these
-        patch = getattr(tritongemm, "patch", None)
-        if patch is None:  # the same function, where the package does not export it
-            from tritongemm.nn import patch
-        models["tritongemm"] = patch(copy.deepcopy(base, shared))
-        report = getattr(models["tritongemm"], "tritongemm_patch_report", None)
-        if report is not None:
-            print(f"tritongemm.patch: {report}")
+        models["tritongemm"] = tritongemm.patch(sharing_copy(base))
+        print(f"{family}: tritongemm.patch: {models['tritongemm'].tritongemm_patch_report}")
     # Default mode; static, as each setting is compiled anew (measure_setting).
     if "torch.compile" in providers:
         models["torch.compile"] = torch.compile(models["torch"], dynamic=False)
     if "tritongemm+compile" in providers:
         models["tritongemm+compile"] = torch.compile(models["tritongemm"], dynamic=False)
-    return {p: models[p] for p in providers}
+    return {p: models[p] for p in PROVIDERS if p in providers}  # torch first: the others' reference
 
 
-def _inputs(setting: Setting, vocab_size: int, device) -> dict:
-    shape = (setting.batch, setting.tokens)
-    return {"input_ids": torch.randint(0, vocab_size, shape, device=device)}
+def sharing_copy(module: torch.nn.Module) -> torch.nn.Module:
+    """A copy of `module`'s tree holding the very same parameters and buffers (deepcopy's memo)."""
+    return copy.deepcopy(module, {id(t): t for t in (*module.parameters(), *module.buffers())})
 
 
-def forward_call(model, setting: Setting, inputs: dict, cache=None):
-    """A function of no arguments running one forward as timed: prefill without a cache; decode
-    on `cache`, cropped back after each token so that every call sees the same context."""
+def generator(model: torch.nn.Module) -> torch.nn.Module:
+    """What `generate` is called on: the model, or for a torch.compile'd one a sharing copy of the
+    module it wraps with that copy's forward compiled. torch.compile's wrapper compiles __call__
+    only: its `generate` is the wrapped module's, which calls the uncompiled forward."""
+    if not isinstance(model, torch._dynamo.eval_frame.OptimizedModule):
+        return model
+    module = sharing_copy(model._orig_mod)
+    # Not static: the cache grows a token a step, and the first recompile makes its length dynamic.
+    module.forward = torch.compile(module.forward)
+    return module
+
+
+def make_inputs(setting: Setting, vocab_size: int, device) -> dict:
+    ids = torch.randint(0, vocab_size, (setting.batch, setting.tokens), device=device)
+    if setting.phase == "generate":
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    return {"input_ids": ids}
+
+
+def generate_options(setting: Setting) -> dict:
+    """Greedy, exactly `new_tokens` tokens (min_new_tokens keeps a random model's EOS out), with
+    generate's default KV cache; the pad id given so that generate need not pick (and warn)."""
+    return dict(do_sample=False, num_beams=1, max_new_tokens=setting.new_tokens, min_new_tokens=setting.new_tokens,
+                pad_token_id=0)  # fmt: skip
+
+
+def timed_call(model, setting: Setting, inputs: dict):
+    """A function of no arguments running one call as timed."""
     if setting.phase == "prefill":
         return functools.partial(model, **inputs, use_cache=False)
+    if setting.phase == "generate":
+        return functools.partial(model.generate, **inputs, **generate_options(setting))
 
-    def decode():
-        out = model(**inputs, past_key_values=cache, use_cache=True)
-        cache.crop(-setting.tokens)  # negative: tokens to remove (transformers 4.x and 5.x alike)
-        return out
+    def step():
+        model.zero_grad(set_to_none=True)
+        model(**inputs, labels=inputs["input_ids"], use_cache=False).loss.backward()
 
-    return decode
-
-
-def prefill_cache(model, setting: Setting, vocab_size: int, device):
-    """The DynamicCache of a random `setting.context`-token prompt, from an uncompiled forward,
-    already in the layout the timed calls leave it in: views of `context` tokens into tensors
-    one step longer (a decode step, cropped). Then a compiled model's first call, the check, is
-    compiled for the strides it is timed with (Dynamo guards on strides)."""
-    from transformers import DynamicCache
-
-    prompt = torch.randint(0, vocab_size, (setting.batch, setting.context), device=device)
-    cache = DynamicCache()  # given, not left to the model: some releases return a legacy tuple then
-    model(input_ids=prompt, past_key_values=cache, use_cache=True)
-    step = torch.randint(0, vocab_size, (setting.batch, setting.tokens), device=device)
-    forward_call(model, setting, {"input_ids": step}, cache)()
-    return cache
+    return step
 
 
-@torch.no_grad()
+def observe(model, setting: Setting, inputs: dict, params: dict[str, torch.nn.Parameter]) -> dict:
+    """One untimed call's results, as `agreement` compares them: logits; generate's first new
+    token's logits and its new tokens; train's loss and the gradients of `params`."""
+    if setting.phase == "prefill":
+        return {"logits": model(**inputs, use_cache=False).logits}
+    if setting.phase == "generate":
+        out = model.generate(**inputs, **generate_options(setting), output_logits=True, return_dict_in_generate=True)
+        return {"logits": out.logits[0], "tokens": out.sequences[:, inputs["input_ids"].shape[1] :]}
+    model.zero_grad(set_to_none=True)  # the next backward makes new gradients: these stay ours
+    out = model(**inputs, labels=inputs["input_ids"], use_cache=False)
+    out.loss.backward()
+    return {"logits": out.logits.detach(), "loss": out.loss.detach(), "grads": {n: p.grad for n, p in params.items()}}
+
+
+def linear_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """Every nn.Linear's weight and bias, by name: the providers share them, so one list serves all."""
+    return {
+        f"{name}.{kind}": p
+        for name, module in model.named_modules()
+        if isinstance(module, torch.nn.Linear)
+        for kind, p in module.named_parameters(recurse=False)
+    }
+
+
+@contextlib.contextmanager
+def phase_mode(models: dict[str, torch.nn.Module], phase: str):
+    """Train mode and autograd for "train", eval mode without autograd otherwise; afterwards eval
+    mode and no gradients left behind."""
+    training = phase == "train"
+    for m in models.values():
+        m.train(training)
+    try:
+        with torch.set_grad_enabled(training):
+            yield
+    finally:
+        for m in models.values():
+            m.eval()
+            m.zero_grad(set_to_none=True)
+
+
 def measure_setting(
     models: dict[str, torch.nn.Module],
     setting: Setting,
@@ -223,39 +392,67 @@ def measure_setting(
     rounds: int = ROUNDS,
     timer=eager_timer,
 ) -> dict[str, Outcome]:
-    """Check every provider's logits against eager torch's, then time the correct ones in `rounds`
+    """Check every provider against eager torch, then time the correct ones in `rounds`
     interleaved rounds (torch, tritongemm, ...), each keeping its median."""
-    torch._dynamo.reset()  # each setting compiles anew, static: no recompile limit reached, no dynamic shapes
-    inputs = _inputs(setting, vocab_size, device)
-    cache = prefill_cache(models["torch"], setting, vocab_size, device) if setting.phase == "decode" else None
-    calls = {p: forward_call(m, setting, inputs, copy.deepcopy(cache)) for p, m in models.items()}
-    reference = calls["torch"]().logits
-    checked: dict[str, tuple[float | None, str]] = {}
-    for provider, call in calls.items():
-        try:
-            err = logits_error(call().logits, reference)  # the first call compiles, untimed
-            checked[provider] = (err, "ok" if err <= MAX_REL_ERR else "wrong")
-            call()  # once more, untimed: whatever the first call left to do lazily is not timed
-        except Exception as exc:  # a compilation that fails is a result too
-            checked[provider] = (None, describe_error(exc))
-    del reference
+    torch._dynamo.reset()  # each setting compiles anew: prefill and train static, one graph per provider
+    inputs = make_inputs(setting, vocab_size, device)
+    with phase_mode(models, setting.phase), _recompile_limits():
+        callers = {p: generator(m) for p, m in models.items()} if setting.phase == "generate" else models
+        params = linear_parameters(models["torch"]) if setting.phase == "train" else {}
+        checked = _check_all(callers, setting, inputs, params)
+        status = {p: s for p, (_, s) in checked.items()}
+        calls = {p: timed_call(m, setting, inputs) for p, m in callers.items()}
+        samples: dict[str, list[float]] = {p: [] for p in calls}
+        for _ in range(rounds):
+            for provider, call in calls.items():
+                if status[provider] != "ok":
+                    continue
+                try:
+                    samples[provider].append(timer(call))
+                except Exception as exc:
+                    status[provider] = describe_error(exc)
+    ms = {p: statistics.median(samples[p]) if status[p] == "ok" and samples[p] else None for p in calls}
+    return {p: Outcome(ms[p], checked[p][0], status[p]) for p in calls}
 
-    status = {p: s for p, (_, s) in checked.items()}
-    samples: dict[str, list[float]] = {p: [] for p in calls}
-    for _ in range(rounds):
-        for provider, call in calls.items():
-            if status[provider] != "ok":
-                continue
-            try:
-                samples[provider].append(timer(call))
-            except Exception as exc:
-                status[provider] = describe_error(exc)
-    return {
-        p: Outcome(
-            statistics.median(samples[p]) if status[p] == "ok" and samples[p] else None, checked[p][0], status[p]
-        )
-        for p in calls
-    }
+
+def _recompile_limits():
+    """Room for generate's compiles, and an error instead of a silent fall back to eager where it
+    runs out. Each compiled provider compiles its forward three or four times (the prompt, the
+    first new token, then with the cache's length dynamic), all on one code object: for the two
+    compiled providers 6 (transformers 5.24) or all 8 (4.46) of dynamo's default limit."""
+    wanted = {"recompile_limit": 32, "fail_on_recompile_limit_hit": True}
+    config = torch._dynamo.config
+    return config.patch(**{k: v for k, v in wanted.items() if hasattr(config, k)})
+
+
+def _check_all(callers: dict, setting: Setting, inputs: dict, params: dict) -> dict[str, tuple[Agreement, str]]:
+    """provider -> (its agreement with eager torch, its status); the first call of each compiles,
+    untimed, and a second one leaves nothing lazy to the timed calls."""
+    checked: dict[str, tuple[Agreement, str]] = {}
+    reference = None
+    for provider in sorted(callers, key=lambda p: p != "torch"):  # the reference first
+        model = callers[provider]
+        if provider != "torch" and reference is None:
+            checked[provider] = (Agreement(), f"error: {NO_REFERENCE}")
+            continue
+        try:
+            seen = observe(model, setting, inputs, params)
+            if reference is None:
+                reference = seen
+            found = agreement(seen, reference)
+            checked[provider] = (found, "ok" if found.ok() else "wrong")
+            del seen
+            timed_call(model, setting, inputs)()
+        except Exception as exc:  # a compilation that fails is a result too
+            checked[provider] = (Agreement(), describe_error(exc))
+            _free_memory()
+    return {p: checked[p] for p in callers}
+
+
+def _free_memory() -> None:
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -265,6 +462,8 @@ def measure_setting(
 
 def run_model(
     *,
+    families: tuple[str, ...] = tuple(FAMILIES),
+    phases: tuple[str, ...] = PHASES,
     layers: int = 2,
     settings: tuple[Setting, ...] = SETTINGS,
     providers: tuple[str, ...] = PROVIDERS,
@@ -273,53 +472,142 @@ def run_model(
     plot: bool = True,
     rounds: int = ROUNDS,
 ) -> list[ModelRow]:
-    """Every setting for every provider on a `layers`-layer bf16 Llama on the GPU. Prints the
-    table and returns the rows; writes `out_dir`/`name`.csv (COLUMNS, every row), .json (the
-    environment, the model's configuration and every row) and .png, unless out_dir is None."""
+    """Every setting of `phases` for every provider on each family's `layers`-layer bf16 model on
+    the GPU, one family at a time. Prints the table and returns the rows; writes
+    `out_dir`/`name`.csv (COLUMNS, every row), .json (the environment, each model's configuration
+    and every row) and .png, unless out_dir is None."""
+    check_arguments(families, phases, providers, layers)
     problem = requirements_error()
     if problem:
         raise RuntimeError(problem)
-    config = llama_config(layers)
-    if "torch" not in providers:
-        raise ValueError(f"bench model: providers must include 'torch', the reference, but got {providers!r}")
     from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import format_model_table, write_results
+    from tritongemm.bench.report import write_results
 
     env = describe_environment()
-    device, dtype = torch.device("cuda"), torch.bfloat16
+    settings = tuple(s for s in settings if s.phase in phases)
+    device = torch.device("cuda")
     start = time.perf_counter()
     rows: list[ModelRow] = []
-    with torch.no_grad():
-        models = build_models(config, device=device, dtype=dtype, providers=providers)
-        if out_dir is not None:
-            out_dir = Path(out_dir)
-            env = _model_environment(env, config, models["torch"])
+    paths: tuple[Path, ...] = ()
+    for family in families:
+        config = model_config(family, layers)
+        torch.manual_seed(0)  # the same weights and prompts in every run
+        try:
+            models = build_models(family, config, device=device, dtype=torch.bfloat16, providers=providers)
+            env = _model_environment(env, family, config, models["torch"])
+        except Exception as exc:  # an architecture this transformers lacks, memory: the next family may run
+            models, failed = {}, _failed(providers, exc)
+            print(f"{family}: could not build: {failed['torch'].status}", flush=True)
         for setting in settings:
-            outcomes = measure_setting(models, setting, vocab_size=config["vocab_size"], device=device, rounds=rounds)
-            rows += make_rows(env["device"], "bfloat16", layers, setting, outcomes)
+            kwargs = dict(vocab_size=config["vocab_size"], device=device, rounds=rounds)
+            outcomes = _outcomes(models, setting, **kwargs) if models else failed
+            rows += make_rows(env["device"], "bfloat16", family, layers, setting, outcomes)
             done = ", ".join(f"{p} {o.status}" for p, o in outcomes.items())
-            print(f"[{time.perf_counter() - start:.0f} s] {setting.label}: {done}", flush=True)
+            print(f"[{time.perf_counter() - start:.0f} s] {family} {setting.label}: {done}", flush=True)
             if out_dir is not None:  # after every setting: a run cut short still leaves its rows
-                paths = write_results(rows, env, out_dir, name, columns=COLUMNS)
-    print(format_model_table(rows))
-    print(f"{len(settings)} settings in {time.perf_counter() - start:.0f} s")
+                paths = write_results(rows, env, Path(out_dir), name, columns=COLUMNS)
+        del models
+        torch._dynamo.reset()  # compiled graphs hold the models' tensors
+        _free_memory()
+    print(format_table(rows))
+    print("\n".join(target_misses(rows)) or "every row meets its target")
+    print(f"{len(families)} models x {len(settings)} settings in {time.perf_counter() - start:.0f} s")
     if out_dir is None or not rows:
         return rows
     if plot and any(r.ms for r in rows):
-        from tritongemm.bench.plots import plot_model
-
-        title = f"Llama-3-8B layers x {layers} (bf16): forward speed / eager torch's, on {env['device']}"
-        paths += (plot_model(rows, out_dir / f"{name}.png", title),)
+        title = f"{layers}-layer models (bf16): speed / eager torch's, on {env['device']}"
+        paths += (plot_rows(rows, Path(out_dir) / f"{name}.png", title),)
     print("wrote " + ", ".join(str(p) for p in paths))
     return rows
 
 
-def _model_environment(env: dict, config: dict, model) -> dict:
-    """The run's environment with transformers' version and the model's configuration."""
+def _outcomes(models: dict, setting: Setting, **kwargs) -> dict[str, Outcome]:
+    """measure_setting's, or where something outside any one provider's calls raised, that error
+    for every provider."""
+    try:
+        return measure_setting(models, setting, **kwargs)
+    except Exception as exc:
+        return _failed(tuple(models), exc)
+
+
+def _failed(providers: tuple[str, ...], exc: Exception) -> dict[str, Outcome]:
+    _free_memory()
+    return dict.fromkeys(providers, Outcome(None, Agreement(), describe_error(exc)))
+
+
+def _model_environment(env: dict, family: str, config: dict, model) -> dict:
+    """The run's environment with transformers' version and this family's configuration added."""
     import transformers
 
-    attention = model.config._attn_implementation
-    return env | {
-        "transformers": transformers.__version__,
-        "model": {"architecture": "LlamaForCausalLM", "dtype": "bfloat16", **config, "attn_implementation": attention},
-    }
+    described = {"architecture": FAMILIES[family].architecture, "mlp": FAMILIES[family].mlp, "dtype": "bfloat16",
+                 **config, "attn_implementation": model.config._attn_implementation}  # fmt: skip
+    return env | {"transformers": transformers.__version__, "models": env.get("models", {}) | {family: described}}
+
+
+# ----------------------------------------------------------------------------------------------
+# Reporting: the table, the targets, the plot
+# ----------------------------------------------------------------------------------------------
+
+
+def format_table(rows: list[ModelRow]) -> str:
+    """One line per (model, setting, provider), a blank line between settings."""
+    from tritongemm.bench.report import _fmt, _grouped_table
+
+    header = (f"{'model':<12} {'phase':<8} {'setting':<16} {'provider':<18} {'ms':>9} {'tokens/s':>10} "
+              f"{'vs torch':>8} {'logits':>8} {'loss':>8} {'grads':>8} {'same':>4}  status")  # fmt: skip
+
+    def line(r: ModelRow) -> str:
+        setting = Setting(r.phase, r.batch, r.tokens, r.new_tokens)
+        return (
+            f"{r.model:<12} {r.phase:<8} {setting.shape:<16} {r.provider:<18} {_fmt(r.ms, '.2f'):>9} "
+            f"{_fmt(r.tokens_per_s, '.0f'):>10} {_fmt(r.ratio_to_torch, '.3f'):>8} {_fmt(r.max_rel_err, '.1e'):>8} "
+            f"{_fmt(r.loss_rel_err, '.1e'):>8} {_fmt(r.max_grad_rel_err, '.1e'):>8} {_fmt(r.matching_tokens, 'd'):>4}  "
+            f"{r.status}"
+        )
+
+    return _grouped_table(header, rows, line, key=lambda r: (r.model, r.phase, r.batch, r.tokens))
+
+
+# The issue's bars: eager tritongemm against eager torch, tritongemm+compile against torch.compile.
+TARGETS = {"tritongemm": ("torch", 1.0), "tritongemm+compile": ("torch.compile", 1.0)}
+
+
+def target_misses(rows: list[ModelRow]) -> list[str]:
+    """A line for every setting where one of TARGETS' providers is slower than its baseline by
+    more than the bar allows, or where either of the pair has no time."""
+    ms = {(r.model, r.phase, r.batch, r.tokens, r.provider): r for r in rows}
+    misses = []
+    for (model, phase, batch, tokens, provider), r in ms.items():
+        if provider not in TARGETS:
+            continue
+        baseline, bar = TARGETS[provider]
+        base = ms.get((model, phase, batch, tokens, baseline))
+        if base is None:
+            continue
+        where = f"{model} {Setting(phase, batch, tokens, r.new_tokens).label}"
+        if not (r.ms and base.ms):
+            misses.append(f"miss: {where}: {provider} {r.status}, {baseline} {base.status}")
+        elif base.ms / r.ms < bar:
+            misses.append(f"miss: {where}: {provider} {base.ms / r.ms:.3f}x {baseline} (bar {bar:.2f}x)")
+    return misses
+
+
+def plot_rows(rows: list[ModelRow], path: Path, title: str) -> Path:
+    """One panel per model: for every setting, each provider's speed as a fraction of eager torch's."""
+    from tritongemm import figures
+    from tritongemm.bench.plots import _ratio_bars
+
+    plt = figures.pyplot()
+    models = list(dict.fromkeys(r.model for r in rows))
+    key = lambda r: (r.phase, r.batch, r.tokens, r.new_tokens)  # noqa: E731
+    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
+    ratio = {(r.model, key(r), r.provider): r.ratio_to_torch for r in rows}
+    fig, axes = plt.subplots(1, len(models), figsize=(5.5 * len(models), 5), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        settings = list(dict.fromkeys(key(r) for r in rows if r.model == model))
+        _ratio_bars(ax, settings, providers, lambda s, p, m=model: ratio.get((m, s, p)), "torch (eager)",
+                    "speed / eager torch's speed", lambda s: f"{s[0]}\n{Setting(*s).shape}", fontsize=8)  # fmt: skip
+        ax.set_title(model, fontsize=10)
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    return figures.save(fig, path, dpi=110)
