@@ -74,6 +74,17 @@ def linear(
     return call.run(x, weight, bias, residual)[0]
 
 
+def direct_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> torch.Tensor:
+    """`linear` without autograd, on the hot path: the backward's GEMMs (a training step runs the
+    same ones every step) and the operator's implementation. On the H100, Pythia-1.4B's eager
+    train step spent 325 us of host time per linear's backward when these planned every call."""
+    call = planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, False)
+    if call is None:  # an empty problem
+        out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+        return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
+    return call.run(x, weight, bias, residual)[0]
+
+
 def planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact: bool):
     """The LinearCall for these arguments: the hot path's, when a call like this one was seen
     before (every fact in `call_key`: its checks passed then), else checked and planned now and
@@ -285,7 +296,7 @@ class _LinearFunction(torch.autograd.Function):
         kernel = backward_kernel(ctx.kernel)  # the forward's config fits only the forward's shape
 
         def lin(x, weight, bias, activation, alpha, out_dtype):
-            return checked_linear(x, weight, bias, None, activation, alpha, out_dtype, kernel, None)
+            return direct_linear(x, weight, bias, None, activation, alpha, out_dtype, kernel, None)
 
         needs = ctx.needs_input_grad
         grads = linear_grads(grad_y, x, weight, bias, ctx.residual_dtype, ctx.activation, ctx.alpha, needs, lin, z)

@@ -120,12 +120,7 @@ def _linear(
     """`tritongemm.linear` (its keyword arguments positional, `config` as for `mm`), on linear's hot
     path: a compiled graph calls it with the same facts every time. Nothing here records autograd
     (the operator's own, below, differentiates it): the output is a fresh tensor."""
-    config = _config(config)
-    call = fused.planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config, False)
-    if call is None:  # an empty problem
-        out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
-        return fused.checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config)
-    return call.run(x, weight, bias, residual)[0]
+    return fused.direct_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, _config(config))
 
 
 _LIB.impl("linear", _linear, "CompositeExplicitAutograd")

@@ -1,0 +1,40 @@
+"""Where a model phase spends its GPU and host time, torch against tritongemm, by kernel: the
+bench model families (random weights, no download) under torch.profiler. bf16, on a GPU:
+
+    PYTHONPATH=. python3 scripts/model_profile.py pythia-1.4b train
+    PYTHONPATH=. python3 scripts/model_profile.py llama-3-8b generate
+"""
+
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from tritongemm.bench.model import SETTINGS, build_models, make_inputs, model_config, timed_call
+
+ROWS = 14
+
+
+def main(family: str, phase: str) -> None:
+    setting = next(s for s in SETTINGS if s.phase == phase)
+    config = model_config(family)
+    models = build_models(family, config, device="cuda", providers=("torch", "tritongemm"))
+    inputs = make_inputs(setting, config["vocab_size"], "cuda")
+    for name, model in models.items():
+        model.train(phase == "train")
+        call = timed_call(model, setting, inputs)
+        with torch.set_grad_enabled(phase == "train"):
+            for _ in range(2):
+                call()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                call()
+                torch.cuda.synchronize()
+        events = prof.key_averages()
+        gpu = sum(e.self_device_time_total for e in events) / 1e3
+        print(f"=== {family} {phase} {name}: GPU kernels {gpu:.2f} ms")
+        print(events.table(sort_by="self_device_time_total", row_limit=ROWS, max_name_column_width=70))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
