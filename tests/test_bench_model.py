@@ -261,6 +261,7 @@ def test_each_family_is_built_from_plain_linears_at_its_dimensions(family):
 
 
 @needs_transformers
+@pytest.mark.skipif(not ON_CPU, reason="tiny CPU models, which patch serves under the interpreter only")
 @pytest.mark.parametrize("family", list(LAYER_LINEARS))
 def test_patch_replaces_every_linear_of_each_family(family):
     """Tiny, on the CPU: patch replaces every nn.Linear with tritongemm's, sharing the parameters;

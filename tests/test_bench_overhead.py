@@ -33,6 +33,7 @@ def test_the_cases_cover_each_op_at_1_16_and_128_tokens_on_llama_and_qwen_weight
     assert {c.op for c in O.CPU_SMOKE_CASES} == set(O.OPS) and any(c.batch for c in O.CPU_SMOKE_CASES)
 
 
+@pytest.mark.skipif(not ON_CPU, reason="CPU operands, run by the interpreter: a GPU runs `bench overhead` itself")
 @pytest.mark.parametrize("case", O.CPU_SMOKE_CASES[1:], ids=lambda c: f"{c.op}-{c.batch}")
 def test_each_op_is_timed_against_its_own_torch_counterpart(case):
     """The counterpart is the function the issue names, on the same operands, computing the same
