@@ -41,7 +41,7 @@ def matmul(
             not overlap a or b. Any strides.
         kernel: "auto" (the fastest available for the device and operands) or a name from
             ``tritongemm.kernels()``. The Gluon/TMA kernels need 16-byte aligned operands with
-            a unit-stride last dimension (b may be a transposed (N, K) weight); when named
+            a unit-stride last dimension (either operand may be a transposed view); when named
             explicitly they copy operands that break this into contiguous tensors, and "auto"
             passes such operands to a `triton.language` kernel instead, or, for a problem large
             enough to repay the copy, to a TMA kernel with aligned copies (dispatch.STAGING_MIN_FLOPS).
