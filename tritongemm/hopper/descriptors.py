@@ -182,13 +182,12 @@ def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, ou
             "their descriptors take; use kernel='auto' or a triton.language kernel"
         )
     copy_a = _a_view(a)[2] is not None
-    b_view, b_transposed, b_reason = _b_view(b)
+    b_view, b_transposed, b_reason = _b_view(b)  # transposed is False when b_reason says why
     copy_b = b_reason is not None or (a.shape[0] >= PAD_B_MIN_M and not _rows_on_fast_boundaries(b_view))
-    # A readable B is copied only to whole 128-byte rows: in the layout it came in (a K-major B
-    # as the transpose of a row-padded (N, K) copy), so the copy reads and writes whole rows. A
-    # K-major B copied into (K, N) rows was a transposing copy: on the H100 tt 3000 x 5000 x 1000
+    # B is copied in the layout its descriptor reads (a K-major B as the transpose of a row-padded
+    # (N, K) copy; an unreadable B is taken as row-major), so the copy reads and writes whole rows.
+    # A K-major B copied into (K, N) rows was a transposing copy: on the H100 tt 3000 x 5000 x 1000
     # ran 0.60-0.64x cuBLAS with it, where tn (B row-major, the same copy's bytes) ran 0.91-0.93x.
-    copy_b_transposed = copy_b and b_reason is None and b_transposed
     out_in_place = out is not None and tma_out_unsupported_reason(out) is None
     M, N = a.shape[0], b.shape[1]
     padded_n = _padded_columns(N, a.dtype)
@@ -201,10 +200,8 @@ def plan_operands(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None, ou
             c = c if padded_n == N else c[:, :N]
         if copy_a:
             a = _row_aligned_copy(a)
-        if copy_b_transposed:
-            b = _row_aligned_copy(b.T, _FAST_ROW_BYTES).T
-        elif copy_b:
-            b = _row_aligned_copy(b, _FAST_ROW_BYTES)
+        if copy_b:
+            b = _row_aligned_copy(b.T, _FAST_ROW_BYTES).T if b_transposed else _row_aligned_copy(b, _FAST_ROW_BYTES)
         return a, b, c
 
     return prepare
