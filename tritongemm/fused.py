@@ -59,19 +59,15 @@ def linear(
         from tritongemm import ops
 
         return ops.traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
-    autograd = torch.is_grad_enabled() and _requires_grad(x, weight, bias, residual)
-    store_preact = autograd and activation is not None and PREACT == "store"
+    if not (torch.is_grad_enabled() and _requires_grad(x, weight, bias, residual)):
+        return direct_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
+    store_preact = activation is not None and PREACT == "store"
     call = planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact)
     if call is None:  # an empty problem: no kernel
         out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
-        if autograd:
-            return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel,
-                                         config, None)  # fmt: skip
-        return checked_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config)
-    if autograd:
-        return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), call.out_dtype, kernel,
-                                     config, call)  # fmt: skip
-    return call.run(x, weight, bias, residual)[0]
+    else:
+        out_dtype = call.out_dtype
+    return _LinearFunction.apply(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel, config, call)
 
 
 def direct_linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> torch.Tensor:
