@@ -132,22 +132,6 @@ def plot_epilogue(rows: list, path: Path, title: str) -> Path:
     return figures.save(fig, path, dpi=110)
 
 
-def plot_model(rows: list, path: Path, title: str) -> Path:
-    """Grouped bars: for every setting (phase, batch, tokens), each provider's tokens/s as a
-    fraction of eager torch's (the dashed line). `rows` are bench.model.ModelRow."""
-    plt = figures.pyplot()
-    key = lambda r: (r.phase, r.batch, r.tokens)  # noqa: E731
-    settings = list(dict.fromkeys(key(r) for r in rows))
-    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
-    ratio = {(key(r), r.provider): r.ratio_to_torch for r in rows}
-    fig, ax = plt.subplots(figsize=(max(8, 0.4 * len(settings) * max(1, len(providers))), 5))
-    _ratio_bars(ax, settings, providers, lambda setting, p: ratio.get((setting, p)), "torch (eager)",
-                "speed / eager torch's speed", lambda s: f"{s[0]}\nbatch {s[1]} x {s[2]}", fontsize=8)  # fmt: skip
-    ax.set_title(title)
-    ax.legend(fontsize=8)
-    return figures.save(fig, path, dpi=110)
-
-
 CLIP = 1.6  # plot_ratio_vs_m's top
 
 

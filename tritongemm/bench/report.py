@@ -136,20 +136,6 @@ def format_epilogue_table(rows: list, on_gpu: bool = True) -> str:
     return _grouped_table(header, rows, line, key=lambda r: (r.epilogue, r.dtype, r.m, r.n, r.k))
 
 
-def format_model_table(rows: list) -> str:
-    """`bench model`'s table: one line per (setting, provider). `rows` are bench.model.ModelRow."""
-    header = f"{'phase':<8} {'batch':>5} {'tokens':>6} {'provider':<20} {'ms':>9} {'tokens/s':>10} {'vs torch':>8} {'rel err':>8}  status"  # noqa: E501
-
-    def line(r) -> str:
-        return (
-            f"{r.phase:<8} {r.batch:>5} {r.tokens:>6} {r.provider:<20} {_fmt(r.ms, '9.3f')} "
-            f"{_fmt(r.tokens_per_s, '10.0f')} {_fmt(r.ratio_to_torch, '8.3f')} {_fmt(r.max_rel_err, '8.1e')}  "
-            f"{r.status}"
-        )
-
-    return _grouped_table(header, rows, line, key=lambda r: (r.phase, r.batch, r.tokens))
-
-
 def _grouped_table(header: str, rows: list, line, key=lambda r: (r.dtype, r.layout, r.m, r.n, r.k)) -> str:
     """The header, a rule, then `line(row)` for each row, a blank line between problems (`key`)."""
     lines = [header, "-" * len(header)]
