@@ -140,6 +140,9 @@ class LinearCall:
     fold: bool  # x is not (M, K) as it is: fold its leading dimensions (a view where strides allow)
     out_dtype: torch.dtype
     store_preact: bool  # also write the pre-activation z, for the backward
+    # The call's own tensors serve the plan's launch as they are (see `_serves_as_given`): `run`
+    # then allocates y and launches, nothing else.
+    as_given: bool
 
     @staticmethod
     def build(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config, store_preact):
@@ -150,10 +153,18 @@ class LinearCall:
         x2, b, fused, lead = prepared
         plan = PLANS.lookup(x2, b, None, kernel, config, fused)
         M, K = x2.shape
-        return LinearCall(plan, tuple(lead), M, K, b.shape[1], x.dim() != 2, out_dtype, store_preact)
+        as_given = _serves_as_given(plan, x, x2, b, bias, residual, fused, out_dtype)
+        return LinearCall(plan, tuple(lead), M, K, b.shape[1], x.dim() != 2, out_dtype, store_preact, as_given)
 
     def run(self, x, weight, bias, residual) -> tuple:
         """(y, z) as `_linear` returns them."""
+        plan = self.plan
+        if self.as_given and (plan.device_index is None or torch._C._cuda_getDevice() == plan.device_index):
+            shape = (*self.lead, self.N)
+            y = x.new_empty(shape, dtype=self.out_dtype)
+            preact = x.new_empty(shape, dtype=self.out_dtype) if self.store_preact else None
+            plan.launch(x, weight, y, bias, residual, preact)
+            return y, preact
         M, N = self.M, self.N
         x2 = x.reshape(M, self.K) if self.fold else x  # a view whenever the strides allow, as in matmul
         if bias is not None:  # the kernels read the bias as a contiguous row (a no-op when it is one)
@@ -166,6 +177,25 @@ class LinearCall:
         if not self.fold:
             return y, preact
         return y.view(*self.lead, N), None if preact is None else preact.view(*self.lead, N)
+
+
+def _serves_as_given(plan: Plan, x, x2, b, bias, residual, fused: Fused, out_dtype) -> bool:
+    """Whether a call's own tensors can go to `plan.launch` as they are: x for its (M, K) view,
+    the weight for its transpose, a fresh (..., N) y for the plan's (M, N) output, the bias and
+    residual unchanged. A launch reads a tensor's data pointer alone (its sizes and strides are the
+    plan's), so a view that starts where the tensor does serves for it: true here when x folds to
+    a view, nothing needs a copy or a negation resolved, and the plan writes a fresh contiguous
+    output. The call key holds every fact this reads, so it holds for every call with that key.
+    Each tensor op skipped is 2-5 us of host time on the H100 machine, on every decode step's
+    every linear."""
+    if plan.resolve_neg or plan.compact or not isinstance(plan.config, MatmulConfig):  # "autotune" reads c.shape
+        return False
+    if x2.data_ptr() != x.data_ptr() or fused.bias is not bias:
+        return False
+    if residual is not None and (residual.is_neg() or fused.residual.data_ptr() != residual.data_ptr()):
+        return False
+    a, b_given, c = plan.prepare(x2, b, None)
+    return a is x2 and b_given is b and c.is_contiguous() and c.dtype == out_dtype
 
 
 def _autocast(x, weight, bias):
