@@ -238,6 +238,26 @@ def test_operator_and_fake_shapes(dtype):
     assert y.shape == (2, 3, 8) and y.dtype == dtype
 
 
+def test_the_operator_without_autograd_still_reaches_a_dispatch_mode():
+    """The operator's Autograd kernel runs the implementation itself, skipping the dispatcher's
+    second trip, only for a backend's own tensors with no dispatch mode: a mode (a tracer's, a
+    profiler's) still sees the operator, and what it runs is still right."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    seen = []
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    x, w, b, _ = inputs((2, 3), 8, 16, torch.float32, True, False)
+    with torch.no_grad(), Log():
+        y = torch.ops.tritongemm.linear(x, w, b, None, "gelu")
+    assert torch.ops.tritongemm.linear.default in seen
+    assert rel_error(y, reference_linear(x, w, b, "gelu", None, 1.0, None)) <= tolerance(torch.float32, 16)
+
+
 COMPILE_MODES = (
     [dict(backend="inductor"), dict(backend="inductor", mode="reduce-overhead")]
     if ON_GPU
@@ -315,6 +335,24 @@ def test_a_second_call_runs_its_planned_call_without_checks(grad, monkeypatch):
         assert w.grad is not None and torch.isfinite(w.grad).all()
     with pytest.raises(AssertionError, match="checked again"):  # another layout of x: a new call
         tritongemm.linear(x.transpose(0, 1), w, b, residual=r.transpose(0, 1), activation="gelu")
+
+
+def test_a_call_whose_tensors_serve_as_they_are_launches_them_as_they_are():
+    """LinearCall.as_given: x that folds to a view, a contiguous bias and residual go to the
+    launch as they are (no fold, no transpose, no copies); a call that needs any of those takes
+    the general path. Both compute the same thing, checked against the fp64 reference."""
+    x, w, b, r = inputs((2, 3), 8, 16, torch.float32, True, True)
+
+    def planned(x, b, r):
+        check(x, w, b, r, "gelu", 1.0)
+        key = fused.call_key(x, w, b, r, "gelu", 1.0, None, "auto", None, False)
+        return tritongemm.plans.find_key(key)
+
+    assert planned(x, b, r).as_given
+    assert not planned(x.transpose(0, 1), b, r.transpose(0, 1)).as_given  # folds to a copy
+    assert not planned(x, torch._neg_view(b), r).as_given  # the kernel reads a resolved negation
+    assert not planned(x, torch.stack([b, b], 1)[:, 0], r).as_given  # a strided bias: a copy
+    assert not planned(x, b, r.transpose(0, 1).contiguous().transpose(0, 1)).as_given  # folds to a copy
 
 
 @pytest.mark.skipif(not ON_GPU, reason="shared memory is a GPU's")

@@ -261,3 +261,26 @@ def test_compile_reduce_overhead(dtype):
         x = rand(64, 512, dtype=dtype)
         result = compiled(x, w, bias).clone()
         assert rel_error(result, layer(x, w, bias).double()) <= tolerance(dtype, 512), step
+
+
+def test_inductor_calls_the_implementations_directly():
+    """Inductor's generated code calls the operators' implementations itself (inductor.py), not
+    `torch.ops.tritongemm.*` through the dispatcher; an operand the graph transposes is passed as
+    the transposed view it is, with dynamic shapes. Inductor's CPU backend on the CPU, its GPU
+    one on a GPU."""
+    from torch._inductor.utils import run_and_get_code
+
+    def fn(x, w, b):
+        return tritongemm.linear(x, w, b), tritongemm.matmul(x, w.T, kernel=KERNEL)
+
+    dtype = DTYPES[0]
+    compiled = torch.compile(fn, backend="inductor", fullgraph=True, dynamic=True)
+    for m in (3, 9):
+        x, w, b = rand(2, m, 24, dtype=dtype), rand(40, 24, dtype=dtype), rand(40, dtype=dtype)
+        (y, z), codes = run_and_get_code(compiled, x, w, b)
+        expected = fn(x, w, b)
+        assert rel_error(y, expected[0].double()) <= tolerance(dtype, 24)
+        assert rel_error(z, expected[1].double()) <= tolerance(dtype, 24)
+    code = "\n".join(codes)
+    assert "tritongemm_direct_linear(" in code and "tritongemm_direct_mm(" in code
+    assert "tritongemm.linear.default(" not in code and "tritongemm.mm.default(" not in code
