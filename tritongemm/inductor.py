@@ -93,7 +93,11 @@ def _install() -> None:
             dtype, size = output(*values)
             layout = ir.FixedLayout(values[0].get_device(), dtype, size, ir.FlexibleLayout.contiguous_strides(size))
             constants = [v for v, is_tensor in zip(values, slots) if not is_tensor]
-            node = DirectCall(layout, inputs, constant_args=constants, python_kernel_name=f"tritongemm_{name}")
+            try:
+                node = DirectCall(layout, inputs, constant_args=constants, python_kernel_name=f"tritongemm_{name}")
+            except (TypeError, AttributeError) as exc:  # an Inductor whose extern node takes other arguments
+                warnings.warn(f"tritongemm: {op} takes the dispatcher in this graph ({exc})", RuntimeWarning, 2)
+                return fallback(*args, **kwargs)
             node.slots = slots
             return ir.TensorBox.create(node)
 
