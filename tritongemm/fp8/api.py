@@ -1,0 +1,158 @@
+"""`quantize_fp8` and `scaled_mm`: the fp8 family's public calls, checked before anything launches.
+
+Not yet on the launch-plan path (plan.py) the bf16 calls take: each call checks its arguments
+and launches through `kernel[grid](...)`, Triton's own launcher, which costs microseconds of
+Python per call that a plan would spare.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import Epilogue
+from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
+
+KERNELS = ("auto", "fp8_grouped")  # the `triton.language` rung; "auto" takes it until the Gluon rungs land
+
+# Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
+_QUANT_ROWS, _QUANT_COLS = 32, 128
+# The tensor recipe's programs each take this many columns of their rows.
+_TENSOR_GROUP_COLS = 1024
+
+
+def quantize_fp8(x: torch.Tensor, recipe: str = "row", *, block: tuple[int, int] | None = None,
+                 dtype: torch.dtype = torch.float8_e4m3fn) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """(x_fp8, scale) with x ≈ x_fp8 * scale, in one kernel per pass: each group's absmax, its
+    scale (absmax / the fp8 maximum, in fp32) and the cast (round to nearest even, clamped to the
+    fp8 range).
+
+    Args:
+        x: (..., K), bfloat16, float16 or float32, any strides.
+        recipe: "tensor" (one scale: a 0-d tensor; two passes, as the whole tensor's absmax comes
+            before any cast), "row" (one per row: per token for activations, per output channel
+            for an (N, K) weight; scale (..., 1)) or "block".
+        block: for "block", (1, 128) (activations, DeepSeek-V3's; scale (..., ceil(K / 128))) or
+            (128, 128) (a 2D (N, K) weight; scale (ceil(N / 128), ceil(K / 128))). Default (1, 128).
+        dtype: torch.float8_e4m3fn (default) or torch.float8_e5m2.
+
+    The result equals `tritongemm.fp8.reference_quantize` (torch, the same arithmetic) value for value.
+    """
+    group = check_quantize(x, recipe, block, dtype)
+    from tritongemm.fp8.kernels import _absmax_kernel, _quantize_kernel
+
+    *lead, K = x.shape
+    R = math.prod(lead)
+    x2 = x.reshape(R, K)
+    q = torch.empty(x.shape, dtype=dtype, device=x.device)
+    scale = torch.empty(scale_shape(tuple(x.shape), recipe, group), dtype=torch.float32, device=x.device)
+    if q.numel() == 0:  # no element: every group's absmax is the floor's
+        return q, scale.fill_(TINY / fp8_max(dtype))
+    q2 = q.view(R, K)
+    amax = x2.new_zeros((), dtype=torch.float32)
+    if recipe == "tensor":
+        grid = (_cdiv(R, _QUANT_ROWS), _cdiv(K, _QUANT_COLS))
+        _absmax_kernel[grid](x2, amax, R, K, *x2.stride(), BLOCK_R=_QUANT_ROWS, BLOCK_C=_QUANT_COLS)
+        group_rows, group_cols, strides = 1, _TENSOR_GROUP_COLS, (0, 0)
+    else:
+        group_rows, group_cols = group
+        if group_cols == K:  # "row": the whole row, in steps
+            group_cols = _cdiv(K, _QUANT_COLS) * _QUANT_COLS
+        s2 = scale.view(-1, scale.shape[-1])
+        strides = s2.stride()
+    rows = group_rows if group_rows > 1 else _QUANT_ROWS
+    grid = (_cdiv(R, rows), _cdiv(K, group_cols))
+    _quantize_kernel[grid](
+        x2, q2, scale, amax, R, K, *x2.stride(), *q2.stride(), *strides,
+        GROUP_R=group_rows, GROUP_C=group_cols, BLOCK_R=rows, BLOCK_C=min(_QUANT_COLS, group_cols),
+        WHOLE_TENSOR=recipe == "tensor", FP8_MAX=fp8_max(dtype), **fp8_format(dtype),
+    )  # fmt: skip
+    return q, scale
+
+
+def scaled_mm(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    scale_a: torch.Tensor,
+    scale_b: torch.Tensor,
+    *,
+    bias: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+    activation: str | None = None,
+    residual: torch.Tensor | None = None,
+    alpha: float = 1.0,
+    kernel: str = "auto",
+    config: MatmulConfig | None = None,
+) -> torch.Tensor:
+    """activation(alpha * (scale_a a) @ (scale_b b) + bias) + residual, accumulated in fp32 and
+    rounded once to out_dtype, as `torch._scaled_mm` takes its operands.
+
+    Args:
+        a: (M, K) float8_e4m3fn or float8_e5m2, row-major.
+        b: (K, N) fp8, column-major: the transpose of an (N, K) weight (`weight.T`).
+        scale_a, scale_b: float32 dequantization scales of one recipe (fp8/recipes.py): one
+            element each (tensor-wise), (M, 1) and (1, N) (row-wise), or (M, K/128) and
+            (ceil(N/128), K/128) (block-wise: 1 x 128 of a's rows, 128 x 128 of the weight; K a
+            multiple of 128). `quantize_fp8` makes them.
+        bias: (N,), residual: (M, N); bfloat16, float16 or float32, added in fp32.
+        out_dtype: bfloat16 (default), float16 or float32.
+        activation, alpha: as for `tritongemm.linear`.
+        kernel: "auto" or "fp8_grouped"; config: a MatmulConfig for it (BLOCK_K = 128 under
+            block scales), None for the default.
+    """
+    recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
+    if kernel not in KERNELS:
+        raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    M, K = a.shape
+    N = b.shape[1]
+    config = _config(config, recipe, M, N, K, a.device)
+    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    if K == 0:  # an empty sum: the epilogue of zeros
+        from tritongemm.epilogue import activate_torch
+
+        z = c.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
+        y = activate_torch(z, activation) + (0.0 if residual is None else residual.float())
+        return c.copy_(y)
+    from tritongemm.fp8.kernels import _scaled_mm_kernel
+    from tritongemm.ladder._host import alignment_hints
+
+    if recipe == "block":
+        sa_strides, sb_strides = scale_a.stride(), scale_b.stride()  # (along M, along K), (along N, along K)
+    elif recipe == "row":
+        sa_strides, sb_strides = (scale_a.stride(0), 0), (scale_b.stride(1), 0)
+    else:
+        sa_strides = sb_strides = (0, 0)
+    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
+    grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
+    _scaled_mm_kernel[grid](
+        a, b, c, scale_a, scale_b, M, N, K, *a.stride(), *b.stride(), *c.stride(), *sa_strides, *sb_strides,
+        *spec.pointers(bias, residual), *spec.fixed_args(residual),
+        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_SIZE_M=config.GROUP_SIZE_M,
+        RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK, ALIGN=alignment_hints(a, b, c), num_warps=config.num_warps,
+        num_stages=config.num_stages, **spec.constexprs(),
+    )  # fmt: skip
+    return c
+
+
+def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+    """The tile: the caller's, checked, or the default (a first choice: the GPU tuning is to come)."""
+    if config is None:
+        if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
+            return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)
+        return MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+    if not isinstance(config, MatmulConfig):
+        raise TypeError(f"scaled_mm: expected config to be None or a MatmulConfig, but got {config!r}")
+    if recipe == "block" and config.BLOCK_K != SCALE_BLOCK:
+        raise ValueError(
+            f"scaled_mm: block-wise scales change every 128 of K, so a config's BLOCK_K must be 128, but got "
+            f"BLOCK_K={config.BLOCK_K}"
+        )
+    return config
+
+
+def _cdiv(x: int, y: int) -> int:
+    return -(-x // y)
