@@ -124,7 +124,8 @@ def _compile_call(module: str, kernel: str, args: list, meta: dict) -> str:
     fn = getattr(importlib.import_module(module), kernel)
     options = {name: meta.pop(name) for name in ("num_warps", "num_stages") if name in meta}
     meta = {k: tuple(v) if isinstance(v, list) else v for k, v in meta.items()}
-    pointer = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
+    pointer = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32",
+               "float8_e4m3fn": "*fp8e4nv", "float8_e5m2": "*fp8e5"}  # fmt: skip
     signature, constexprs, attrs = {}, dict(meta), {}
     for i, (name, value) in enumerate(zip(fn.arg_names, args)):
         if isinstance(value, list):  # a tensor: a pointer, 16-byte aligned as torch allocates

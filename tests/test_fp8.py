@@ -1,0 +1,231 @@
+"""fp8: `quantize_fp8` value for value against its torch reference, `scaled_mm` against the fp64
+product of the dequantized operands, per recipe, fp8 format, odd shapes and epilogue; and the
+errors a bad call gets before anything launches.
+
+On the CPU the `triton.language` kernels run under the interpreter, on a GPU compiled.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+import pytest
+import torch
+from cases import DEVICE, ON_GPU
+
+from tritongemm.config import MatmulConfig
+from tritongemm.fp8 import quantize_fp8, reference_quantize, reference_scaled_mm, scaled_mm
+from tritongemm.reference import rel_error, tolerance
+
+E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
+# The interpreter has no bf16 arithmetic, but quantization only widens x to fp32: bf16 runs everywhere.
+X_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def rand(*shape, dtype=torch.float32, seed="", scale=1.0):
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{shape}{dtype}{seed}".encode()))
+    return (torch.randn(*shape, generator=gen) * scale).to(dtype=dtype, device=DEVICE)
+
+
+def same_values(q: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Equal fp8 values, element for element (a zero's sign aside: the interpreter drops it)."""
+    return q.dtype == expected.dtype and torch.equal(q.float(), expected.float())
+
+
+# ----------------------------------------------------------------------------------------------
+# quantize_fp8
+# ----------------------------------------------------------------------------------------------
+
+# (recipe, block, x's shape): odd sizes on every axis, N-D activations, a K shorter than a block.
+QUANTIZE_CASES = [
+    ("tensor", None, (37, 260)),
+    ("tensor", None, (1, 1)),
+    ("row", None, (5, 300)),
+    ("row", None, (2, 3, 129)),
+    ("row", None, (7, 1)),
+    ("block", None, (3, 7, 256)),
+    ("block", (1, 128), (9, 200)),
+    ("block", (128, 128), (200, 384)),
+    ("block", (128, 128), (129, 100)),
+]
+
+
+@pytest.mark.parametrize("dtype", [E4M3, E5M2], ids=str)
+@pytest.mark.parametrize("recipe, block, shape", QUANTIZE_CASES, ids=str)
+def test_quantize_matches_its_reference_exactly(recipe, block, shape, dtype):
+    """Magnitudes from 1e-6 to 1e3 in one tensor, so rows and blocks get very different scales,
+    and some elements land in fp8's subnormals, or round up into the next power of two."""
+    x = rand(*shape, seed=recipe) * torch.logspace(-6, 3, shape[-1], device=DEVICE)
+    q, scale = quantize_fp8(x, recipe, block=block, dtype=dtype)
+    expected_q, expected_scale = reference_quantize(x, recipe, block, dtype)
+    assert scale.shape == expected_scale.shape and scale.dtype == torch.float32
+    assert torch.equal(scale, expected_scale)
+    assert q.shape == x.shape and same_values(q, expected_q)
+
+
+@pytest.mark.parametrize("x_dtype", X_DTYPES, ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_quantize_takes_any_input_dtype_and_strides(recipe, x_dtype):
+    """A transposed view, and all-zero groups (scale at the floor, elements 0, no NaN)."""
+    x = rand(256, 48, dtype=x_dtype, seed=recipe).T  # (48, 256), column-major
+    x[5] = 0
+    q, scale = quantize_fp8(x, recipe)
+    expected_q, expected_scale = reference_quantize(x, recipe)
+    assert torch.equal(scale, expected_scale) and same_values(q, expected_q)
+    assert not torch.isnan(q.float()).any()
+
+
+def test_quantize_of_an_empty_tensor():
+    q, scale = quantize_fp8(torch.empty(0, 256, device=DEVICE), "block")
+    assert q.shape == (0, 256) and scale.shape == (0, 2)
+    q, scale = quantize_fp8(torch.empty(4, 0, device=DEVICE), "row")
+    assert q.shape == (4, 0) and scale.shape == (4, 1) and (scale > 0).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# scaled_mm
+# ----------------------------------------------------------------------------------------------
+
+
+def operands(M, N, K, recipe, a_dtype=E4M3, b_dtype=E4M3, seed=""):
+    """a (M, K) and b = weight.T (K, N) quantized with `recipe`, and their scales as scaled_mm takes them."""
+    x, w = rand(M, K, seed=f"x{seed}"), rand(N, K, seed=f"w{seed}", scale=K**-0.5)
+    if recipe == "block":
+        (a, sa), (wq, sw) = (
+            quantize_fp8(x, "block", dtype=a_dtype),
+            quantize_fp8(w, "block", block=(128, 128), dtype=b_dtype),
+        )
+        return a, wq.T, sa, sw
+    (a, sa), (wq, sw) = quantize_fp8(x, recipe, dtype=a_dtype), quantize_fp8(w, recipe, dtype=b_dtype)
+    return a, wq.T, sa, sw.T if recipe == "row" else sw
+
+
+def check(M, N, K, recipe, out_dtype=torch.bfloat16, a_dtype=E4M3, b_dtype=E4M3, **epilogue):
+    a, b, sa, sb = operands(M, N, K, recipe, a_dtype, b_dtype, f"{M}{N}{K}")
+    y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, **epilogue)
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **epilogue)
+    assert y.shape == (M, N) and y.dtype == out_dtype and y.device == a.device
+    # The products of fp8 values are exact in fp32: the error is the fp32 sum's and the output's rounding.
+    bound = tolerance(out_dtype, K, allow_tf32=False)
+    err = rel_error(y, expected)
+    assert err <= bound, f"{recipe} {M}x{N}x{K} {out_dtype}: relative error {err:.3e} > {bound:.3e}"
+    return y
+
+
+SHAPES = [(1, 1, 128), (33, 70, 256), (5, 129, 384), (64, 64, 128), (17, 200, 512)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_every_recipe_on_odd_shapes(recipe, shape):
+    check(*shape, recipe, out_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("a_dtype, b_dtype", [(E4M3, E5M2), (E5M2, E4M3), (E5M2, E5M2)], ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_fp8_formats_in_any_pairing(recipe, a_dtype, b_dtype):
+    check(9, 40, 256, recipe, torch.float32, a_dtype, b_dtype)
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_the_fused_epilogue_after_the_scales(recipe, out_dtype):
+    M, N = 13, 72
+    bias, residual = rand(N, seed="bias"), rand(M, N, dtype=torch.bfloat16, seed="residual")
+    check(M, N, 256, recipe, out_dtype, bias=bias, residual=residual, activation="gelu", alpha=0.5)
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "row"])
+def test_k_not_a_multiple_of_128_outside_the_block_recipe(recipe):
+    check(6, 10, 100, recipe, torch.float32)
+
+
+def test_empty_problems():
+    a, b, sa, sb = operands(0, 16, 128, "row")
+    assert scaled_mm(a, b, sa, sb).shape == (0, 16)
+    a, b = torch.empty(3, 0, device=DEVICE, dtype=E4M3), torch.empty(4, 0, device=DEVICE, dtype=E4M3).T
+    one = torch.ones((), device=DEVICE)
+    y = scaled_mm(a, b, one, one, bias=torch.ones(4, device=DEVICE), out_dtype=torch.float32)
+    assert torch.equal(y, torch.ones(3, 4, device=DEVICE))  # an empty sum, then the bias
+
+
+def test_a_config_is_taken():
+    config = MatmulConfig(BLOCK_M=32, BLOCK_N=16, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
+    a, b, sa, sb = operands(40, 50, 256, "block")
+    y = scaled_mm(a, b, sa, sb, config=config, out_dtype=torch.float32, kernel="fp8_grouped")
+    assert rel_error(y, reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)) <= tolerance(
+        torch.float32, 256, allow_tf32=False
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Errors, before any launch
+# ----------------------------------------------------------------------------------------------
+
+
+def _bad_calls():
+    a, b, sa, sb = operands(8, 256, 256, "row")
+    ab, bb, sab, sbb = operands(8, 256, 256, "block")
+    one = torch.ones((), device=DEVICE)
+    x = one.expand(4, 4)
+    k64 = MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
+    return [
+        (lambda: scaled_mm(a.float(), b, sa, sb), TypeError, "expected a of dtype float8_e4m3fn or float8_e5m2, "),
+        (lambda: scaled_mm(a, b.contiguous(), sa, sb), ValueError, "expected b to be column-major"),
+        (lambda: scaled_mm(a.T.contiguous().T, b, sa, sb), ValueError, "expected a to be row-major"),
+        (lambda: scaled_mm(a, b[:128], sa, sb), ValueError, r"a \(8x256\) and b \(128x256\) can't be multiplied"),
+        (lambda: scaled_mm(a, b, sa.double(), sb), TypeError, "expected scale_a of dtype float32, but got float64"),
+        (lambda: scaled_mm(a, b, sa[:4], sb), ValueError, r"scale_a of shape \(4, 1\) and scale_b of shape"),
+        (lambda: scaled_mm(ab, bb, sab, sbb[:1]), ValueError, r"\(8, 2\) and \(2, 2\) \(block-wise"),
+        (lambda: scaled_mm(a[:, :200], b[:200], sab[:, :1], sbb[:, :1]), ValueError, "needs K % 128 == 0; K is 200"),
+        (lambda: scaled_mm(a, b, sa, sb, out_dtype=torch.float8_e4m3fn), TypeError, "expected out_dtype bfloat16"),
+        (lambda: scaled_mm(a, b, sa, sb, bias=one.expand(3)), ValueError, r"bias of shape \(256,\), but got \(3,\)"),
+        (lambda: scaled_mm(a, b, sa, sb, activation="swish"), ValueError, "expected activation to be one of"),
+        (lambda: scaled_mm(a, b, sa, sb, alpha=True), TypeError, "expected alpha to be a finite real number"),
+        (lambda: scaled_mm(a, b, sa, sb, kernel="tma_pipelined"), ValueError, "expected kernel to be one of"),
+        (lambda: scaled_mm(ab, bb, sab, sbb, config=k64), ValueError, "BLOCK_K must be 128, but got BLOCK_K=64"),
+        (lambda: quantize_fp8(x, "column"), ValueError, "expected recipe to be one of"),
+        (lambda: quantize_fp8(x.to(torch.int32), "row"), TypeError, "expected x of dtype bfloat16, .* but got int32"),
+        (lambda: quantize_fp8(x, "row", dtype=torch.float16), TypeError, "expected dtype float8_e4m3fn or float8_e5m2"),
+        (lambda: quantize_fp8(x, "block", block=(2, 128)), ValueError, r"expected block \(1, 128\) \(activations\)"),
+        (lambda: quantize_fp8(one.expand(2, 4, 4), "block", block=(128, 128)), ValueError, "blocks quantize a 2D"),
+        (lambda: quantize_fp8(x, "row", block=(1, 128)), ValueError, "block applies to recipe 'block' only"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(20))
+def test_bad_input_is_refused_naming_it(index):
+    call, exc, pattern = _bad_calls()[index]
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_every_bad_call_is_tested():
+    assert len(_bad_calls()) == 20
+
+
+@pytest.mark.skipif(not ON_GPU, reason="scales on another device need a GPU")
+def test_scales_on_another_device_are_refused():
+    a, b, sa, sb = operands(8, 16, 128, "row")
+    with pytest.raises(ValueError, match="expected scale_a on cuda"):
+        scaled_mm(a, b, sa.cpu(), sb)
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe):
+    """Checked on the CPU, since Triton compiles for sm_90 without a GPU: each recipe's kernel is
+    Hopper's fp8 tensor-core MMA (e4m3 x e4m3 into fp32), its block scales included."""
+    from test_codegen import compile_call_ptx
+
+    from tritongemm.epilogue import PLAIN
+
+    M = N = K = 4096
+    scales = {"tensor": ((0, 0), (0, 0)), "row": ((1, 0), (1, 0)), "block": ((K // 128, 1), (K // 128, 1))}[recipe]
+    tensor = lambda dtype: ["tensor", dtype]  # noqa: E731
+    args = [tensor("float8_e4m3fn"), tensor("float8_e4m3fn"), tensor("bfloat16"), tensor("float32"), tensor("float32"),
+            M, N, K, K, 1, 1, K, N, 1, *scales[0], *scales[1], 0, 0, 0, 0, 0, 0, 1.0]  # fmt: skip
+    meta = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9,
+                num_warps=8, num_stages=3, **PLAIN.constexprs())  # fmt: skip
+    ptx = compile_call_ptx("tritongemm.fp8.kernels", "_scaled_mm_kernel", args, meta)
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"
