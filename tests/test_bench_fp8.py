@@ -1,0 +1,54 @@
+"""`tritongemm bench fp8`: the problems, the check before timing, torch's refusals recorded, the
+files. On the CPU one tiny problem per recipe under the interpreter (torch's CPU _scaled_mm takes
+some recipes and refuses others: either is a row)."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+from cases import ON_GPU
+
+from tritongemm import cli
+from tritongemm.bench import fp8
+
+
+def test_the_suite_covers_every_recipe_on_the_llm_shapes_and_8192_cubed():
+    problems, note = fp8.plan_problems(None, on_gpu=True)
+    assert {p.recipe for p in problems} == set(fp8.RECIPES) and note == ""
+    assert {(p.N, p.K) for p in problems} >= set(fp8.WEIGHTS)
+    assert min(p.M for p in problems) <= 16 and fp8.Fp8Problem("block", 8192, 8192, 8192) in problems
+
+
+@pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run")
+def test_a_cpu_run_checks_times_and_writes_every_recipe(tmp_path):
+    rows = fp8.run_fp8(out_dir=tmp_path, plot=False, rounds=1)
+    assert {(r.recipe, r.provider, r.timing) for r in rows} == {
+        (recipe, provider, timing)
+        for recipe in fp8.RECIPES
+        for provider in fp8.PROVIDERS
+        for timing in ("graph", "eager")
+    }
+    for r in rows:
+        if r.provider == "tritongemm":
+            assert r.status == "ok" and r.ms > 0 and r.max_rel_err <= 8e-3
+        else:  # torch took the recipe (then it was checked) or refused it (then its error is the status)
+            assert r.status == "ok" or r.status.startswith("error: ")
+    with open(tmp_path / "fp8-cpu.csv") as f:
+        written = list(csv.DictReader(f))
+    assert list(written[0]) == fp8.COLUMNS and len(written) == sum(r.ms is not None for r in rows)
+
+
+def test_a_wrong_provider_is_reported_and_not_timed():
+    wrong = {"tritongemm": lambda a, b, sa, sb: torch.zeros(a.shape[0], b.shape[1]), "torch": fp8._torch_scaled_mm}
+    problem = fp8.Fp8Problem("tensor", 16, 32, 128)
+    device = "cuda" if ON_GPU else "cpu"
+    rows = fp8.measure_fp8(problem, device=device, device_name="test", timings=("graph",), rounds=1, providers=wrong)
+    ours = next(r for r in rows if r.provider == "tritongemm")
+    assert ours.status == "wrong" and ours.ms is None
+
+
+def test_the_cli_refuses_options_the_suite_does_not_take(capsys):
+    assert cli.main(["bench", "fp8", "--kernels", "grouped"]) == 2
+    assert "bench fp8: --kernels does not apply" in capsys.readouterr().err

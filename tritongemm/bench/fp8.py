@@ -1,0 +1,244 @@
+"""`tritongemm bench fp8`: `tritongemm.scaled_mm` against `torch._scaled_mm` with the same recipe
+(tensor-, row- or block-wise scales, e4m3 x e4m3 -> bf16), in the same run.
+
+Each problem's operands are quantized once by `quantize_fp8` (activations per token or in 1 x 128
+blocks, the weight per channel or in 128 x 128 blocks), and both providers get the very same
+fp8 tensors and scales. Each is checked against the fp64 product of the dequantized operands
+(`reference_scaled_mm`) first; a wrong one is reported and not timed, and a recipe torch refuses
+on this GPU is recorded with torch's error. Timings as the other suites (measure.py): "graph" the
+kernel alone, "eager" a user's back-to-back calls. `ratio_to_torch` is torch's ms over ours.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from tritongemm.bench.measure import ROUNDS, TIMINGS, cpu_timer, describe_error, eager_timer, gpu_timer, wants_graph
+
+RECIPES = ("tensor", "row", "block")
+PROVIDERS = ("tritongemm", "torch")
+# Llama-3-8B's nn.Linear weights (N, K): q/k/v together, o, gate/up together, down.
+WEIGHTS = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+TOKENS = (16, 128, 2048, 8192)
+CPU_SMOKE_SHAPES = ((16, 32, 128),)  # the interpreter: one tiny problem per recipe
+COLUMNS = ["device", "recipe", "m", "n", "k", "provider", "timing", "ms", "tflops", "ratio_to_torch"]
+
+
+@dataclass(frozen=True)
+class Fp8Problem:
+    recipe: str
+    M: int
+    N: int
+    K: int
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.M * self.N * self.K
+
+    @property
+    def bytes(self) -> int:
+        """fp8 operands once, the bf16 output once: what measure.wants_graph weighs."""
+        return self.M * self.K + self.N * self.K + 2 * self.M * self.N
+
+    def label(self) -> str:
+        return f"{self.recipe} {self.M}x{self.N}x{self.K}"
+
+
+SUITE = tuple(
+    Fp8Problem(recipe, M, N, K)
+    for recipe in RECIPES
+    for (N, K) in WEIGHTS
+    for M in TOKENS
+) + tuple(Fp8Problem(recipe, 8192, 8192, 8192) for recipe in RECIPES)  # fmt: skip
+
+
+@dataclass
+class Fp8Row:
+    device: str
+    recipe: str
+    m: int
+    n: int
+    k: int
+    provider: str  # one of PROVIDERS
+    timing: str  # one of measure.TIMINGS
+    ms: float | None
+    tflops: float | None
+    ratio_to_torch: float | None  # torch's ms / this ms, same run and timing
+    max_rel_err: float | None
+    status: str  # "ok", "wrong" (failed the check, not timed) or "error: ..." (raised: torch's refusal too)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_problems(shapes: list[tuple[int, int, int]] | None, *, on_gpu: bool) -> tuple[tuple[Fp8Problem, ...], str]:
+    """The problems (every recipe for given shapes, else the SUITE) and a note to print first."""
+    if not on_gpu:
+        note = "No CUDA GPU: the kernels under the Triton interpreter; times say nothing about GPU speed."
+        return tuple(Fp8Problem(r, *s) for s in shapes or CPU_SMOKE_SHAPES for r in RECIPES), note
+    if shapes:
+        return tuple(Fp8Problem(r, *s) for s in shapes for r in RECIPES), ""
+    return SUITE, ""
+
+
+def operands(problem: Fp8Problem, device) -> tuple[torch.Tensor, ...]:
+    """(a, b, scale_a, scale_b) as scaled_mm and torch._scaled_mm take them: a (M, K) row-major,
+    b = weight.T, the scales of `problem.recipe`."""
+    from tritongemm.fp8 import quantize_fp8
+
+    x = torch.randn(problem.M, problem.K, device=device)
+    weight = torch.randn(problem.N, problem.K, device=device) * problem.K**-0.5
+    if problem.recipe == "block":
+        (a, sa), (w, sw) = quantize_fp8(x, "block"), quantize_fp8(weight, "block", block=(128, 128))
+        return a, w.T, sa, sw
+    (a, sa), (w, sw) = quantize_fp8(x, problem.recipe), quantize_fp8(weight, problem.recipe)
+    return a, w.T, sa, sw.T if problem.recipe == "row" else sw
+
+
+def _torch_scaled_mm(a, b, scale_a, scale_b):
+    return torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+
+
+def _outer_major(scale: torch.Tensor) -> torch.Tensor:
+    return scale.t().contiguous().t()
+
+
+def torch_block_scales(a, b, scale_a, scale_b) -> tuple:
+    """The block scales laid out as this torch takes them: cuBLAS reads 1 x 128 and 128 x 128
+    scales outer-dimension-major (M- and N-major), and torch's checks differ between releases,
+    so each layout is tried once; the first torch takes is timed. Raises torch's first refusal
+    when it takes none."""
+    first = None
+    for sa, sb in ((scale_a, scale_b), (_outer_major(scale_a), scale_b), (_outer_major(scale_a), _outer_major(scale_b)),
+                   (scale_a, _outer_major(scale_b))):  # fmt: skip
+        try:
+            _torch_scaled_mm(a, b, sa, sb)
+            return a, b, sa, sb
+        except Exception as exc:  # a refusal, kept to report
+            first = first or exc
+    raise first
+
+
+def _providers() -> dict:
+    import tritongemm
+
+    return {
+        "tritongemm": lambda a, b, sa, sb: tritongemm.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
+        "torch": _torch_scaled_mm,
+    }
+
+
+def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS,
+                providers: dict | None = None) -> list[Fp8Row]:  # fmt: skip
+    """One row per (timing, provider): each checked first, the correct ones timed in `rounds`
+    interleaved rounds. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the default, for tests."""
+    from tritongemm.fp8 import reference_scaled_mm
+    from tritongemm.reference import rel_error, tolerance
+
+    on_gpu = torch.device(device).type == "cuda"
+    providers = providers or _providers()
+    args = operands(problem, device)
+    reference = reference_scaled_mm(*args, out_dtype=torch.float64)
+    bound = tolerance(torch.bfloat16, problem.K)
+    checked, given = {}, {}
+    for name, fn in providers.items():
+        try:
+            given[name] = torch_block_scales(*args) if name == "torch" and problem.recipe == "block" else args
+            err = rel_error(fn(*given[name]), reference)
+            checked[name] = (err, "ok" if err <= bound else "wrong")
+        except Exception as exc:  # torch refusing a recipe on this GPU is a result
+            checked[name] = (None, describe_error(exc))
+    del reference
+    rows = []
+    for timing in timings:
+        timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
+        use_graph = timing == "graph" and wants_graph(problem)
+        status = {name: s for name, (_, s) in checked.items()}
+        samples: dict[str, list[float]] = {name: [] for name in providers}
+        for _ in range(rounds):
+            for name, fn in providers.items():
+                if status[name] != "ok":
+                    continue
+                try:
+                    samples[name].append(timer(lambda fn=fn, args=given[name]: fn(*args), use_graph))
+                except Exception as exc:
+                    status[name] = describe_error(exc)
+        ms = {n: statistics.median(samples[n]) if status[n] == "ok" and samples[n] else None for n in providers}
+        for name in providers:
+            tflops = problem.flops / (ms[name] * 1e-3) / 1e12 if ms[name] else None
+            ratio = ms["torch"] / ms[name] if ms.get("torch") and ms[name] else None
+            rows.append(Fp8Row(device_name, problem.recipe, problem.M, problem.N, problem.K, name, timing, ms[name],
+                               tflops, ratio, checked[name][0], status[name]))  # fmt: skip
+    return rows
+
+
+def format_table(rows: list[Fp8Row]) -> str:
+    lines = [f"{'recipe':7s} {'M x N x K':>20s} {'provider':11s} {'timing':6s} {'ms':>9s} {'TFLOP/s':>8s} "
+             f"{'vs torch':>8s}  status"]  # fmt: skip
+    for r in rows:
+        ms = f"{r.ms:9.4f}" if r.ms else f"{'-':>9s}"
+        tflops = f"{r.tflops:8.1f}" if r.tflops else f"{'-':>8s}"
+        ratio = f"{r.ratio_to_torch:8.3f}" if r.ratio_to_torch else f"{'-':>8s}"
+        lines.append(f"{r.recipe:7s} {f'{r.m}x{r.n}x{r.k}':>20s} {r.provider:11s} {r.timing:6s} {ms} {tflops} "
+                     f"{ratio}  {r.status}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def summary(rows: list[Fp8Row]) -> list[str]:
+    """Per recipe and timing: the geomean of ratio_to_torch at M >= 2048 and at M <= 128, and the
+    lowest, as the issue's targets read them."""
+    lines = []
+    for recipe in RECIPES:
+        for timing in TIMINGS:
+            for label, keep in (("M >= 2048", lambda m: m >= 2048), ("M <= 128", lambda m: m <= 128)):
+                ratios = [r.ratio_to_torch for r in rows if r.recipe == recipe and r.timing == timing
+                          and r.provider == "tritongemm" and r.ratio_to_torch and keep(r.m)]  # fmt: skip
+                if ratios:
+                    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                    lines.append(f"{recipe:6s} {timing:5s} {label}: geomean {geomean:.3f}, lowest {min(ratios):.3f} "
+                                 f"({len(ratios)} rows)")  # fmt: skip
+    return lines
+
+
+def run_fp8(*, shapes=None, timings=TIMINGS, out_dir: str | Path | None = "results", name: str | None = None,
+            plot: bool = True, rounds: int = ROUNDS) -> list[Fp8Row]:  # fmt: skip
+    """Run the SUITE (or the given shapes, every recipe) for both providers; print the table and
+    the targets' summary; write `out_dir`/`name`.csv (COLUMNS, timed rows), .json (the environment
+    and every row) and .png unless out_dir is None. `name` defaults to "fp8" ("fp8-cpu" without a GPU)."""
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    problems, note = plan_problems(shapes, on_gpu=on_gpu)
+    from tritongemm.bench.environment import describe_environment
+    from tritongemm.bench.report import write_results
+
+    env = describe_environment()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    if note:
+        print(note)
+    start = time.perf_counter()
+    base = name or ("fp8" if on_gpu else "fp8-cpu")
+    rows: list[Fp8Row] = []
+    paths: tuple[Path, ...] = ()
+    for problem in problems:
+        rows += measure_fp8(problem, device=device, device_name=env["device"], timings=timings, rounds=rounds)
+        print(f"[{time.perf_counter() - start:.0f} s] {problem.label()}", flush=True)
+        if out_dir is not None:
+            timed = [r for r in rows if r.ms is not None]
+            paths = write_results(timed, env, Path(out_dir), base, columns=COLUMNS, json_rows=rows)
+    print(format_table(rows))
+    print("\n".join(summary(rows)))
+    if out_dir is not None and plot and any(r.ratio_to_torch for r in rows):
+        from tritongemm.bench.plots import plot_fp8
+
+        paths += (plot_fp8(rows, Path(out_dir) / f"{base}.png", f"fp8 scaled_mm / torch._scaled_mm, {env['device']}"),)
+    if paths:
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return rows
