@@ -229,3 +229,56 @@ def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe):
                 num_warps=8, num_stages=3, **PLAIN.constexprs())  # fmt: skip
     ptx = compile_call_ptx("tritongemm.fp8.kernels", "_scaled_mm_kernel", args, meta)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"
+
+
+# ----------------------------------------------------------------------------------------------
+# Fp8Linear and patch(model, fp8=...)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_fp8_linear_computes_the_quantized_layer(recipe):
+    """Against the same quantization in torch and the fp64 scaled product (tight), and against the
+    float layer (fp8's own error: e4m3 keeps 3 bits of mantissa)."""
+    import tritongemm
+
+    layer = torch.nn.Linear(256, 72, device=DEVICE)
+    fp8_layer = tritongemm.nn.Fp8Linear.from_linear(layer, recipe, activation="silu")
+    x = rand(2, 5, 256, seed=recipe)
+    with torch.no_grad():
+        y = fp8_layer(x)
+        expected_float = torch.nn.functional.silu(layer(x))
+    assert y.shape == (2, 5, 72) and y.dtype == x.dtype
+    x_fp8, sx = reference_quantize(x.reshape(10, 256), recipe)
+    w = fp8_layer
+    expected = reference_scaled_mm(x_fp8, w.weight_fp8.T, sx, w.weight_scale, bias=layer.bias.detach(),
+                                   out_dtype=torch.float64, activation="silu")  # fmt: skip
+    assert rel_error(y.reshape(10, 72), expected) <= tolerance(torch.float32, 256, allow_tf32=False)
+    assert rel_error(y, expected_float.double()) <= 0.1
+
+
+def test_fp8_linear_is_inference_only():
+    import tritongemm
+
+    fp8_layer = tritongemm.nn.Fp8Linear.from_linear(torch.nn.Linear(128, 16, device=DEVICE))
+    with pytest.raises(RuntimeError, match="inference only .* under torch.no_grad"):
+        fp8_layer(rand(3, 128).requires_grad_())
+    assert not fp8_layer(rand(3, 128)).requires_grad  # an input without grad: fine as it is
+
+
+def test_patch_with_fp8_replaces_what_the_recipe_takes_and_says_why_not_the_rest():
+    import tritongemm
+
+    model = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.GELU(), torch.nn.Linear(128, 100),
+                                torch.nn.Linear(100, 8)).to(DEVICE)  # fmt: skip
+    x = rand(4, 256)
+    with torch.no_grad():
+        expected = model(x)
+        tritongemm.patch(model, fp8="block")
+        got = model(x)
+    report = model.tritongemm_patch_report
+    assert report.replaced == ["0", "2"] and "multiple of 128" in report.skipped["3"]
+    assert isinstance(model[0], tritongemm.nn.Fp8Linear) and type(model[3]) is torch.nn.Linear
+    assert rel_error(got, expected.double()) <= 0.1
+    with pytest.raises(ValueError, match="expected fp8 to be None or one of"):
+        tritongemm.patch(model, fp8="int4")

@@ -22,6 +22,8 @@ from tritongemm import api, fused
 from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
 from tritongemm.checks import _dtype_name
 from tritongemm.epilogue import ACTIVATIONS
+from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
+from tritongemm.fp8.recipes import RECIPES
 
 logger = logging.getLogger("tritongemm")
 
@@ -95,10 +97,15 @@ class PatchReport:
         return text
 
 
-def patch(model: torch.nn.Module, *, kernel: str = "auto") -> torch.nn.Module:
+def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None) -> torch.nn.Module:
     """Replace, in place, every `torch.nn.Linear` in `model` with a tritongemm `Linear` sharing
     its parameters; return `model`, with a `PatchReport` as `model.tritongemm_patch_report`
     (also logged at INFO on the "tritongemm" logger).
+
+    `fp8="row"`, `"block"` or `"tensor"` puts an inference-only `Fp8Linear` there instead (fp8/
+    linear.py): the weight quantized once with that recipe (a copy: the model's parameters stay
+    as they are, unused), each input quantized on the fly. Modules whose in_features the recipe
+    can't take (not a multiple of 128 for "block") are left, with the reason.
 
     Left as they are, with the reason in the report: modules whose weight dtype or device no
     kernel serves (float64; CPU without TRITON_INTERPRET=1; bfloat16 on the CPU, which the
@@ -107,6 +114,10 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto") -> torch.nn.Module:
     it is an nn.Linear (patch cannot rebind the caller's reference: use `Linear.from_linear`).
     Patching twice changes nothing: a tritongemm `Linear` is not replaced again.
     """
+    if fp8 is not None and fp8 not in RECIPES:
+        raise ValueError(f"patch: expected fp8 to be None or one of {RECIPES}, but got {fp8!r}")
+    if fp8 is not None and kernel != "auto":
+        raise ValueError(f"patch: kernel={kernel!r} names a bf16 kernel; with fp8={fp8!r}, the fp8 kernels serve")
     served = _served_dtypes(kernel)
     report = PatchReport()
     seen = {}  # id(nn.Linear) -> its replacement (None: left), so a module shared by two parents stays shared
@@ -114,8 +125,13 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto") -> torch.nn.Module:
         if not name or not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):
             continue
         if id(module) not in seen:
-            reason = _why_not(module, served)
-            seen[id(module)] = Linear.from_linear(module, kernel=kernel) if reason is None else None
+            reason = _why_not(module, served, fp8)
+            if reason is not None:
+                seen[id(module)] = None
+            elif fp8 is not None:
+                seen[id(module)] = Fp8Linear.from_linear(module, fp8)
+            else:
+                seen[id(module)] = Linear.from_linear(module, kernel=kernel)
             if reason is None:
                 report.replaced.append(name)
             else:
@@ -151,7 +167,7 @@ def _served_dtypes(kernel: str):
     return lookup
 
 
-def _why_not(module: torch.nn.Linear, served) -> str | None:
+def _why_not(module: torch.nn.Linear, served, fp8: str | None = None) -> str | None:
     """Why `patch` leaves this nn.Linear (None: it replaces it)."""
     if type(module) is not torch.nn.Linear:
         return f"{type(module).__name__}, a subclass of nn.Linear: its forward may compute something else"
@@ -163,6 +179,9 @@ def _why_not(module: torch.nn.Linear, served) -> str | None:
     weight = module.weight
     if type(weight.data) is not torch.Tensor:  # quantized, sharded (DTensor) or float8 weights
         return f"{type(weight.data).__name__} weights, a tensor subclass: tritongemm reads plain tensors"
+    if fp8 is not None:  # the input is quantized: any dtype fp8 takes, where the kernels run
+        unavailable = served(weight.device)[1]
+        return fp8_unsupported_reason(module, fp8) or (unavailable and f"{weight.device} weights: {unavailable}")
     dtype = _dtype_name(weight.dtype)
     if weight.dtype not in _DTYPES:
         return f"{dtype} weights: tritongemm computes {', '.join(map(_dtype_name, _DTYPES))}"

@@ -1,0 +1,87 @@
+"""`Fp8Linear`: an inference-only `nn.Linear` whose weight is stored in fp8 with its scales, and
+whose input is quantized on the fly: each call is `quantize_fp8(x)`, then `scaled_mm` with the
+bias and activation in its epilogue, the output in x's dtype. `tritongemm.patch(model, fp8=...)`
+puts it in place of a model's `nn.Linear` modules.
+
+Activations and weights follow one recipe: "row" (per token and per output channel), "block" (1 x
+128 blocks of a token, 128 x 128 blocks of the weight: DeepSeek-V3's) or "tensor". Training in
+fp8 is not offered: a call that autograd would differentiate is refused, not silently cut off.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.epilogue import ACTIVATIONS
+from tritongemm.fp8.api import quantize_fp8, scaled_mm
+from tritongemm.fp8.recipes import RECIPES, SCALE_BLOCK
+
+# The dtypes an Fp8Linear takes in and gives back (its output is in the input's dtype).
+IO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+class Fp8Linear(torch.nn.Module):
+    """y = activation(x @ dequantized(weight).T + bias), computed from fp8 operands.
+
+    Buffers: `weight_fp8` (N, K) in float8_e4m3fn, `weight_scale` as `scaled_mm` takes scale_b
+    ((1, N) for "row", (ceil(N / 128), K / 128) for "block", one element for "tensor"), and the
+    bias (N,) in its own dtype, or None. Build one with `from_linear`.
+    """
+
+    def __init__(self, weight_fp8, weight_scale, bias, recipe: str, activation: str | None = None) -> None:
+        super().__init__()
+        if recipe not in RECIPES:
+            raise ValueError(f"Fp8Linear: expected recipe to be one of {RECIPES}, but got {recipe!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"Fp8Linear: expected activation to be one of {ACTIVATIONS}, but got {activation!r}")
+        self.out_features, self.in_features = weight_fp8.shape
+        self.recipe, self.activation = recipe, activation
+        self.register_buffer("weight_fp8", weight_fp8)
+        self.register_buffer("weight_scale", weight_scale)
+        self.register_buffer("bias", bias)
+
+    @classmethod
+    @torch.no_grad()
+    def from_linear(cls, module: torch.nn.Linear, recipe: str = "row", activation: str | None = None) -> Fp8Linear:
+        """`module`'s weight quantized once (per output channel, in 128 x 128 blocks or as a whole,
+        as `recipe` says); its bias kept as it is (a copy: the module's parameter is not shared)."""
+        reason = fp8_unsupported_reason(module, recipe)
+        if reason is not None:
+            raise ValueError(f"Fp8Linear.from_linear: {reason}")
+        weight = module.weight.detach()
+        if recipe == "block":
+            weight_fp8, scale = quantize_fp8(weight, "block", block=(SCALE_BLOCK, SCALE_BLOCK))
+        else:
+            weight_fp8, scale = quantize_fp8(weight, recipe)
+            scale = scale.T if recipe == "row" else scale  # (N, 1) per channel -> scale_b's (1, N)
+        bias = None if module.bias is None else module.bias.detach().clone()
+        return cls(weight_fp8, scale.contiguous(), bias, recipe, activation)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad:
+            raise RuntimeError(
+                "Fp8Linear computes inference only (fp8 training is not offered), but x requires grad: call the model "
+                "under torch.no_grad() or torch.inference_mode()"
+            )
+        if x.dtype not in IO_DTYPES:
+            raise TypeError(f"Fp8Linear: expected x of dtype bfloat16, float16 or float32, but got {x.dtype}")
+        *lead, K = x.shape
+        x_fp8, x_scale = quantize_fp8(x.reshape(-1, K), self.recipe)
+        y = scaled_mm(x_fp8, self.weight_fp8.T, x_scale, self.weight_scale, bias=self.bias, out_dtype=x.dtype,
+                      activation=self.activation)  # fmt: skip
+        return y.view(*lead, self.out_features)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"recipe={self.recipe!r}, activation={self.activation!r}")  # fmt: skip
+
+
+def fp8_unsupported_reason(module: torch.nn.Linear, recipe: str) -> str | None:
+    """Why `module` can't become an Fp8Linear with `recipe` (None: it can)."""
+    if recipe not in RECIPES:
+        return f"expected recipe to be one of {RECIPES}, but got {recipe!r}"
+    if module.weight.dtype not in IO_DTYPES:
+        return f"{module.weight.dtype} weights: fp8 quantizes bfloat16, float16 or float32"
+    if recipe == "block" and module.in_features % SCALE_BLOCK:
+        return f"in_features = {module.in_features}: block scales need a multiple of {SCALE_BLOCK}"
+    return None
