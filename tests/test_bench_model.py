@@ -354,3 +354,28 @@ def test_rows_of_a_run_are_written_with_the_columns(tmp_path):
     with csv_path.open() as f:
         reader = csv.DictReader(f)
         assert reader.fieldnames == COLUMNS and [r["model"] for r in reader] == ["pythia-1.4b"] * 2
+
+
+@needs_transformers
+@pytest.mark.skipif(not ON_CPU, reason="tiny CPU models, which the fp8 kernels serve under the interpreter only")
+def test_the_fp8_providers_run_prefill_and_generate_and_sit_out_training():
+    """The fp8 copies are patch(model, fp8=...) of the same model: checked against eager torch with
+    fp8's bound (a few percent here), timed in prefill and generate; in train their row says why
+    it has no time. Llama's tiny layers: in_features 64 and 128, so "block" keeps the 128s alone."""
+    models = tiny_models("llama-3-8b", ("torch", *M.FP8_PROVIDERS))
+    assert list(models) == ["torch", *M.FP8_PROVIDERS]
+    block = models["tritongemm-fp8-block"].tritongemm_patch_report
+    assert block.replaced and all("multiple of 128" in why for why in block.skipped.values())
+    for setting in TINY_SETTINGS:
+        timed = []
+        outcomes = M.measure_setting(models, setting, vocab_size=TINY_VOCAB, device="cpu", rounds=1,
+                                     timer=counting_timer(timed))  # fmt: skip
+        for provider in M.FP8_PROVIDERS:
+            found = outcomes[provider]
+            if setting.phase == "train":
+                assert found.status == M.FP8_INFERENCE_ONLY and found.ms is None
+            else:
+                assert found.status == "ok" and found.ms == 1.0
+                assert 1e-4 < found.agreement.max_rel_err <= M.FP8_MAX_REL_ERR  # quantized, not broken
+    rows = M.make_rows("cpu", "float32", "llama-3-8b", 2, TINY_SETTINGS[0], outcomes)
+    assert [r.provider for r in rows] == ["torch", *M.FP8_PROVIDERS]
