@@ -93,6 +93,8 @@ def _compile_all(kernel: str) -> list[dict]:
     from triton.runtime.driver import driver
 
     driver.set_active(_Sm90Target())
+    if kernel == "fp8_tma":
+        return _compile_fp8_tma()
 
     from tritongemm.hopper import (
         pipeline,
@@ -155,6 +157,51 @@ def _compile_all(kernel: str) -> list[dict]:
             )
         )
     return results
+
+
+# The fp8 rung's cases: (recipe, fp8 dtype, C's dtype, fused epilogue).
+FP8_CASES = [("row", "float8_e4m3fn", "bfloat16", None), ("tensor", "float8_e5m2", "float16", None),
+             ("row", "float8_e4m3fn", "bfloat16", "gelu")]  # fmt: skip
+
+
+def _compile_fp8_tma() -> list[dict]:
+    from tritongemm.hopper import fp8_tma
+    from tritongemm.hopper.descriptors import _descriptor
+
+    config = fp8_tma.DEFAULT_CONFIG
+    results = []
+    for recipe, fp8, out, fused in FP8_CASES:
+        M, N, K = 1000, 1504, 704
+        a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
+        c = torch.empty(M, N, dtype=getattr(torch, out))
+        desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
+                _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
+        epilogue = FUSED[fused] if fused else PLAIN
+        bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
+        scales = (torch.empty(M), torch.empty(N)) if recipe == "row" else (torch.empty(()), torch.empty(()))
+        args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact), *scales)
+        compiled = fp8_tma._fp8_tma_kernel.warmup(
+            *args, NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, ROW_SCALES=recipe == "row",
+            num_warps=config.num_warps, **epilogue.constexprs(), grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
+        instructions = (*INSTRUCTIONS, wgmma)
+        results.append(dict(case=[recipe, fp8, out, fused], shared=compiled.metadata.shared,
+                            missing=[name for name in instructions if name not in ptx], spilled=_spill_stores(ptx),
+                            planned=fp8_tma.smem_bytes(config, c.element_size())))  # fmt: skip
+    return results
+
+
+def test_the_fp8_rung_compiles_to_fp8_wgmma_for_sm90():
+    """hopper/fp8_tma.py, which no GPU has run yet: each recipe and fp8 format is TMA + mbarriers +
+    Hopper's fp8 WGMMA (e4m3 or e5m2 into fp32), stores C in its own dtype, fits the shared memory
+    its plan counts, and keeps a plain tile's accumulator in registers."""
+    for result in compile_kernel("fp8_tma"):
+        label = "fp8_tma " + " ".join(map(str, result["case"]))
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
 def _aligned(nbytes: int) -> int:

@@ -57,6 +57,18 @@ def apply_tl(
     return acc
 
 
+@triton.jit
+def scale_tl(acc, offs_m, offs_n, M, N, sa_ptr, sb_ptr, stride_sa, stride_sb, ROW_SCALES: tl.constexpr):
+    """fp8's dequantization of a finished (BLOCK_M, BLOCK_N) tile, before the epilogue:
+    acc * scale_a[m] * scale_b[n] (row-wise scales, stride_sa / stride_sb apart) or acc * scale_a
+    * scale_b (tensor-wise: one element each)."""
+    if ROW_SCALES:
+        sa = tl.load(sa_ptr + offs_m * stride_sa, mask=offs_m < M, other=0.0)
+        sb = tl.load(sb_ptr + offs_n * stride_sb, mask=offs_n < N, other=0.0)
+        return acc * sa[:, None] * sb[None, :]
+    return acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
+
+
 # --- Gluon ----------------------------------------------------------------------------------
 # The same steps on the WGMMA accumulator: the bias and residual are loaded straight into the
 # accumulator's register layout, so no layout conversion sits between the MMA and the store.
@@ -107,3 +119,17 @@ def apply_gl(
         r_ptrs = residual_ptr + rows * stride_rm + cols * stride_rn
         acc = acc + gl.load(r_ptrs, mask=mask, other=0.0).to(gl.float32)
     return acc
+
+
+@gluon.jit
+def scale_gl(acc, off_m, off_n, M, N, sa_ptr, sb_ptr, ROW_SCALES: gl.constexpr):
+    """scale_tl on the accumulator of the tile at (off_m, off_n), its scales loaded straight into
+    the accumulator's row and column layouts; row-wise scales contiguous."""
+    layout: gl.constexpr = acc.type.layout
+    if ROW_SCALES:
+        offs_m = off_m + gl.arange(0, acc.shape[0], layout=gl.SliceLayout(1, layout))
+        offs_n = off_n + gl.arange(0, acc.shape[1], layout=gl.SliceLayout(0, layout))
+        sa = gl.load(sa_ptr + offs_m, mask=offs_m < M, other=0.0)
+        sb = gl.load(sb_ptr + offs_n, mask=offs_n < N, other=0.0)
+        return acc * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+    return acc * (gl.load(sa_ptr) * gl.load(sb_ptr))

@@ -15,7 +15,9 @@ from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
 
-KERNELS = ("auto", "fp8_grouped")  # the `triton.language` rung; "auto" takes it until the Gluon rungs land
+# "fp8_grouped": the `triton.language` rung, every recipe, what "auto" takes for now; "fp8_tma": the
+# Gluon rung (hopper/fp8_tma.py), tensor- and row-wise scales, not yet checked on a GPU.
+KERNELS = ("auto", "fp8_grouped", "fp8_tma")
 
 # Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
 _QUANT_ROWS, _QUANT_COLS = 32, 128
@@ -99,15 +101,18 @@ def scaled_mm(
         bias: (N,), residual: (M, N); bfloat16, float16 or float32, added in fp32.
         out_dtype: bfloat16 (default), float16 or float32.
         activation, alpha: as for `tritongemm.linear`.
-        kernel: "auto" or "fp8_grouped"; config: a MatmulConfig for it (BLOCK_K = 128 under
-            block scales), None for the default.
+        kernel: "auto", "fp8_grouped" or "fp8_tma" (Hopper, tensor- and row-wise scales, bf16 or
+            fp16 out; not yet checked on a GPU); config: a MatmulConfig for it (BLOCK_K = 128
+            under block scales), None for the default.
     """
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
     if kernel not in KERNELS:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    if kernel == "fp8_tma" and a.device.type != "cuda":
+        raise ValueError(f"scaled_mm: kernel 'fp8_tma' runs on a CUDA GPU (sm_90), but a is on {a.device}")
     M, K = a.shape
     N = b.shape[1]
-    config = _config(config, recipe, M, N, K, a.device)
+    config = _config(config, recipe, M, N, K, a.device, kernel)
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)
     if c.numel() == 0:
         return c
@@ -117,6 +122,10 @@ def scaled_mm(
         z = c.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
         y = activate_torch(z, activation) + (0.0 if residual is None else residual.float())
         return c.copy_(y)
+    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
+    if kernel == "fp8_tma":
+        _tma_scaled_mm(a, b, c, scale_a, scale_b, recipe, config, spec, bias, residual)
+        return c
     from tritongemm.fp8.kernels import _scaled_mm_kernel
     from tritongemm.ladder._host import alignment_hints
 
@@ -126,7 +135,6 @@ def scaled_mm(
         sa_strides, sb_strides = (scale_a.stride(0), 0), (scale_b.stride(1), 0)
     else:
         sa_strides = sb_strides = (0, 0)
-    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
     grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
     _scaled_mm_kernel[grid](
         a, b, c, scale_a, scale_b, M, N, K, *a.stride(), *b.stride(), *c.stride(), *sa_strides, *sb_strides,
@@ -138,8 +146,28 @@ def scaled_mm(
     return c
 
 
-def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device) -> MatmulConfig:
+def _tma_scaled_mm(a, b, c, scale_a, scale_b, recipe, config, spec, bias, residual) -> None:
+    """scaled_mm on the Gluon rung: its launch planned once per problem (plan.PLANS, under a key
+    holding every fact the plan reads; c is always a fresh contiguous output), then launched."""
+    from tritongemm.hopper import fp8_tma
+    from tritongemm.plan import PLANS, tensor_facts
+
+    scale_a, scale_b = scale_a.contiguous(), scale_b.contiguous()  # row scales as the kernel indexes them
+    tensors = (a, b, scale_a, scale_b, bias, residual)
+    key = ("scaled_mm", fp8_tma.NAME, recipe, config, spec, c.dtype, *map(tensor_facts, tensors))
+    run = PLANS.find_key(key)
+    if run is None:
+        run = fp8_tma.plan(a, b, c, scale_a, scale_b, recipe, config, spec, bias, residual)
+        PLANS.remember(key, run)
+    run(a, b, c, scale_a, scale_b, bias, residual)
+
+
+def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, kernel: str) -> MatmulConfig:
     """The tile: the caller's, checked, or the default (a first choice: the GPU tuning is to come)."""
+    if config is None and kernel == "fp8_tma":
+        from tritongemm.hopper.fp8_tma import DEFAULT_CONFIG
+
+        return DEFAULT_CONFIG
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
             return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)

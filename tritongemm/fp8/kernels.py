@@ -10,7 +10,7 @@ bit (Triton's `/` on fp32 is an approximate division on the GPU).
 import triton
 import triton.language as tl
 
-from tritongemm.epilogue.kernels import apply_tl
+from tritongemm.epilogue.kernels import apply_tl, scale_tl
 from tritongemm.ladder._tiles import dot_tile, grouped_tile, store_tile, tile_offsets
 
 # --- quantization ---------------------------------------------------------------------------
@@ -153,12 +153,7 @@ def _scaled_mm_kernel(
     else:
         acc = dot_tile(a_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                        BLOCK_M, BLOCK_N, BLOCK_K, True, "tf32", ALIGN)  # fmt: skip
-        if RECIPE == "tensor":
-            acc = acc * (tl.load(sa_ptr) * tl.load(sb_ptr))
-        else:
-            sa = tl.load(sa_ptr + offs_m * stride_sam, mask=m_in, other=0.0)
-            sb = tl.load(sb_ptr + offs_n * stride_sbn, mask=n_in, other=0.0)
-            acc = acc * sa[:, None] * sb[None, :]
+        acc = scale_tl(acc, offs_m, offs_n, M, N, sa_ptr, sb_ptr, stride_sam, stride_sbn, RECIPE == "row")
 
     # 3. linear's epilogue on the dequantized tile, then one rounding to C's dtype.
     acc = apply_tl(

@@ -29,6 +29,8 @@ from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.fast_launch import compile_launch
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+# The fp8 operands of the fp8 rung (fp8/, hopper/fp8_tma.py): the bf16 rungs do not take them.
+FP8_GL_DTYPES = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
 _TMA_ALIGN_BYTES = 16
 _TMA_MAX_DIM = 2**31 - 1  # Triton passes descriptor shapes as int32
 # TMA reads a tile as rows of 128 bytes (the swizzle's width). Where B's rows don't start on a
@@ -268,7 +270,7 @@ class Descriptors:
 
 @functools.cache
 def _shared_layout(block: tuple[int, int], dtype: torch.dtype) -> gl.NVMMASharedLayout:
-    return gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPES[dtype])
+    return gl.NVMMASharedLayout.get_default_for(list(block), (GL_DTYPES | FP8_GL_DTYPES)[dtype])
 
 
 def _descriptor(t: torch.Tensor, block: tuple[int, int]) -> TensorDescriptor:

@@ -1,0 +1,156 @@
+"""The fp8 rung on Hopper: rung 4's TMA + WGMMA pipeline (pipeline.mma_over_k) on fp8 operands,
+the tensor- or row-wise scales applied to the finished tile (epilogue.kernels.scale_gl), then
+linear's epilogue, C stored in bf16 or fp16.
+
+Only the building blocks' dtype changes: one WGMMA instruction takes 32 bytes of K, so 32 fp8
+elements where bf16 takes 16 (mma.wgmma_accumulator_layout), at twice the FLOPs per cycle. fp8
+WGMMA reads both operands K-major from shared memory, which is what scaled_mm's layouts give:
+A row-major (M, K), B the transpose of an (N, K) weight. C has its own dtype, so its staging tile
+is sized by C's.
+
+Not yet run on a GPU (compiled for sm_90 on the CPU: tests/test_gluon_compile.py): `scaled_mm`
+takes it by name, kernel="fp8_tma"; "auto" keeps the `triton.language` rung until the H100 has
+checked and timed this one. Block-wise scales stay with the `triton.language` rung for now.
+"""
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import Epilogue
+from tritongemm.epilogue.kernels import apply_gl, scale_gl
+from tritongemm.fast_launch import compile_launch
+from tritongemm.hopper.descriptors import _descriptor, _view_reason, bind
+from tritongemm.hopper.mma import WGMMA
+from tritongemm.hopper.pipeline import (
+    _SMEM_SLACK_BYTES,
+    H100_SHARED_MEMORY_BYTES,
+    barriers_per_slot,
+    check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
+    mma_over_k,
+    require_sm90,
+    store_tile,
+)
+
+NAME = "fp8_tma"
+# A first tile, from the bf16 rungs' MID_TILE with the K-step doubled to keep 128 bytes of K per
+# load: 4 x (128 + 128) x 128 B = 128 KB of ring, then a 32 KB bf16 C tile over the dead ring.
+DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+
+
+@gluon.jit
+def _fp8_tma_kernel(
+    # TMA descriptors
+    a_desc,  # (M, K) fp8, block [BLOCK_M, BLOCK_K]
+    b_desc,  # (N, K) fp8, the weight whose transpose is B, block [BLOCK_N, BLOCK_K]
+    c_desc,  # (M, N) bf16 or fp16, block [BLOCK_M, BLOCK_N]
+    # the fused epilogue (epilogue/), after the scales
+    bias_ptr,
+    residual_ptr,
+    preact_ptr,
+    stride_rm,
+    stride_rn,
+    stride_pm,
+    alpha,
+    # the dequantization scales (fp32): one element each, or scale_a (M,) and scale_b (N,) contiguous
+    sa_ptr,
+    sb_ptr,
+    # meta-parameters
+    NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    ROW_SCALES: gl.constexpr,
+    ACTIVATION: gl.constexpr,
+    HAS_ALPHA: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    dtype: gl.constexpr = a_desc.dtype
+    M = c_desc.shape[0]
+    N = c_desc.shape[1]
+
+    # 1. This program's tile, column-major over a 1D grid (as rung 4).
+    pid = gl.program_id(axis=0)
+    num_pid_m = gl.cdiv(M, BLOCK_M)
+    off_m = (pid % num_pid_m) * BLOCK_M
+    off_n = (pid // num_pid_m) * BLOCK_N
+
+    # 2. The ring, and the K loop of rung 4: A row-major, B K-major.
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
+    mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
+    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, 0, a_desc.shape[1], ready, a_bufs, b_bufs, False, True)
+    invalidate_barriers(ready)
+
+    # 3. Dequantize, the fused epilogue, then the store in C's dtype.
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    acc, mma = mma.take_result()
+    acc = scale_gl(acc, off_m, off_n, M, N, sa_ptr, sb_ptr, ROW_SCALES)
+    acc = apply_gl(
+        acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+        ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+    )  # fmt: skip
+    store_tile(acc, c_desc, c_smem, off_m, off_n)
+    tma.store_wait(pendings=0)
+
+
+def smem_bytes(config: MatmulConfig, c_elem_bytes: int) -> int:
+    """The ring (1-byte operands) or C's staging tile, whichever is larger: C is allocated after
+    the K loop, over the dead ring."""
+    ring = config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K
+    return max(ring, config.BLOCK_M * config.BLOCK_N * c_elem_bytes)
+
+
+def unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, recipe: str) -> str | None:
+    """Why this rung can't take a scaled_mm call as it is (None: it can). scaled_mm has checked
+    the operands' dtypes, layouts and scales already."""
+    if recipe == "block":
+        return "block-wise scales: the triton.language rung applies them per K block"
+    if a.dtype != b.dtype:
+        return f"a and b of one fp8 dtype, but got {a.dtype} and {b.dtype}"
+    if c.dtype not in (torch.bfloat16, torch.float16):
+        return f"C in bfloat16 or float16, but out_dtype is {c.dtype}"
+    for name, view in (("a", a), ("b.T", b.T), ("c", c)):
+        reason = _view_reason(name, view)
+        if reason is not None:
+            return reason
+    if c.shape[1] * c.element_size() % 16:
+        return f"C's rows of N = {c.shape[1]} elements end inside a 16-byte chunk, which TMA stores overwrite"
+    return None
+
+
+def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epilogue, bias=None, residual=None):
+    """`launch(a, b, c, scale_a, scale_b, bias, residual)` for tensors of this geometry, checked and
+    compiled once. Raises ValueError where `unsupported_reason` says why."""
+    require_sm90(NAME, c.device)
+    check_wgmma_tile(NAME, config)
+    reason = unsupported_reason(a, b, c, recipe)
+    if reason is not None:
+        raise ValueError(f"{NAME}: {reason}")
+    need = smem_bytes(config, c.element_size())
+    if need > H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES:
+        raise ValueError(f"{NAME}: {config.short()} needs {need} bytes of shared memory; use fewer num_stages")
+    desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
+            _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
+    fixed = (*spec.fixed_args(residual), scale_a, scale_b)
+    constexprs = dict(NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
+                      ROW_SCALES=recipe == "row", num_warps=config.num_warps, **spec.constexprs())  # fmt: skip
+    runtime = (*desc, *spec.pointers(bias, residual), *fixed)
+    compiled = compile_launch(_fp8_tma_kernel, (config.num_tiles(*c.shape),), runtime, constexprs, c.device)
+    # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
+    launch = compiled.with_descriptors(desc, bind)
+    residual_args = spec.fixed_args(residual)
+
+    def run(a, b, c, scale_a, scale_b, bias=None, residual=None):
+        launch(a, b, c, *spec.pointers(bias, residual), *residual_args, scale_a, scale_b)
+
+    return run
