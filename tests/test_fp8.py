@@ -159,6 +159,28 @@ def test_a_config_is_taken():
     )
 
 
+def test_a_second_call_runs_its_plan_without_checks(monkeypatch):
+    """The hot path (fp8/api.py): a call like one seen before checks and chooses nothing again,
+    quantization included, and computes what the first call did."""
+    from tritongemm.fp8 import api
+
+    x, w = rand(24, 256, seed="hot"), rand(40, 256, seed="hot-w")
+    first = (quantize_fp8(x, "row"), quantize_fp8(w, "row"))
+    (a, sa), (wq, sw) = first
+    y = scaled_mm(a, wq.T, sa, sw.T, bias=rand(40), out_dtype=torch.float32)
+
+    def refuse(*args):
+        raise AssertionError("checked again")
+
+    monkeypatch.setattr(api, "check_scaled_mm", refuse)
+    monkeypatch.setattr(api, "check_quantize", refuse)
+    (a2, sa2), (wq2, sw2) = quantize_fp8(x, "row"), quantize_fp8(w, "row")
+    assert same_values(a2, a) and torch.equal(sa2, sa) and same_values(wq2, wq)
+    assert torch.equal(scaled_mm(a2, wq2.T, sa2, sw2.T, bias=rand(40), out_dtype=torch.float32), y)
+    with pytest.raises(AssertionError, match="checked again"):  # another problem: planned, so checked
+        scaled_mm(a2[:8], wq2.T, sa2[:8], sw2.T, out_dtype=torch.float32)
+
+
 # ----------------------------------------------------------------------------------------------
 # Errors, before any launch
 # ----------------------------------------------------------------------------------------------

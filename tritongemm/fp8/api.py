@@ -1,12 +1,13 @@
 """`quantize_fp8` and `scaled_mm`: the fp8 family's public calls, checked before anything launches.
 
-Not yet on the launch-plan path (plan.py) the bf16 calls take: each call checks its arguments
-and launches through `kernel[grid](...)`, Triton's own launcher, which costs microseconds of
-Python per call that a plan would spare.
+The hot path is linear's (fused.py): the first call for a problem checks it, chooses and compiles,
+and keeps a function that only allocates and launches (fast_launch) in plan.PLANS, under a key of
+every fact those steps read; a later call with that key runs it, checking nothing again.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -14,6 +15,7 @@ import torch
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
+from tritongemm.plan import PLANS, tensor_facts
 
 # "fp8_grouped": the `triton.language` rung, every recipe, what "auto" takes for now; "fp8_tma": the
 # Gluon rung (hopper/fp8_tma.py), tensor- and row-wise scales, not yet checked on a GPU.
@@ -40,38 +42,72 @@ def quantize_fp8(x: torch.Tensor, recipe: str = "row", *, block: tuple[int, int]
             (128, 128) (a 2D (N, K) weight; scale (ceil(N / 128), ceil(K / 128))). Default (1, 128).
         dtype: torch.float8_e4m3fn (default) or torch.float8_e5m2.
 
-    The result equals `tritongemm.fp8.reference_quantize` (torch, the same arithmetic) value for value.
+    The result equals `tritongemm.fp8.reference_quantize` (torch, the same arithmetic) value for
+    value. A call like one seen before (every fact in its key) runs the launches planned then.
     """
+    key = _key("quantize_fp8", recipe, block, dtype, x)
+    call = None if key is None else PLANS.find_key(key)
+    if call is None:
+        call = _plan_quantize(x, recipe, block, dtype)
+        if key is not None:
+            PLANS.remember(key, call)
+    return call(x)
+
+
+def _plan_quantize(x, recipe, block, dtype):
+    """`call(x) -> (x_fp8, scale)` for tensors like x, checked and compiled once."""
     group = check_quantize(x, recipe, block, dtype)
+    from tritongemm.fast_launch import compile_launch
     from tritongemm.fp8.kernels import _absmax_kernel, _quantize_kernel
 
     *lead, K = x.shape
     R = math.prod(lead)
-    x2 = x.reshape(R, K)
-    q = torch.empty(x.shape, dtype=dtype, device=x.device)
-    scale = torch.empty(scale_shape(tuple(x.shape), recipe, group), dtype=torch.float32, device=x.device)
-    if q.numel() == 0:  # no element: every group's absmax is the floor's
-        return q, scale.fill_(TINY / fp8_max(dtype))
-    q2 = q.view(R, K)
-    amax = x2.new_zeros((), dtype=torch.float32)
-    if recipe == "tensor":
-        grid = (_cdiv(R, _QUANT_ROWS), _cdiv(K, _QUANT_COLS))
-        _absmax_kernel[grid](x2, amax, R, K, *x2.stride(), BLOCK_R=_QUANT_ROWS, BLOCK_C=_QUANT_COLS)
-        group_rows, group_cols, strides = 1, _TENSOR_GROUP_COLS, (0, 0)
+    shape, s_shape = tuple(x.shape), scale_shape(tuple(x.shape), recipe, group)
+    if R * K == 0:  # no element: every group's absmax is the floor's
+
+        def empty(x):
+            scale = torch.full(s_shape, TINY / fp8_max(dtype), dtype=torch.float32, device=x.device)
+            return torch.empty(shape, dtype=dtype, device=x.device), scale
+
+        return empty
+    whole = recipe == "tensor"
+    if whole:
+        group_rows, group_cols = 1, _TENSOR_GROUP_COLS
     else:
         group_rows, group_cols = group
         if group_cols == K:  # "row": the whole row, in steps
             group_cols = _cdiv(K, _QUANT_COLS) * _QUANT_COLS
-        s2 = scale.view(-1, scale.shape[-1])
-        strides = s2.stride()
     rows = group_rows if group_rows > 1 else _QUANT_ROWS
-    grid = (_cdiv(R, rows), _cdiv(K, group_cols))
-    _quantize_kernel[grid](
-        x2, q2, scale, amax, R, K, *x2.stride(), *q2.stride(), *strides,
-        GROUP_R=group_rows, GROUP_C=group_cols, BLOCK_R=rows, BLOCK_C=min(_QUANT_COLS, group_cols),
-        WHOLE_TENSOR=recipe == "tensor", FP8_MAX=fp8_max(dtype), **fp8_format(dtype),
-    )  # fmt: skip
-    return q, scale
+    x2 = x.reshape(R, K)
+    q = torch.empty(shape, dtype=dtype, device=x.device)
+    scale = torch.empty(s_shape, dtype=torch.float32, device=x.device)
+    q2 = q.view(R, K)
+    # The scale grid's strides: (rows of groups, columns of groups); one element for the tensor recipe.
+    s_strides = (0, 0) if whole else scale.view(-1, scale.shape[-1]).stride()
+    sizes = (R, K, *x2.stride(), *q2.stride(), *s_strides)
+    meta = dict(GROUP_R=group_rows, GROUP_C=group_cols, BLOCK_R=rows, BLOCK_C=min(_QUANT_COLS, group_cols),
+                WHOLE_TENSOR=whole, FP8_MAX=fp8_max(dtype), **fp8_format(dtype))  # fmt: skip
+    amax = x2.new_zeros((), dtype=torch.float32)
+    quantize = compile_launch(_quantize_kernel, (_cdiv(R, rows), _cdiv(K, group_cols)),
+                              (x2, q2, scale, amax, *sizes), meta, x.device)  # fmt: skip
+    if whole:
+        absmax_grid = (_cdiv(R, _QUANT_ROWS), _cdiv(K, _QUANT_COLS))
+        absmax = compile_launch(_absmax_kernel, absmax_grid, (x2, amax, R, K, *x2.stride()),
+                                dict(BLOCK_R=_QUANT_ROWS, BLOCK_C=_QUANT_COLS), x.device)  # fmt: skip
+
+    def call(x):
+        x2 = x.reshape(R, K)
+        q = torch.empty(shape, dtype=dtype, device=x.device)
+        scale = torch.empty(s_shape, dtype=torch.float32, device=x.device)
+        if whole:  # the whole tensor's absmax first, max-reduced into a zero
+            amax = x2.new_zeros((), dtype=torch.float32)
+            absmax(x2, amax, R, K, *x2.stride())
+        else:
+            amax = scale  # not read
+        quantize(x2, q.view(R, K), scale, amax, *sizes)
+        return q, scale
+
+    return call
 
 
 def scaled_mm(
@@ -105,6 +141,18 @@ def scaled_mm(
             fp16 out; not yet checked on a GPU); config: a MatmulConfig for it (BLOCK_K = 128
             under block scales), None for the default.
     """
+    key = _key("scaled_mm", kernel, config, activation, alpha, out_dtype, a, b, scale_a, scale_b, bias, residual)
+    call = None if key is None else PLANS.find_key(key)
+    if call is None:
+        call = _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
+        if key is not None:
+            PLANS.remember(key, call)
+    return call(a, b, scale_a, scale_b, bias, residual)
+
+
+def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config):
+    """`call(a, b, scale_a, scale_b, bias, residual) -> c` for tensors like these, checked, chosen
+    and compiled once."""
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
     if kernel not in KERNELS:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
@@ -113,19 +161,26 @@ def scaled_mm(
     M, K = a.shape
     N = b.shape[1]
     config = _config(config, recipe, M, N, K, a.device, kernel)
-    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-    if c.numel() == 0:
-        return c
-    if K == 0:  # an empty sum: the epilogue of zeros
-        from tritongemm.epilogue import activate_torch
-
-        z = c.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
-        y = activate_torch(z, activation) + (0.0 if residual is None else residual.float())
-        return c.copy_(y)
     spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
+    if M * N == 0 or K == 0:
+        return functools.partial(_empty_scaled_mm, M, N, out_dtype, activation)
+    c = torch.empty((M, N), dtype=out_dtype, device=a.device)  # this call's, to plan on
+    fixed = spec.fixed_args(residual)
     if kernel == "fp8_tma":
-        _tma_scaled_mm(a, b, c, scale_a, scale_b, recipe, config, spec, bias, residual)
-        return c
+        from tritongemm.hopper import fp8_tma
+
+        # The rung indexes row scales as contiguous vectors: other layouts are copied per call.
+        sa_given, sb_given = scale_a.is_contiguous(), scale_b.is_contiguous()
+        run = fp8_tma.plan(a, b, c, scale_a.contiguous(), scale_b.contiguous(), recipe, config, spec, bias, residual)
+
+        def tma_call(a, b, scale_a, scale_b, bias, residual):
+            c = a.new_empty((M, N), dtype=out_dtype)
+            sa = scale_a if sa_given else scale_a.contiguous()
+            run(a, b, c, sa, scale_b if sb_given else scale_b.contiguous(), bias, residual)
+            return c
+
+        return tma_call
+    from tritongemm.fast_launch import compile_launch
     from tritongemm.fp8.kernels import _scaled_mm_kernel
     from tritongemm.ladder._host import alignment_hints
 
@@ -135,31 +190,46 @@ def scaled_mm(
         sa_strides, sb_strides = (scale_a.stride(0), 0), (scale_b.stride(1), 0)
     else:
         sa_strides = sb_strides = (0, 0)
+    sizes = (M, N, K, *a.stride(), *b.stride(), *c.stride(), *sa_strides, *sb_strides)
+    meta = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
+                GROUP_SIZE_M=config.GROUP_SIZE_M, RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK,
+                ALIGN=alignment_hints(a, b, c), num_warps=config.num_warps, num_stages=config.num_stages,
+                **spec.constexprs())  # fmt: skip
     grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
-    _scaled_mm_kernel[grid](
-        a, b, c, scale_a, scale_b, M, N, K, *a.stride(), *b.stride(), *c.stride(), *sa_strides, *sb_strides,
-        *spec.pointers(bias, residual), *spec.fixed_args(residual),
-        BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K, GROUP_SIZE_M=config.GROUP_SIZE_M,
-        RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK, ALIGN=alignment_hints(a, b, c), num_warps=config.num_warps,
-        num_stages=config.num_stages, **spec.constexprs(),
-    )  # fmt: skip
-    return c
+    runtime = (a, b, c, scale_a, scale_b, *sizes, *spec.pointers(bias, residual), *fixed)
+    launch = compile_launch(_scaled_mm_kernel, grid, runtime, meta, a.device)
+
+    def tl_call(a, b, scale_a, scale_b, bias, residual):
+        c = a.new_empty((M, N), dtype=out_dtype)
+        launch(a, b, c, scale_a, scale_b, *sizes, *spec.pointers(bias, residual), *fixed)
+        return c
+
+    return tl_call
 
 
-def _tma_scaled_mm(a, b, c, scale_a, scale_b, recipe, config, spec, bias, residual) -> None:
-    """scaled_mm on the Gluon rung: its launch planned once per problem (plan.PLANS, under a key
-    holding every fact the plan reads; c is always a fresh contiguous output), then launched."""
-    from tritongemm.hopper import fp8_tma
-    from tritongemm.plan import PLANS, tensor_facts
+def _empty_scaled_mm(M, N, out_dtype, activation, a, b, scale_a, scale_b, bias, residual) -> torch.Tensor:
+    """An empty result, or for K = 0 the epilogue of a zero sum (which may be not zero)."""
+    c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    from tritongemm.epilogue import activate_torch
 
-    scale_a, scale_b = scale_a.contiguous(), scale_b.contiguous()  # row scales as the kernel indexes them
-    tensors = (a, b, scale_a, scale_b, bias, residual)
-    key = ("scaled_mm", fp8_tma.NAME, recipe, config, spec, c.dtype, *map(tensor_facts, tensors))
-    run = PLANS.find_key(key)
-    if run is None:
-        run = fp8_tma.plan(a, b, c, scale_a, scale_b, recipe, config, spec, bias, residual)
-        PLANS.remember(key, run)
-    run(a, b, c, scale_a, scale_b, bias, residual)
+    z = c.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
+    return c.copy_(activate_torch(z, activation) + (0.0 if residual is None else residual.float()))
+
+
+def _key(*facts) -> tuple | None:
+    """A call's plan key: each tensor's facts (plan.tensor_facts), every other argument as it is;
+    None where one can't be hashed, or where a bool stands for a number (True == 1 in a key, but
+    the checks refuse alpha=True: they then say so)."""
+    if any(type(f) is bool for f in facts):
+        return None
+    try:
+        key = tuple(tensor_facts(f) if isinstance(f, torch.Tensor) else f for f in facts)
+        hash(key)
+    except (AttributeError, RuntimeError, TypeError):
+        return None
+    return key
 
 
 def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, kernel: str) -> MatmulConfig:
