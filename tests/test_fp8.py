@@ -232,9 +232,9 @@ ON_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rung needs an sm_90 GPU (CPU: compiled in test_gluon_compile)")
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("shape", [(1, 8, 16), (33, 72, 256), (200, 136, 384), (1000, 1504, 704)], ids=str)
-@pytest.mark.parametrize("recipe", ["tensor", "row"])
-def test_the_gluon_rung_on_every_recipe_it_takes(recipe, shape, out_dtype):
+@pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (200, 136, 384), (1000, 1504, 768)], ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
     """hopper/fp8_tma.py against the fp64 reference, bias and GELU in its epilogue on the last shape."""
     fused = dict(bias=rand(shape[1], seed="bias"), activation="gelu") if shape[0] == 1000 else {}
     a, b, sa, sb = operands(*shape, recipe, seed="tma")
@@ -245,9 +245,11 @@ def test_the_gluon_rung_on_every_recipe_it_takes(recipe, shape, out_dtype):
 
 @pytest.mark.skipif(ON_GPU and not ON_HOPPER, reason="another GPU refuses the rung as a whole (require_sm90)")
 def test_the_gluon_rung_says_what_it_does_not_take():
-    a, b, sa, sb = operands(8, 16, 128, "block")
-    with pytest.raises(ValueError, match="fp8_tma" + (": block-wise scales" if ON_HOPPER else "' runs on a CUDA GPU")):
-        scaled_mm(a, b, sa, sb, kernel="fp8_tma")
+    a, b, sa, sb = operands(8, 16, 128, "row")
+    with pytest.raises(
+        ValueError, match="fp8_tma" + (": C in bfloat16 or float16" if ON_HOPPER else "' runs on a CUDA GPU")
+    ):
+        scaled_mm(a, b, sa, sb, kernel="fp8_tma", out_dtype=torch.float32)
 
 
 @pytest.mark.skipif(not ON_GPU, reason="scales on another device need a GPU")

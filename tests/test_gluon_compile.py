@@ -161,16 +161,16 @@ def _compile_all(kernel: str) -> list[dict]:
 
 # The fp8 rung's cases: (recipe, fp8 dtype, C's dtype, fused epilogue).
 FP8_CASES = [("row", "float8_e4m3fn", "bfloat16", None), ("tensor", "float8_e5m2", "float16", None),
-             ("row", "float8_e4m3fn", "bfloat16", "gelu")]  # fmt: skip
+             ("block", "float8_e4m3fn", "bfloat16", None), ("row", "float8_e4m3fn", "bfloat16", "gelu")]  # fmt: skip
 
 
 def _compile_fp8_tma() -> list[dict]:
     from tritongemm.hopper import fp8_tma
     from tritongemm.hopper.descriptors import _descriptor
 
-    config = fp8_tma.DEFAULT_CONFIG
     results = []
     for recipe, fp8, out, fused in FP8_CASES:
+        config = fp8_tma.default_config(recipe)
         M, N, K = 1000, 1504, 704
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
@@ -178,10 +178,15 @@ def _compile_fp8_tma() -> list[dict]:
                 _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
-        scales = (torch.empty(M), torch.empty(N)) if recipe == "row" else (torch.empty(()), torch.empty(()))
-        args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact), *scales)
+        scales = {
+            "row": (torch.empty(M), torch.empty(N), 0, 0, 0, 0),
+            "tensor": (torch.empty(()),) * 2 + (0,) * 4,
+            "block": (torch.empty(M, K // 128), torch.empty(-(-N // 128), K // 128), K // 128, 1, K // 128, 1),
+        }
+        args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact),
+                *scales[recipe])  # fmt: skip
         compiled = fp8_tma._fp8_tma_kernel.warmup(
-            *args, NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, ROW_SCALES=recipe == "row",
+            *args, NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, RECIPE=recipe,
             num_warps=config.num_warps, **epilogue.constexprs(), grid=(1,),
         )  # fmt: skip
         ptx = compiled.asm["ptx"]

@@ -235,9 +235,9 @@ def _key(*facts) -> tuple | None:
 def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, kernel: str) -> MatmulConfig:
     """The tile: the caller's, checked, or the default (a first choice: the GPU tuning is to come)."""
     if config is None and kernel == "fp8_tma":
-        from tritongemm.hopper.fp8_tma import DEFAULT_CONFIG
+        from tritongemm.hopper.fp8_tma import default_config
 
-        return DEFAULT_CONFIG
+        return default_config(recipe)
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
             return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)

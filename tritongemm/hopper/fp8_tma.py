@@ -8,9 +8,15 @@ WGMMA reads both operands K-major from shared memory, which is what scaled_mm's 
 A row-major (M, K), B the transpose of an (N, K) weight. C has its own dtype, so its staging tile
 is sized by C's.
 
+Block-wise scales change every 128 of K (BLOCK_K is 128 then, one scale block a K-step): each
+step's product is taken out of the MMA accumulator as soon as it retires, scaled by its block's
+scales and added to an fp32 sum in registers (`_promoted_over_k`): DeepSeek-V3's promotion, which
+also keeps fp8 WGMMA's ~14-bit accumulation to one block's 128 products. Waiting for every step
+serializes the MMA with that add; the loads still run ahead through the ring.
+
 Not yet run on a GPU (compiled for sm_90 on the CPU: tests/test_gluon_compile.py): `scaled_mm`
 takes it by name, kernel="fp8_tma"; "auto" keeps the `triton.language` rung until the H100 has
-checked and timed this one. Block-wise scales stay with the `triton.language` rung for now.
+checked and timed this one.
 """
 
 import torch
@@ -23,7 +29,7 @@ from tritongemm.epilogue import Epilogue
 from tritongemm.epilogue.kernels import apply_gl, scale_gl
 from tritongemm.fast_launch import compile_launch
 from tritongemm.hopper.descriptors import _descriptor, _view_reason, bind
-from tritongemm.hopper.mma import WGMMA
+from tritongemm.hopper.mma import WGMMA, wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
     _SMEM_SLACK_BYTES,
     H100_SHARED_MEMORY_BYTES,
@@ -31,6 +37,8 @@ from tritongemm.hopper.pipeline import (
     check_wgmma_tile,
     init_barriers,
     invalidate_barriers,
+    issue_loads,
+    issue_mma,
     mma_over_k,
     require_sm90,
     store_tile,
@@ -40,6 +48,14 @@ NAME = "fp8_tma"
 # A first tile, from the bf16 rungs' MID_TILE with the K-step doubled to keep 128 bytes of K per
 # load: 4 x (128 + 128) x 128 B = 128 KB of ring, then a 32 KB bf16 C tile over the dead ring.
 DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=4, num_stages=4)
+# Block scales keep two fp32 tiles in registers, the MMA's and the promoted sum: 2 x 128 registers
+# a thread on one warpgroup, past the 255 there are (ptxas spilled 432 bytes); two warpgroups
+# take 64 rows each.
+DEFAULT_BLOCK_CONFIG = DEFAULT_CONFIG.with_(num_warps=8)
+
+
+def default_config(recipe: str) -> MatmulConfig:
+    return DEFAULT_BLOCK_CONFIG if recipe == "block" else DEFAULT_CONFIG
 
 
 @gluon.jit
@@ -56,13 +72,18 @@ def _fp8_tma_kernel(
     stride_rn,
     stride_pm,
     alpha,
-    # the dequantization scales (fp32): one element each, or scale_a (M,) and scale_b (N,) contiguous
+    # the dequantization scales (fp32): one element each; scale_a (M,) and scale_b (N,) contiguous; or
+    # scale_a (M, K/128) and scale_b (ceil(N/128), K/128) with these strides (block-wise)
     sa_ptr,
     sb_ptr,
+    stride_sam,
+    stride_sak,
+    stride_sbn,
+    stride_sbk,
     # meta-parameters
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
-    ROW_SCALES: gl.constexpr,
+    RECIPE: gl.constexpr,  # "tensor", "row" or "block" (fp8/recipes.py)
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
@@ -88,19 +109,61 @@ def _fp8_tma_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
     mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
-    mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, 0, a_desc.shape[1], ready, a_bufs, b_bufs, False, True)
+    if RECIPE == "block":
+        acc = _promoted_over_k(mma, a_desc, b_desc, off_m, off_n, M, N, ready, a_bufs, b_bufs, sa_ptr, sb_ptr,
+                               stride_sam, stride_sak, stride_sbn, stride_sbk, num_warps)  # fmt: skip
+    else:
+        mma = mma_over_k(mma, a_desc, b_desc, off_m, off_n, 0, a_desc.shape[1], ready, a_bufs, b_bufs, False, True)
+        acc, mma = mma.take_result()
+        acc = scale_gl(acc, off_m, off_n, M, N, sa_ptr, sb_ptr, RECIPE == "row")
     invalidate_barriers(ready)
 
-    # 3. Dequantize, the fused epilogue, then the store in C's dtype.
+    # 3. The fused epilogue on the dequantized tile, then the store in C's dtype.
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
-    acc, mma = mma.take_result()
-    acc = scale_gl(acc, off_m, off_n, M, N, sa_ptr, sb_ptr, ROW_SCALES)
     acc = apply_gl(
         acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
         ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
     )  # fmt: skip
     store_tile(acc, c_desc, c_smem, off_m, off_n)
     tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _promoted_over_k(
+    mma, a_desc, b_desc, off_m, off_n, M, N, ready, a_bufs, b_bufs, sa_ptr, sb_ptr, stride_sam, stride_sak,
+    stride_sbn, stride_sbk, num_warps: gl.constexpr,
+):  # fmt: skip
+    """The tile's fp32 sum over K of each K-step's product times its block's scales,
+    scale_a[m, kb] * scale_b[n // 128, kb]: mma_over_k's ring, each step retired and taken out of
+    the accumulator before the next is issued."""
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    K = a_desc.shape[1]
+    layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
+    offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    offs_n = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+    sa_ptrs = sa_ptr + offs_m * stride_sam
+    sb_ptrs = sb_ptr + (offs_n // BLOCK_K) * stride_sbn  # the weight's 128 x 128 blocks: BLOCK_K is 128
+    total = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=layout)
+    producer = 0
+    consumer = 0
+    for i in gl.static_range(NUM_BUFFERS - 2):  # the loads run NUM_BUFFERS - 2 steps ahead
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, i * BLOCK_K, ready, a_bufs, b_bufs, False,
+                               True, i * BLOCK_K < K)  # fmt: skip
+    for k in range(0, K, BLOCK_K):
+        ahead = k + (NUM_BUFFERS - 2) * BLOCK_K
+        producer = issue_loads(producer, a_desc, b_desc, off_m, off_n, ahead, ready, a_bufs, b_bufs, False, True,
+                               ahead < K)  # fmt: skip
+        consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, False, True)
+        mma = mma.wait_num_outstanding(0)
+        partial, mma = mma.take_result()  # the next step overwrites the accumulator
+        kb = k // BLOCK_K
+        sa = gl.load(sa_ptrs + kb * stride_sak, mask=offs_m < M, other=0.0)
+        sb = gl.load(sb_ptrs + kb * stride_sbk, mask=offs_n < N, other=0.0)
+        total = total + partial * gl.expand_dims(sa, 1) * gl.expand_dims(sb, 0)
+    return total
 
 
 def smem_bytes(config: MatmulConfig, c_elem_bytes: int) -> int:
@@ -113,8 +176,6 @@ def smem_bytes(config: MatmulConfig, c_elem_bytes: int) -> int:
 def unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, recipe: str) -> str | None:
     """Why this rung can't take a scaled_mm call as it is (None: it can). scaled_mm has checked
     the operands' dtypes, layouts and scales already."""
-    if recipe == "block":
-        return "block-wise scales: the triton.language rung applies them per K block"
     if a.dtype != b.dtype:
         return f"a and b of one fp8 dtype, but got {a.dtype} and {b.dtype}"
     if c.dtype not in (torch.bfloat16, torch.float16):
@@ -141,9 +202,14 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
         raise ValueError(f"{NAME}: {config.short()} needs {need} bytes of shared memory; use fewer num_stages")
     desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
             _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
-    fixed = (*spec.fixed_args(residual), scale_a, scale_b)
-    constexprs = dict(NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-                      ROW_SCALES=recipe == "row", num_warps=config.num_warps, **spec.constexprs())  # fmt: skip
+    if recipe == "block" and config.BLOCK_K != 128:
+        raise ValueError(
+            f"{NAME}: block-wise scales take one K block a step: BLOCK_K must be 128, not {config.BLOCK_K}"
+        )
+    scale_strides = (*scale_a.stride(), *scale_b.stride()) if recipe == "block" else (0, 0, 0, 0)
+    fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
+    constexprs = dict(NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), RECIPE=recipe,
+                      num_warps=config.num_warps, **spec.constexprs())  # fmt: skip
     runtime = (*desc, *spec.pointers(bias, residual), *fixed)
     compiled = compile_launch(_fp8_tma_kernel, (config.num_tiles(*c.shape),), runtime, constexprs, c.device)
     # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
@@ -151,6 +217,6 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
     residual_args = spec.fixed_args(residual)
 
     def run(a, b, c, scale_a, scale_b, bias=None, residual=None):
-        launch(a, b, c, *spec.pointers(bias, residual), *residual_args, scale_a, scale_b)
+        launch(a, b, c, *spec.pointers(bias, residual), *residual_args, scale_a, scale_b, *scale_strides)
 
     return run
