@@ -126,6 +126,41 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
             yield a, b, config, functools.partial(launch_on_few_programs, info, a_, b_, c, config)
 
 
+# The fp8 kernels (tritongemm.fp8), run through scaled_mm after quantize_fp8 (whose kernels run too).
+# fp8_tma has not run on a GPU yet: like an experimental kernel, only when named.
+FP8_KERNELS = ("fp8_grouped", "fp8_tma")
+FP8_SHAPES = ((1, 8, 128), (17, 40, 256), (130, 136, 384))
+
+
+def fp8_cases(kernel: str, quick: bool):
+    """(label, run) pairs: run() -> None if right, else what went wrong; every recipe on boundary
+    shapes, checked against the fp64 product of the dequantized operands (on the CPU)."""
+    from tritongemm.fp8 import quantize_fp8, reference_scaled_mm, scaled_mm
+
+    gen = torch.Generator().manual_seed(0)
+    for M, N, K in FP8_SHAPES[1:2] if quick else FP8_SHAPES:
+        for recipe in ("tensor", "row", "block"):
+            x = torch.randn(M, K, generator=gen).to(DEVICE)
+            w = (torch.randn(N, K, generator=gen) * K**-0.5).to(DEVICE)
+            a, sa = quantize_fp8(x, recipe)
+            if recipe == "block":
+                wq, sb = quantize_fp8(w, "block", block=(128, 128))
+            else:
+                wq, sb = quantize_fp8(w, recipe)
+                sb = sb.T if recipe == "row" else sb
+
+            def run(a=a, b=wq.T, sa=sa, sb=sb, shape=(M, N, K), recipe=recipe):
+                y = scaled_mm(a, b, sa, sb, kernel=kernel)
+                if DEVICE == "cuda":
+                    torch.cuda.synchronize()
+                cpu = [t.cpu() for t in (a, b, sa, sb)]
+                err = rel_error(y.cpu(), reference_scaled_mm(*cpu, out_dtype=torch.float64))
+                bound = tolerance(torch.bfloat16, shape[2])
+                return None if err <= bound else f"{kernel} {recipe} {shape}: relative error {err:.3e} > {bound:.3e}"
+
+            yield run
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kernel", action="append", help="run these kernels only (default: all available)")
@@ -140,11 +175,16 @@ def main() -> int:
 
     # An experimental kernel (not yet run on a GPU; it might hang) only when named.
     names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]]
+    names += [] if args.kernel else ["fp8_grouped"]
     failures = []
     for name in names:
         start, count, bad = time.perf_counter(), 0, []
-        for a, b, config, launch in cases(name, registry.get(name), args.quick):
-            problem = check(name, a, b, config, launch)
+        if name in FP8_KERNELS:
+            runs = fp8_cases(name, args.quick)
+        else:
+            runs = (functools.partial(check, name, *case) for case in cases(name, registry.get(name), args.quick))
+        for run in runs:
+            problem = run()
             count += 1
             if problem:
                 bad.append(problem)

@@ -329,3 +329,59 @@ def test_patch_with_fp8_replaces_what_the_recipe_takes_and_says_why_not_the_rest
     assert rel_error(got, expected.double()) <= 0.1
     with pytest.raises(ValueError, match="expected fp8 to be None or one of"):
         tritongemm.patch(model, fp8="int4")
+
+
+# ----------------------------------------------------------------------------------------------
+# Fuzzing: random problems, each kernel, against the reference
+# ----------------------------------------------------------------------------------------------
+
+FUZZ_KERNELS = ("fp8_grouped", "fp8_tma") if ON_HOPPER else ("fp8_grouped",)
+FUZZ_MAX_DIM = 700 if ON_GPU else 96  # the interpreter runs ~200 tile steps a second
+
+
+@pytest.mark.parametrize("kernel", FUZZ_KERNELS)
+def test_fuzz(kernel):
+    """Random M, N, K (a multiple of 128 under block scales; of 16 for the Gluon rung, whose
+    operands TMA reads), recipe, fp8 formats, output dtype and epilogue: the result matches the
+    fp64 reference, and the operands and scales are left as they were. FUZZ_EXAMPLES (the
+    tritongemm fuzz suite's knob) sets the number of cases."""
+    import os
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import seed as hypothesis_seed
+    from hypothesis import strategies as st
+
+    examples = int(os.environ.get("FUZZ_EXAMPLES", 30 if not ON_GPU else 300))
+    tma = kernel == "fp8_tma"
+
+    @st.composite
+    def problems(draw):
+        recipe = draw(st.sampled_from(["tensor", "row", "block"]))
+        dim = st.integers(1, FUZZ_MAX_DIM)
+        M, N = draw(dim), draw(dim) if not tma else 8 * draw(st.integers(1, FUZZ_MAX_DIM // 8))
+        step = 128 if recipe == "block" else 16 if tma else 1
+        K = step * draw(st.integers(1, max(1, FUZZ_MAX_DIM // step)))
+        formats = [E4M3, E5M2]
+        a_dtype = draw(st.sampled_from(formats))
+        b_dtype = a_dtype if tma else draw(st.sampled_from(formats))
+        outs = [torch.bfloat16, torch.float16] if tma else [torch.bfloat16, torch.float16, torch.float32]
+        epilogue = dict(
+            activation=draw(st.sampled_from([None, "gelu", "silu"])), alpha=draw(st.sampled_from([1.0, -0.5]))
+        )
+        return recipe, M, N, K, a_dtype, b_dtype, draw(st.sampled_from(outs)), draw(st.booleans()), epilogue
+
+    @settings(max_examples=examples, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(problem=problems())
+    def run(problem):
+        recipe, M, N, K, a_dtype, b_dtype, out_dtype, with_bias, epilogue = problem
+        a, b, sa, sb = operands(M, N, K, recipe, a_dtype, b_dtype, seed=repr(problem))
+        bias = rand(N, seed="fuzz-bias") if with_bias else None
+        before = [t.clone() for t in (a, b, sa, sb)]
+        y = scaled_mm(a, b, sa, sb, bias=bias, out_dtype=out_dtype, kernel=kernel, **epilogue)
+        expected = reference_scaled_mm(a, b, sa, sb, bias=bias, out_dtype=torch.float64, **epilogue)
+        err, bound = rel_error(y, expected), tolerance(out_dtype, K, allow_tf32=False)
+        assert err <= bound, f"{kernel} {problem}: relative error {err:.3e} > {bound:.3e}"
+        assert all(same_values(t, u) if t.dtype in (E4M3, E5M2) else torch.equal(t, u)
+                   for t, u in zip((a, b, sa, sb), before))  # fmt: skip
+
+    hypothesis_seed(zlib.crc32(kernel.encode()))(run)()
