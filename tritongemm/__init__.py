@@ -19,8 +19,10 @@ from tritongemm.api import kernels, matmul  # noqa: E402
 from tritongemm.config import MatmulConfig  # noqa: E402
 from tritongemm.fp8 import quantize_fp8, scaled_mm  # noqa: E402
 from tritongemm.fused import linear  # noqa: E402
+from tritongemm.grouped import bmm, grouped_mm  # noqa: E402
 from tritongemm.nn import patch  # noqa: E402
 from tritongemm.plan import PLANS as plans  # noqa: E402
 
-__all__ = ["matmul", "linear", "scaled_mm", "quantize_fp8", "nn", "patch", "kernels", "MatmulConfig", "plans"]
+__all__ = ["matmul", "linear", "scaled_mm", "quantize_fp8", "grouped_mm", "bmm", "nn", "patch", "kernels",
+           "MatmulConfig", "plans"]  # fmt: skip
 __version__ = "0.1.0"

@@ -1,0 +1,151 @@
+"""grouped_mm and bmm: each form against the fp64 reference, group by group, with ragged, empty
+and single groups and rows past the last group; gradients against torch's on the same groups;
+bad input refused before any launch; a fuzz over group sizes. On the CPU the `triton.language`
+kernels run under the interpreter (fp16, fp32); on a GPU every dtype, and torch._grouped_mm too."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+from cases import DEVICE, DTYPES, ON_GPU
+
+import tritongemm
+from tritongemm.grouped import reference_grouped_mm
+from tritongemm.reference import rel_error, tolerance
+
+
+def rand(*shape, dtype=torch.float32, seed=""):
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{shape}{dtype}{seed}".encode()))
+    return torch.randn(*shape, generator=gen).to(dtype=dtype, device=DEVICE)
+
+
+def ends(sizes) -> torch.Tensor:
+    """Group ends (offs) for groups of these sizes."""
+    return torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).to(DEVICE)
+
+
+def check(y, expected, dtype, K):
+    assert y.shape == expected.shape and y.dtype == expected.dtype
+    assert rel_error(y, expected.double()) <= tolerance(dtype, max(K, 1)), f"{rel_error(y, expected.double()):.3e}"
+
+
+# (group sizes along M, rows after the last group, K, N): ragged, empty, one group, one row each.
+M_CASES = [((7, 0, 23, 15), 5, 24, 20), ((40,), 0, 16, 8), ((0, 0, 3), 0, 8, 16), ((1, 1, 1, 1, 1), 2, 40, 33)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("sizes, tail, K, N", M_CASES, ids=str)
+def test_groups_along_m(sizes, tail, K, N, dtype):
+    """The MoE forward: rows offs[g-1]:offs[g] of a times b[g]; rows past the last end are zeros."""
+    M = sum(sizes) + tail
+    a, b, offs = rand(M, K, dtype=dtype), rand(len(sizes), K, N, dtype=dtype), ends(sizes)
+    y = tritongemm.grouped_mm(a, b, offs)
+    check(y, reference_grouped_mm(a, b, offs), dtype, K)
+    assert not y[sum(sizes) :].any()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("sizes", [(5, 0, 28), (33,), (0,)], ids=str)
+def test_groups_along_k(sizes, dtype):
+    """The weight gradient: columns offs[g-1]:offs[g] of a times those rows of b; an empty group's
+    product is zeros."""
+    K = sum(sizes) + 3
+    a, b, offs = rand(10, K, dtype=dtype), rand(K, 12, dtype=dtype), ends(sizes)
+    check(tritongemm.grouped_mm(a, b, offs), reference_grouped_mm(a, b, offs), dtype, K)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_bmm_and_strided_operands(dtype):
+    a, b = rand(3, 9, 24, dtype=dtype), rand(3, 20, 24, dtype=dtype).transpose(1, 2)  # b: a transposed view
+    check(tritongemm.bmm(a, b), reference_grouped_mm(a, b), dtype, 24)
+    a2 = rand(24, 50, dtype=dtype).T  # a column-major (M, K)
+    offs = ends((20, 30))
+    check(tritongemm.grouped_mm(a2, b[:2], offs), reference_grouped_mm(a2, b[:2], offs), dtype, 24)
+
+
+def test_out_dtype_float32():
+    a, b, offs = rand(12, 16, dtype=torch.float16), rand(2, 16, 8, dtype=torch.float16), ends((5, 7))
+    y = tritongemm.grouped_mm(a, b, offs, out_dtype=torch.float32)
+    check(y, reference_grouped_mm(a, b, offs, out_dtype=torch.float32), torch.float16, 16)
+
+
+@pytest.mark.parametrize("form", ["m", "k", "batched"])
+def test_gradients_match_torch_on_the_same_groups(form):
+    """Against torch autograd through per-group matmuls in float64."""
+    if form == "m":
+        a, b, offs = rand(30, 16), rand(3, 16, 8), ends((10, 0, 17))
+    elif form == "k":
+        a, b, offs = rand(6, 30), rand(30, 8), ends((10, 0, 17))
+    else:
+        a, b, offs = rand(3, 5, 16), rand(3, 16, 8), None
+    a.requires_grad_(), b.requires_grad_()
+    weights = rand(*tritongemm.grouped_mm(a.detach(), b.detach(), offs).shape, seed="w")
+    (tritongemm.grouped_mm(a, b, offs) * weights).sum().backward()
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    (_grouped_in_torch(a64, b64, offs) * weights.double()).sum().backward()
+    assert rel_error(a.grad, a64.grad) <= tolerance(torch.float32, 32) and rel_error(b.grad, b64.grad) <= tolerance(
+        torch.float32, 32
+    )
+
+
+def _grouped_in_torch(a, b, offs):
+    """grouped_mm as differentiable torch ops, group by group."""
+    if offs is None:
+        return a @ b
+    bounds = [0, *offs.tolist()]
+    if b.dim() == 3:
+        parts = [a[s:e] @ b[g] for g, (s, e) in enumerate(zip(bounds, bounds[1:]))]
+        return torch.cat([*parts, a.new_zeros(a.shape[0] - bounds[-1], b.shape[2])])
+    return torch.stack([a[:, s:e] @ b[s:e] for s, e in zip(bounds, bounds[1:])])
+
+
+@pytest.mark.skipif(not ON_GPU, reason="torch._grouped_mm's kernels are CUDA's (its CPU path wants 16-byte strides)")
+def test_agrees_with_torch_grouped_mm():
+    a, b, offs = rand(300, 128, dtype=torch.bfloat16), rand(4, 128, 64, dtype=torch.bfloat16), ends((50, 0, 130, 120))
+    expected = torch._grouped_mm(a, b, offs)
+    assert rel_error(tritongemm.grouped_mm(a, b, offs), expected.double()) <= tolerance(torch.bfloat16, 128)
+
+
+def _bad_calls():
+    a, b, offs = rand(10, 8), rand(2, 8, 4), ends((4, 6))
+    return [
+        (lambda: tritongemm.grouped_mm(a.double(), b, offs), TypeError, "expected a of dtype float16, bfloat16"),
+        (lambda: tritongemm.grouped_mm(a, b.half(), offs), TypeError, "expected a and b of one dtype"),
+        (lambda: tritongemm.grouped_mm(a, b[0, 0], offs), ValueError, "2 and 3, 3 and 3, or 2 and 2 dimensions"),
+        (lambda: tritongemm.grouped_mm(a[:, :5], b, offs), ValueError, r"disagree on K \(5 != 8\)"),
+        (lambda: tritongemm.grouped_mm(a, b), TypeError, "expected offs, an int32 tensor of group ends"),
+        (lambda: tritongemm.grouped_mm(a, b, offs.long()), TypeError, "expected offs a 1-D int32 tensor"),
+        (lambda: tritongemm.grouped_mm(a, b, offs[:1]), ValueError, r"expected offs of 2 group ends \(b's groups\)"),
+        (lambda: tritongemm.grouped_mm(a, b, ends((6, 4)).flip(0)), ValueError, r"sorted group ends between 0 and 10"),
+        (lambda: tritongemm.grouped_mm(a, b, ends((6, 5))), ValueError, r"between 0 and 10, but got \[6, 11\]"),
+        (lambda: tritongemm.grouped_mm(a[None], b[:1], offs), ValueError, "a 3-D a is its own groups"),
+        (lambda: tritongemm.grouped_mm(a, b, offs, out_dtype=torch.int32), TypeError, "expected out_dtype None"),
+        (lambda: tritongemm.bmm(a, b), ValueError, r"expected a \(G, M, K\) and b \(G, K, N\)"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(12))
+def test_bad_input_is_refused_naming_it(index):
+    if ON_GPU and index in (7, 8):
+        pytest.skip("offs' values are checked at once on the CPU; a GPU checks them without waiting")
+    call, exc, pattern = _bad_calls()[index]
+    with pytest.raises(exc, match=pattern):
+        call()
+
+
+def test_fuzz_over_group_sizes():
+    """Random group counts and sizes (empty ones often), K, N and a tail past the last group."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=40 if not ON_GPU else 200, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(sizes=st.lists(st.integers(0, 40).map(lambda n: n if n > 10 else n % 3), min_size=1, max_size=6),
+           tail=st.integers(0, 5), K=st.integers(1, 48), N=st.integers(1, 40))  # fmt: skip
+    def run(sizes, tail, K, N):
+        a, b, offs = rand(sum(sizes) + tail, K, seed=sizes), rand(len(sizes), K, N, seed=sizes), ends(sizes)
+        check(tritongemm.grouped_mm(a, b, offs), reference_grouped_mm(a, b, offs), torch.float32, K)
+
+    run()

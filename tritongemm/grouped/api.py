@@ -1,0 +1,181 @@
+"""`grouped_mm` and `bmm`: GEMMs over ragged groups, as `torch._grouped_mm` takes them.
+
+    a 2-D (M, K),  b 3-D (G, K, N), offs (G,)  -> (M, N)      group g: rows offs[g-1]:offs[g] of a, times b[g]
+    a 3-D (G, M, K), b 3-D (G, K, N), no offs   -> (G, M, N)   a batched matmul (`bmm`)
+    a 2-D (M, K),  b 2-D (K, N),    offs (G,)  -> (G, M, N)   group g: columns offs[g-1]:offs[g] of a, rows of b
+
+`offs` holds int32 group ends (offs[-1] = 0 before the first), sorted, at most the grouped
+length; an empty group is legal. Rows of a after the last end belong to no group and give zero
+rows. The kernels read `offs` on the device only: no call synchronizes. So its values are checked
+on the device too, without waiting (`torch._assert_async`: a bad offs fails at the next
+synchronization); a CPU `offs` is checked at once.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
+
+_TILE = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)  # a first tile: the GPU's tuning is to come
+_CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)  # the interpreter: small tiles keep tests quick
+_CPU_PROGRAMS = 4  # the interpreter's "SMs" for the persistent grid
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None) -> torch.Tensor:
+    """The grouped product of the three forms above, accumulated in fp32. float16, bfloat16 or
+    float32 operands (one dtype); `out_dtype` None (a's) or float32. Differentiable in a and b."""
+    form = check_grouped(a, b, offs, out_dtype)
+    out_dtype = out_dtype or a.dtype
+    if form == "batched":  # groups of a's M rows each: the M form on a's rows in one run
+        G, M, K = a.shape
+        ends = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=a.device)[:G]
+        return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m").view(G, M, b.shape[2])
+    _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
+    return _GroupedMM.apply(a, b, offs, out_dtype, form)
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor, *, out_dtype=None) -> torch.Tensor:
+    """a (G, M, K) @ b (G, K, N) -> (G, M, N): `grouped_mm`'s batched form."""
+    if not (isinstance(a, torch.Tensor) and a.dim() == 3 and isinstance(b, torch.Tensor) and b.dim() == 3):
+        shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in (a, b)]
+        raise ValueError(f"bmm: expected a (G, M, K) and b (G, K, N), but got {shapes[0]} and {shapes[1]}")
+    return grouped_mm(a, b, out_dtype=out_dtype)
+
+
+def check_grouped(a, b, offs, out_dtype) -> str:
+    """grouped_mm's arguments but offs' values; returns the form: "m", "batched" or "k"."""
+    for name, t in (("a", a), ("b", b)):
+        _check_dense("grouped_mm", name, t)
+        if t.dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"grouped_mm: expected {name} of dtype float16, bfloat16 or float32, but got {t.dtype}")
+    if a.dtype != b.dtype:
+        raise TypeError(
+            f"grouped_mm: expected a and b of one dtype, but got {_dtype_name(a.dtype)} and {_dtype_name(b.dtype)}"
+        )
+    if b.device != a.device:
+        raise ValueError(f"grouped_mm: expected b on {a.device}, the device of a, but got {b.device}")
+    dims = (a.dim(), b.dim())
+    forms = {(2, 3): "m", (3, 3): "batched", (2, 2): "k"}
+    if dims not in forms:
+        raise ValueError(
+            f"grouped_mm: expected a and b of 2 and 3, 3 and 3, or 2 and 2 dimensions, but got shapes "
+            f"{tuple(a.shape)} and {tuple(b.shape)}"
+        )
+    form = forms[dims]
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(
+            f"grouped_mm: a {tuple(a.shape)} and b {tuple(b.shape)} disagree on K ({a.shape[-1]} != {b.shape[-2]})"
+        )
+    if form == "batched":
+        if a.shape[0] != b.shape[0]:
+            raise ValueError(
+                f"grouped_mm: expected a and b with one number of groups, but got {a.shape[0]} and {b.shape[0]}"
+            )
+        if offs is not None:
+            raise ValueError("grouped_mm: a 3-D a is its own groups: expected offs=None")
+    else:
+        if not isinstance(offs, torch.Tensor):
+            raise TypeError(f"grouped_mm: expected offs, an int32 tensor of group ends, but got {type(offs).__name__}")
+        if offs.dtype != torch.int32 or offs.dim() != 1:
+            raise TypeError(
+                f"grouped_mm: expected offs a 1-D int32 tensor, but got {offs.dim()}-D {_dtype_name(offs.dtype)}"
+            )
+        if offs.device != a.device:
+            raise ValueError(f"grouped_mm: expected offs on {a.device}, the device of a, but got {offs.device}")
+        if form == "m" and offs.shape[0] != b.shape[0]:
+            raise ValueError(
+                f"grouped_mm: expected offs of {b.shape[0]} group ends (b's groups), but got {offs.shape[0]}"
+            )
+    if out_dtype not in (None, a.dtype, torch.float32):
+        raise TypeError(f"grouped_mm: expected out_dtype None, {_dtype_name(a.dtype)} or float32, but got {out_dtype}")
+    return form
+
+
+def _check_offsets(offs: torch.Tensor, length: int) -> None:
+    """offs sorted, from 0 to at most `length`: at once on the CPU, without a wait on a GPU."""
+    if offs.numel() == 0:
+        return
+    ok = (offs[0] >= 0) & (offs[-1] <= length) & (offs[1:] >= offs[:-1]).all()
+    message = f"grouped_mm: expected offs sorted group ends between 0 and {length}"
+    if offs.device.type == "cpu":
+        if not bool(ok):
+            raise ValueError(f"{message}, but got {offs.tolist()}")
+    else:
+        torch._assert_async(ok, message)
+
+
+class _GroupedMM(torch.autograd.Function):
+    """The "m" and "k" forms, each differentiated with the other (and itself):
+    m: C = A @ B[g] per row group    dA = dC @ B[g]^T (m),   dB[g] = A_g^T dC_g (k, on A^T)
+    k: C[g] = A_g @ B_g per K group  dA^T = B @ dC[g]^T (m), dB = A^T @ dC[g] (m)."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs, out_dtype, form):
+        ctx.save_for_backward(a, b, offs)
+        ctx.form = form
+        return _launch(a, b, offs, out_dtype, form)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        a, b, offs = ctx.saved_tensors
+        grad = grad.to(a.dtype)
+        grad_a = grad_b = None
+        if ctx.form == "m":
+            if ctx.needs_input_grad[0]:
+                grad_a = _launch(grad, b.transpose(1, 2), offs, a.dtype, "m")
+            if ctx.needs_input_grad[1]:
+                grad_b = _launch(a.T, grad, offs, b.dtype, "k")
+        else:
+            if ctx.needs_input_grad[0]:
+                grad_a = _launch(b, grad.transpose(1, 2), offs, a.dtype, "m").T
+            if ctx.needs_input_grad[1]:
+                grad_b = _launch(a.T, grad, offs, b.dtype, "m")
+        return grad_a, grad_b, None, None, None
+
+
+def _launch(a, b, offs, out_dtype, form) -> torch.Tensor:
+    """The kernel of `form` on checked operands (kernels.py), into a new output."""
+    from tritongemm.grouped.kernels import _groups_along_k_kernel, _groups_along_m_kernel
+    from tritongemm.ladder._host import input_precision, sm_count
+
+    on_cpu = a.device.type == "cpu"
+    tile = _CPU_TILE if on_cpu else _TILE
+    meta = dict(tile, INPUT_PRECISION=input_precision(a.dtype), ALIGN=(1,) * 9)
+    if form == "m":
+        M, K = a.shape
+        G, _, N = b.shape
+        c = torch.empty((M, N), dtype=out_dtype, device=a.device)
+        if M * N == 0:
+            return c
+        if G == 0:  # no group: every row is past the last one's end
+            return c.zero_()
+        programs = _CPU_PROGRAMS if on_cpu else sm_count(a.device)
+        _groups_along_m_kernel[(programs,)](
+            a, b, c, offs, G, M, N, K, *a.stride(), *b.stride(), *c.stride(), NUM_PROGRAMS=programs, **meta,
+        )  # fmt: skip
+        return c
+    M, N, G = a.shape[0], b.shape[1], offs.shape[0]
+    c = torch.empty((G, M, N), dtype=out_dtype, device=a.device)
+    if c.numel() == 0:
+        return c
+    tiles = -(-M // tile["BLOCK_M"]) * -(-N // tile["BLOCK_N"])
+    _groups_along_k_kernel[(G * tiles,)](a, b, c, offs, M, N, *a.stride(), *b.stride(), *c.stride(), **meta)
+    return c
+
+
+def reference_grouped_mm(a, b, offs=None, out_dtype=None) -> torch.Tensor:
+    """grouped_mm in float64, group by group: the tests' and benchmarks' reference."""
+    form = check_grouped(a, b, offs, out_dtype)
+    dtype = out_dtype or a.dtype
+    if form == "batched":
+        return (a.double() @ b.double()).to(dtype)
+    ends = [int(e) for e in offs.tolist()]
+    starts = [0, *ends[:-1]]
+    if form == "m":
+        c = a.new_zeros((a.shape[0], b.shape[2]), dtype=torch.float64)
+        for g, (s, e) in enumerate(zip(starts, ends)):
+            c[s:e] = a[s:e].double() @ b[g].double()
+        return c.to(dtype)
+    return torch.stack([a[:, s:e].double() @ b[s:e].double() for s, e in zip(starts, ends)]).to(dtype)
