@@ -88,12 +88,17 @@ class PatchReport:
 
     replaced: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
+    # A transformers MoE model's experts: "tritongemm" where patch selected that implementation,
+    # else why not (None: the model has no experts interface).
+    experts: str | None = None
 
     def __str__(self) -> str:
         total = len(self.replaced) + len(self.skipped)
         text = f"patched {len(self.replaced)} of {total} nn.Linear modules"
         if self.skipped:
             text += "; left: " + ", ".join(f"{name or '<root>'} ({why})" for name, why in self.skipped.items())
+        if self.experts is not None:
+            text += f"; experts: {self.experts}"
         return text
 
 
@@ -141,9 +146,28 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
             setattr(model.get_submodule(parent_name), child_name, seen[id(module)])
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
         report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
+    report.experts = _patch_experts(model, served, fp8)
     model.tritongemm_patch_report = report  # a plain attribute: not in the state_dict
     logger.info(str(report))
     return model
+
+
+def _patch_experts(model: torch.nn.Module, served, fp8: str | None) -> str | None:
+    """Select tritongemm's experts implementation (grouped/moe.py) on a transformers MoE model;
+    what happened, for the report (None: the model has no experts)."""
+    from tritongemm.grouped import moe
+
+    if not moe.uses_experts(model):
+        return None
+    if fp8 is not None:
+        return f"left as they are: fp8={fp8!r} covers nn.Linear modules only"
+    device = next(p.device for n, p in model.named_parameters() if "experts" in n or "down_proj" in n)
+    unavailable = served(device)[1]
+    if unavailable is not None:
+        return f"left as they are: {device} weights: {unavailable}"
+    moe.register()
+    model.set_experts_implementation(moe.NAME)
+    return moe.NAME
 
 
 def _served_dtypes(kernel: str):

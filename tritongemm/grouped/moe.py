@@ -1,0 +1,78 @@
+"""tritongemm as a Hugging Face experts implementation: `model.set_experts_implementation(
+"tritongemm")` on any transformers (5.x) MoE model, once `register()` has run (`tritongemm.patch`
+runs it and selects it).
+
+The routing stays the model's own (its router picks top_k_index and top_k_weights); the experts
+run as transformers' own grouped implementation runs them, on `tritongemm.grouped_mm`: the
+(token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
+projections, the gated activation, one for the down projections, then the routing weights and
+the un-permute, summed over each token's experts in fp32. Group ends are counted on the device
+(`histc`), so nothing synchronizes and CUDA graphs and torch.compile keep working.
+"""
+
+from __future__ import annotations
+
+import torch
+
+NAME = "tritongemm"
+
+
+def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+    """An experts module's forward (transformers' `use_experts_implementation` interface): `self`
+    holds gate_up_proj or up_proj and down_proj, (experts, out, in) or transposed (`is_transposed`),
+    optional biases, `act_fn` and `_apply_gate`."""
+    from tritongemm.grouped import grouped_mm
+
+    num_tokens, hidden = hidden_states.shape
+    top_k = top_k_index.shape[-1]
+    expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
+    x = hidden_states[order // top_k]
+    # Counted on the device: histc takes floats on the CPU and integers on CUDA (deterministic mode).
+    counts = torch.histc(expert_ids.float() if x.device.type == "cpu" else expert_ids.int(), bins=self.num_experts,
+                         min=0, max=self.num_experts - 1)  # fmt: skip
+    offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
+    up_weight, up_bias = (self.gate_up_proj, "gate_up_proj_bias") if self.has_gate else (self.up_proj, "up_proj_bias")
+    h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids, grouped_mm)
+    h = self._apply_gate(h) if self.has_gate else self.act_fn(h)
+    out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids, grouped_mm)
+    if getattr(self, "has_post_expert_norm", False):
+        out = self.post_expert_norm(out)
+    weighted = out * top_k_weights.reshape(-1)[order].unsqueeze(-1)
+    # Back to token order (a scatter by the sort's permutation), each token's experts summed in fp32.
+    unsorted = torch.empty_like(weighted)
+    unsorted[order] = weighted
+    return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
+
+
+def _grouped_linear(self, x, weight, offs, bias_name: str, expert_ids, grouped_mm):
+    """x (S, in) times each pair's expert's weight, (experts, in, out) as given or the transpose of
+    (experts, out, in), then that expert's bias."""
+    b = weight if self.is_transposed else weight.transpose(-2, -1)
+    y = grouped_mm(x.to(b.dtype), b, offs)
+    if getattr(self, "has_bias", False):
+        y = y + getattr(self, bias_name)[expert_ids]
+    return y
+
+
+def register() -> bool:
+    """Add "tritongemm" to transformers' experts implementations (once is enough, again is
+    harmless); False where this transformers has no such interface (before 5.x) or none is installed."""
+    try:
+        from transformers.integrations.moe import ExpertsInterface
+    except ImportError:
+        return False
+    ExpertsInterface.register(NAME, experts_forward)
+    return True
+
+
+def uses_experts(model: torch.nn.Module) -> bool:
+    """Whether `model` is a transformers model whose experts modules dispatch through the interface."""
+    config = getattr(model, "config", None)
+    return (
+        hasattr(model, "set_experts_implementation")
+        and hasattr(config, "_experts_implementation")
+        and any(
+            hasattr(m, "num_experts") and hasattr(m, "down_proj") and getattr(m.down_proj, "dim", lambda: 0)() == 3
+            for m in model.modules()
+        )
+    )
