@@ -196,3 +196,17 @@ def test_patch_runs_a_moe_models_experts_on_grouped_mm(architecture):
     assert grads.keys() == ref_grads.keys() and grads
     assert rel_error(logits, ref_logits.double()) <= 1e-5
     assert max(rel_error(grads[n], ref_grads[n].double()) for n in grads) <= 1e-5
+
+
+@pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run (the H100 runs the suite)")
+def test_bench_grouped_checks_times_and_writes(tmp_path):
+    import csv
+
+    from tritongemm.bench import grouped
+
+    rows = grouped.run_grouped(out_dir=tmp_path, rounds=1)
+    assert {r.provider for r in rows} == set(grouped.PROVIDERS)
+    assert all(r.status == "ok" for r in rows if r.provider == "tritongemm")
+    with open(tmp_path / "grouped-cpu.csv") as f:
+        assert list(next(csv.DictReader(f))) == grouped.COLUMNS
+    assert {p.experts for p in grouped.SUITE} >= {8, 64, 128} and min(p.tokens for p in grouped.SUITE) == 1

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
-OWN_SUITES = ["overhead", "epilogue", "model", "fp8"]
+OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped"]
 # Which of bench's options each of those takes (--out-dir and --no-plot: all).
 OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
     "epilogue": ("shapes", "dtypes", "timing", "name"),
     "model": ("layers", "models", "phases", "providers", "name"),
     "fp8": ("shapes", "timing", "name"),
+    "grouped": ("timing", "name"),
 }
 BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers", "models", "phases",
                  "providers")  # fmt: skip
@@ -67,7 +68,8 @@ def _parser() -> argparse.ArgumentParser:
         "epilogue: tritongemm.linear's fused bias+activation/residual vs F.linear + torch and torch.compile; "
         "model: Llama-3-8B's, Qwen2-7B's and Pythia-1.4B's layers in prefill, generate and a training step, "
         "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers); "
-        "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block)",
+        "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block); "
+        "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs",
     )  # fmt: skip
     bench.add_argument(
         "--shapes", type=shapes,
@@ -220,6 +222,13 @@ def _run(args: argparse.Namespace) -> int:
         out_dir = args.out_dir or ("results" if _on_gpu() else None)  # without a GPU: files only where asked
         run_fp8(shapes=args.shapes, timings=(args.timing,) if args.timing else TIMINGS, out_dir=out_dir,
                 name=args.name, plot=not args.no_plot)  # fmt: skip
+        return 0
+    if args.suite == "grouped":
+        from tritongemm.bench.grouped import run_grouped
+        from tritongemm.bench.measure import TIMINGS
+
+        out_dir = args.out_dir or ("results" if _on_gpu() else None)  # without a GPU: files only where asked
+        run_grouped(timings=(args.timing,) if args.timing else TIMINGS, out_dir=out_dir, name=args.name)
         return 0
     if args.suite == "model":
         from tritongemm.bench.model import run_model

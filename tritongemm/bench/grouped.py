@@ -1,0 +1,177 @@
+"""`tritongemm bench grouped`: the expert GEMMs of MoE layers, `tritongemm.grouped_mm` against
+`torch._grouped_mm` and a loop of `torch.mm` over the experts, in the same run.
+
+A problem is one MoE layer's up projection (gate and up together, N = 2 x the MLP width) over
+`tokens` tokens routed to `topk` of `experts` experts each, uniformly at random (seeded): the
+grouped GEMM of tokens x topk rows in ragged groups. Each provider is checked against the fp64
+reference first; a wrong one is reported and not timed, one that raises is recorded with its
+error. Timings as the other suites (measure.py). `ratio_to_torch` is torch._grouped_mm's ms over
+the provider's.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from tritongemm.bench.measure import ROUNDS, TIMINGS, cpu_timer, describe_error, eager_timer, gpu_timer, wants_graph
+
+PROVIDERS = ("tritongemm", "torch._grouped_mm", "torch.mm loop")
+BASELINE = "torch._grouped_mm"
+COLUMNS = ["device", "dtype", "experts", "tokens", "topk", "n", "k", "provider", "timing", "ms", "tflops",
+           "ratio_to_torch"]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GroupedProblem:
+    experts: int
+    tokens: int
+    topk: int
+    n: int  # each expert's output width (the MLP width, x2 for gate and up)
+    k: int  # the hidden size
+    dtype: str = "bfloat16"
+
+    @property
+    def rows(self) -> int:
+        return self.tokens * self.topk
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.rows * self.n * self.k
+
+    @property
+    def bytes(self) -> int:
+        itemsize = getattr(torch, self.dtype).itemsize
+        return (self.rows * self.k + self.experts * self.k * self.n + self.rows * self.n) * itemsize
+
+    def label(self) -> str:
+        return f"{self.experts} experts top-{self.topk}, {self.tokens} tokens, {self.n}x{self.k} {self.dtype}"
+
+
+# The issue's three layers (Mixtral, a 64-expert and Qwen3-MoE's 128-expert one) at prefill sizes,
+# and decode-sized batches of each.
+LAYERS = ((8, 2, 2 * 14336, 4096), (64, 6, 2 * 1408, 2048), (128, 8, 2 * 768, 2048))
+SUITE = tuple(GroupedProblem(e, t, k, n, h) for (e, k, n, h) in LAYERS for t in (1, 16, 64, 2048, 8192))
+CPU_SMOKE = (GroupedProblem(4, 8, 2, 24, 16, "float32"), GroupedProblem(8, 3, 2, 16, 32, "float32"))
+
+
+@dataclass
+class GroupedRow:
+    device: str
+    dtype: str
+    experts: int
+    tokens: int
+    topk: int
+    n: int
+    k: int
+    provider: str
+    timing: str
+    ms: float | None
+    tflops: float | None
+    ratio_to_torch: float | None  # torch._grouped_mm's ms / this ms, same run and timing
+    max_rel_err: float | None
+    status: str
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def operands(problem: GroupedProblem, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """a (tokens x topk, k) in expert order, b (experts, k, n) as the transpose of (n, k) weights
+    (nn.Linear's layout, as transformers stores experts), offs: the experts' group ends."""
+    gen = torch.Generator().manual_seed(0)
+    choice = torch.randint(0, problem.experts, (problem.rows,), generator=gen)
+    counts = torch.bincount(choice, minlength=problem.experts)
+    dtype = getattr(torch, problem.dtype)
+    a = torch.randn(problem.rows, problem.k, generator=gen).to(dtype=dtype, device=device)
+    weights = torch.randn(problem.experts, problem.n, problem.k, generator=gen) * problem.k**-0.5
+    b = weights.to(dtype=dtype, device=device).transpose(1, 2)
+    return a, b, counts.cumsum(0).to(torch.int32).to(device)
+
+
+def _providers(offs: torch.Tensor) -> dict:
+    import tritongemm
+
+    bounds = [0, *offs.tolist()]  # the loop's host offsets, taken once here: a loop needs them
+
+    def loop(a, b, offs):
+        out = a.new_empty(a.shape[0], b.shape[2])
+        for g, (s, e) in enumerate(zip(bounds, bounds[1:])):
+            torch.mm(a[s:e], b[g], out=out[s:e])
+        return out
+
+    return {"tritongemm": tritongemm.grouped_mm, BASELINE: torch._grouped_mm, "torch.mm loop": loop}
+
+
+def measure_grouped(problem: GroupedProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):
+    from tritongemm.grouped import reference_grouped_mm
+    from tritongemm.reference import rel_error, tolerance
+
+    on_gpu = torch.device(device).type == "cuda"
+    args = operands(problem, device)
+    providers = _providers(args[2])
+    reference = reference_grouped_mm(*args)
+    bound = tolerance(getattr(torch, problem.dtype), problem.k)
+    checked = {}
+    for name, fn in providers.items():
+        try:
+            err = rel_error(fn(*args), reference.double())
+            checked[name] = (err, "ok" if err <= bound else "wrong")
+        except Exception as exc:
+            checked[name] = (None, describe_error(exc))
+    rows = []
+    for timing in timings:
+        timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
+        use_graph = timing == "graph" and wants_graph(problem)
+        status = {n: s for n, (_, s) in checked.items()}
+        samples: dict[str, list[float]] = {n: [] for n in providers}
+        for _ in range(rounds):
+            for name, fn in providers.items():
+                if status[name] == "ok":
+                    try:
+                        samples[name].append(timer(lambda fn=fn: fn(*args), use_graph))
+                    except Exception as exc:
+                        status[name] = describe_error(exc)
+        ms = {n: statistics.median(samples[n]) if status[n] == "ok" and samples[n] else None for n in providers}
+        for name in providers:
+            tflops = problem.flops / (ms[name] * 1e-3) / 1e12 if ms[name] else None
+            ratio = ms[BASELINE] / ms[name] if ms.get(BASELINE) and ms[name] else None
+            p = problem
+            rows.append(GroupedRow(device_name, p.dtype, p.experts, p.tokens, p.topk, p.n, p.k, name, timing,
+                                   ms[name], tflops, ratio, checked[name][0], status[name]))  # fmt: skip
+    return rows
+
+
+def run_grouped(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: str | None = None,
+                rounds: int = ROUNDS) -> list[GroupedRow]:  # fmt: skip
+    """The SUITE on a GPU (a smoke run on tiny problems under the interpreter without one): prints
+    the rows, writes `out_dir`/`name`.csv (COLUMNS, timed rows) and .json unless out_dir is None."""
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        print("No CUDA GPU: tiny problems under the Triton interpreter; times say nothing about GPU speed.")
+    from tritongemm.bench.environment import describe_environment
+    from tritongemm.bench.report import write_results
+
+    env = describe_environment()
+    device = torch.device("cuda" if on_gpu else "cpu")
+    base = name or ("grouped" if on_gpu else "grouped-cpu")
+    rows: list[GroupedRow] = []
+    start = time.perf_counter()
+    for problem in SUITE if on_gpu else CPU_SMOKE:
+        rows += measure_grouped(problem, device=device, device_name=env["device"], timings=timings, rounds=rounds)
+        print(f"[{time.perf_counter() - start:.0f} s] {problem.label()}", flush=True)
+        if out_dir is not None:
+            write_results([r for r in rows if r.ms is not None], env, Path(out_dir), base, columns=COLUMNS,
+                          json_rows=rows)  # fmt: skip
+    for r in rows:
+        ratio = f"{r.ratio_to_torch:.3f}" if r.ratio_to_torch else "-"
+        ms = f"{r.ms:.4f}" if r.ms else "-"
+        print(f"{r.experts:4d} x top-{r.topk} {r.tokens:6d} tokens {r.n}x{r.k} {r.provider:18s} {r.timing:5s} "
+              f"{ms:>9s} ms  vs torch {ratio:>6s}  {r.status}")  # fmt: skip
+    return rows
