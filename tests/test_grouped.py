@@ -210,3 +210,17 @@ def test_bench_grouped_checks_times_and_writes(tmp_path):
     with open(tmp_path / "grouped-cpu.csv") as f:
         assert list(next(csv.DictReader(f))) == grouped.COLUMNS
     assert {p.experts for p in grouped.SUITE} >= {8, 64, 128} and min(p.tokens for p in grouped.SUITE) == 1
+
+
+def test_the_schedule_twin_covers_every_tile_once_in_turn():
+    """grouped/schedule.py: each group's row tiles (partial ones, none for an empty group, the
+    zero tail), once each, tile t to program t % programs, every program's steps in order."""
+    from tritongemm.grouped.schedule import schedule
+
+    sizes, tail, N, BM, BN, P = [70, 0, 150, 20], 24, 256, 32, 64, 3
+    tiles = schedule(sizes, tail, N, BM, BN, P)
+    expected = sum(-(-rows // BM) for rows in [*sizes, tail]) * (N // BN)
+    assert len(tiles) == len({(t.row, t.col) for t in tiles}) == expected
+    assert [t.program for t in tiles] == [i % P for i in range(expected)]
+    assert all(t.step == i // P for i, t in enumerate(tiles))
+    assert {t.group for t in tiles} == {0, 2, 3, 4}  # the empty group has no tile; 4: the tail
