@@ -224,3 +224,8 @@ def test_the_schedule_twin_covers_every_tile_once_in_turn():
     assert [t.program for t in tiles] == [i % P for i in range(expected)]
     assert all(t.step == i // P for i, t in enumerate(tiles))
     assert {t.group for t in tiles} == {0, 2, 3, 4}  # the empty group has no tile; 4: the tail
+
+
+def test_bmm_of_empty_groups():
+    assert tritongemm.bmm(rand(3, 0, 8), rand(3, 8, 5)).shape == (3, 0, 5)
+    assert tritongemm.bmm(rand(0, 4, 8), rand(0, 8, 5)).shape == (0, 4, 5)

@@ -29,7 +29,7 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     out_dtype = out_dtype or a.dtype
     if form == "batched":  # groups of a's M rows each: the M form on a's rows in one run
         G, M, K = a.shape
-        ends = torch.arange(M, G * M + 1, M, dtype=torch.int32, device=a.device)[:G]
+        ends = torch.arange(1, G + 1, dtype=torch.int32, device=a.device) * M
         return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m").view(G, M, b.shape[2])
     _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
     return _GroupedMM.apply(a, b, offs, out_dtype, form)

@@ -31,9 +31,14 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     counts = torch.histc(expert_ids.float() if x.device.type == "cpu" else expert_ids.int(), bins=self.num_experts,
                          min=0, max=self.num_experts - 1)  # fmt: skip
     offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
-    up_weight, up_bias = (self.gate_up_proj, "gate_up_proj_bias") if self.has_gate else (self.up_proj, "up_proj_bias")
+    # What transformers' decorator sets on the module, read with the defaults of releases that set less.
+    gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
+    up_weight, up_bias = (self.gate_up_proj, "gate_up_proj_bias") if gated else (self.up_proj, "up_proj_bias")
     h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids, grouped_mm)
-    h = self._apply_gate(h) if self.has_gate else self.act_fn(h)
+    if gated:
+        h = self._apply_gate(h) if hasattr(self, "_apply_gate") else _gate(self, h)
+    else:
+        h = self.act_fn(h)
     out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids, grouped_mm)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
@@ -44,10 +49,15 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
 
 
+def _gate(self, gate_up: torch.Tensor) -> torch.Tensor:
+    gate, up = gate_up.chunk(2, dim=-1)
+    return self.act_fn(gate) * up
+
+
 def _grouped_linear(self, x, weight, offs, bias_name: str, expert_ids, grouped_mm):
     """x (S, in) times each pair's expert's weight, (experts, in, out) as given or the transpose of
     (experts, out, in), then that expert's bias."""
-    b = weight if self.is_transposed else weight.transpose(-2, -1)
+    b = weight if getattr(self, "is_transposed", False) else weight.transpose(-2, -1)
     y = grouped_mm(x.to(b.dtype), b, offs)
     if getattr(self, "has_bias", False):
         y = y + getattr(self, bias_name)[expert_ids]
