@@ -40,7 +40,10 @@ from tritongemm.bench.measure import describe_error, eager_timer
 
 # The fp8 providers: tritongemm.patch(model, fp8=recipe), inference only (prefill and generate).
 FP8_PROVIDERS = {"tritongemm-fp8-row": "row", "tritongemm-fp8-block": "block"}
-PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *FP8_PROVIDERS)
+# MoE families only: transformers' own grouped experts (torch._grouped_mm), the bar of issue 27;
+# "torch" runs their experts as transformers' eager loop.
+HF_GROUPED = ("hf-grouped_mm", "hf-grouped_mm+compile")
+PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *HF_GROUPED, *FP8_PROVIDERS)
 PHASES = ("prefill", "generate", "train")
 MAX_REL_ERR = 2e-2  # logits and loss of a bf16 model whose GEMMs round differently, two to four layers deep
 # An fp8 model's logits: every GEMM's operands rounded to 3 mantissa bits (relative error up to
@@ -76,6 +79,7 @@ class Family:
     config: str  # its configuration class
     dims: dict  # the configuration's arguments that make the layer
     mlp: str  # what the MLP computes, for the reader and the tests
+    moe: bool = False  # experts behind a router: transformers' experts interface picks how they run
 
 
 FAMILIES = {
@@ -103,6 +107,22 @@ FAMILIES = {
             dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=16, hidden_act="gelu",
                  max_position_embeddings=2048, attention_dropout=0.0, hidden_dropout=0.0),
             "dense_4h_to_h(gelu(dense_h_to_4h(x))), with bias",
+        ),
+        # Mixture-of-experts (issue 27): Mixtral-8x7B's layer (8 experts of 14336, top 2) and
+        # Qwen3-30B-A3B's (128 experts of 768, top 8), their experts as transformers 5.x stores them.
+        Family(
+            "mixtral-8x7b-moe", "MixtralForCausalLM", "MixtralConfig",
+            dict(hidden_size=4096, intermediate_size=14336, num_local_experts=8, num_experts_per_tok=2,
+                 num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=8192,
+                 attention_dropout=0.0),
+            "per token: the sum over its top-2 experts of down(silu(gate(x)) * up(x))", moe=True,
+        ),
+        Family(
+            "qwen3-30b-moe", "Qwen3MoeForCausalLM", "Qwen3MoeConfig",
+            dict(hidden_size=2048, moe_intermediate_size=768, intermediate_size=6144, num_experts=128,
+                 num_experts_per_tok=8, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                 max_position_embeddings=8192, attention_dropout=0.0),
+            "per token: the sum over its top-8 experts of down(silu(gate(x)) * up(x))", moe=True,
         ),
     )
 }  # fmt: skip
@@ -302,7 +322,14 @@ def build_models(
             base = getattr(transformers, info.architecture)(config).eval()
     finally:
         torch.set_default_dtype(saved)
+    if info.moe:  # "torch" is transformers' eager experts: a loop over the experts
+        base.set_experts_implementation("eager")
     models = {"torch": base}
+    if info.moe and any(p in providers for p in HF_GROUPED):
+        models["hf-grouped_mm"] = sharing_copy(base)
+        models["hf-grouped_mm"].set_experts_implementation("grouped_mm")
+    if info.moe and "hf-grouped_mm+compile" in providers:
+        models["hf-grouped_mm+compile"] = torch.compile(models["hf-grouped_mm"], dynamic=False)
     if any(p.startswith("tritongemm") for p in providers):
         models["tritongemm"] = tritongemm.patch(sharing_copy(base))
         print(f"{family}: tritongemm.patch: {models['tritongemm'].tritongemm_patch_report}")
@@ -315,7 +342,7 @@ def build_models(
         if provider in providers:  # its own fp8 copy of the weights; the model's parameters untouched
             models[provider] = tritongemm.patch(sharing_copy(base), fp8=recipe)
             print(f"{family}: tritongemm.patch(fp8={recipe!r}): {models[provider].tritongemm_patch_report}")
-    return {p: models[p] for p in PROVIDERS if p in providers}  # torch first: the others' reference
+    return {p: models[p] for p in PROVIDERS if p in providers and p in models}  # torch first: the reference
 
 
 def sharing_copy(module: torch.nn.Module) -> torch.nn.Module:
@@ -596,6 +623,11 @@ def format_table(rows: list[ModelRow]) -> str:
 # (every phase); an fp8 model's prefill against the eager bf16 model (issue 26).
 TARGETS = {"tritongemm": ("torch", 1.0, PHASES), "tritongemm+compile": ("torch.compile", 1.0, PHASES)}
 TARGETS |= {p: ("torch", 1.3, ("prefill",)) for p in FP8_PROVIDERS}
+# A MoE model's: 1.1x transformers' grouped experts, eager and compiled (issue 27).
+MOE_TARGETS = {
+    "tritongemm": ("hf-grouped_mm", 1.1, PHASES),
+    "tritongemm+compile": ("hf-grouped_mm+compile", 1.1, PHASES),
+}
 
 
 def target_misses(rows: list[ModelRow]) -> list[str]:
@@ -606,7 +638,8 @@ def target_misses(rows: list[ModelRow]) -> list[str]:
     for (model, phase, batch, tokens, provider), r in ms.items():
         if provider not in TARGETS:
             continue
-        baseline, bar, phases = TARGETS[provider]
+        moe = model in FAMILIES and FAMILIES[model].moe and provider in MOE_TARGETS
+        baseline, bar, phases = (MOE_TARGETS if moe else TARGETS)[provider]
         base = ms.get((model, phase, batch, tokens, baseline))
         if base is None or phase not in phases:
             continue
