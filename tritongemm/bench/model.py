@@ -1,7 +1,9 @@
-"""`tritongemm bench model`: three Hugging Face model families (Llama-3-8B's, Qwen2-7B's and
-Pythia-1.4B's layer dimensions, random weights, nothing downloaded) with their nn.Linear modules
-computed by tritongemm (`tritongemm.patch`), against the same model in eager torch, and both under
-`torch.compile`, in three phases: prefill, greedy `generate` and a training step.
+"""`tritongemm bench model`: Hugging Face model families (Llama-3-8B's, Qwen2-7B's and
+Pythia-1.4B's layer dimensions, and two mixture-of-experts ones, Mixtral-8x7B's and
+Qwen3-30B-A3B's; random weights, nothing downloaded) with their nn.Linear modules (and a MoE
+model's experts) computed by tritongemm (`tritongemm.patch`), against the same model in eager
+torch, and both under `torch.compile`, in three phases: prefill, greedy `generate` and a training
+step. A MoE model's "torch" runs transformers' eager experts; `hf-grouped_mm` its grouped ones.
 
 What a user's call costs, host included: `eager_timer`'s wall clock around back-to-back calls.
 Each provider is checked against eager torch first (relative Frobenius errors, bf16 bounds below);
