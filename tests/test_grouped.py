@@ -229,3 +229,26 @@ def test_the_schedule_twin_covers_every_tile_once_in_turn():
 def test_bmm_of_empty_groups():
     assert tritongemm.bmm(rand(3, 0, 8), rand(3, 8, 5)).shape == (3, 0, 5)
     assert tritongemm.bmm(rand(0, 4, 8), rand(0, 8, 5)).shape == (0, 4, 5)
+
+
+@pytest.mark.parametrize("glu", ["silu", "gelu", "gelu_tanh"])
+def test_the_gated_pair_in_the_epilogue(glu):
+    """b's columns [gate; up]: glu(a @ gate) * (a @ up) in one kernel, against the fp64 reference;
+    its gradients against torch's through the unfused ops."""
+    from tritongemm.epilogue import activate_torch
+
+    sizes = (9, 0, 14)
+    a, b, offs = rand(sum(sizes) + 3, 16, seed=glu), rand(3, 16, 2 * 12, seed=glu), ends(sizes)
+    y = tritongemm.grouped_mm(a, b, offs, glu=glu)
+    assert y.shape == (26, 12)
+    check(y, reference_grouped_mm(a, b, offs, glu=glu), torch.float32, 16)
+    a.requires_grad_(), b.requires_grad_()
+    weights = rand(26, 12, seed="w")
+    (tritongemm.grouped_mm(a, b, offs, glu=glu) * weights).sum().backward()
+    a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
+    gate, up = _grouped_in_torch(a64, b64, offs).chunk(2, dim=-1)
+    (activate_torch(gate, glu) * up * weights.double()).sum().backward()
+    assert rel_error(a.grad, a64.grad) <= tolerance(torch.float32, 32)
+    assert rel_error(b.grad, b64.grad) <= tolerance(torch.float32, 32)
+    with pytest.raises(ValueError, match="glu takes one of"):
+        tritongemm.grouped_mm(a, b[:, :, :23], offs, glu=glu)

@@ -22,17 +22,30 @@ _CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)  # the interpreter: small t
 _CPU_PROGRAMS = 4  # the interpreter's "SMs" for the persistent grid
 
 
-def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None) -> torch.Tensor:
+GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
+
+
+def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
+               glu: str | None = None) -> torch.Tensor:  # fmt: skip
     """The grouped product of the three forms above, accumulated in fp32. float16, bfloat16 or
-    float32 operands (one dtype); `out_dtype` None (a's) or float32. Differentiable in a and b."""
+    float32 operands (one dtype); `out_dtype` None (a's) or float32. Differentiable in a and b.
+
+    `glu` ("silu": SwiGLU, "gelu", "gelu_tanh": GeGLU), row-group form only: b's 2N columns are
+    [gate; up] and the result (M, N) is glu(a @ gate) * (a @ up), computed in the kernel's
+    epilogue (an MoE expert's gate and up projections in one grouped GEMM)."""
     form = check_grouped(a, b, offs, out_dtype)
+    if glu is not None and (glu not in GLU_ACTIVATIONS or form != "m" or b.shape[2] % 2):
+        raise ValueError(
+            f"grouped_mm: glu takes one of {GLU_ACTIVATIONS}, for a 2-D a and a 3-D b of an even number of columns "
+            f"([gate; up]), but got glu={glu!r} with shapes {tuple(a.shape)} and {tuple(b.shape)}"
+        )
     out_dtype = out_dtype or a.dtype
     if form == "batched":  # groups of a's M rows each: the M form on a's rows in one run
         G, M, K = a.shape
         ends = torch.arange(1, G + 1, dtype=torch.int32, device=a.device) * M
-        return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m").view(G, M, b.shape[2])
+        return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m", None).view(G, M, b.shape[2])
     _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
-    return _GroupedMM.apply(a, b, offs, out_dtype, form)
+    return _GroupedMM.apply(a, b, offs, out_dtype, form, glu)
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, *, out_dtype=None) -> torch.Tensor:
@@ -111,15 +124,17 @@ class _GroupedMM(torch.autograd.Function):
     k: C[g] = A_g @ B_g per K group  dA^T = B @ dC[g]^T (m), dB = A^T @ dC[g] (m)."""
 
     @staticmethod
-    def forward(ctx, a, b, offs, out_dtype, form):
+    def forward(ctx, a, b, offs, out_dtype, form, glu):
         ctx.save_for_backward(a, b, offs)
-        ctx.form = form
-        return _launch(a, b, offs, out_dtype, form)
+        ctx.form, ctx.glu = form, glu
+        return _launch(a, b, offs, out_dtype, form, glu)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         a, b, offs = ctx.saved_tensors
+        if ctx.glu is not None:  # the pair recomputed, then the gradient of [gate; up] as the plain form's
+            grad = _glu_backward(grad, _launch(a, b, offs, torch.float32, "m"), ctx.glu)
         grad = grad.to(a.dtype)
         grad_a = grad_b = None
         if ctx.form == "m":
@@ -132,10 +147,19 @@ class _GroupedMM(torch.autograd.Function):
                 grad_a = _launch(b, grad.transpose(1, 2), offs, a.dtype, "m").T
             if ctx.needs_input_grad[1]:
                 grad_b = _launch(a.T, grad, offs, b.dtype, "m")
-        return grad_a, grad_b, None, None, None
+        return grad_a, grad_b, None, None, None, None
 
 
-def _launch(a, b, offs, out_dtype, form) -> torch.Tensor:
+def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) -> torch.Tensor:
+    """d[gate; up] of y = act(gate) * up, in fp32, from the pair's product."""
+    from tritongemm.epilogue import activate_torch, activation_backward
+
+    gate, up = gate_up.chunk(2, dim=-1)
+    grad = grad.float()
+    return torch.cat([activation_backward(grad * up, gate, activation), grad * activate_torch(gate, activation)], -1)
+
+
+def _launch(a, b, offs, out_dtype, form, glu=None) -> torch.Tensor:
     """The kernel of `form` on checked operands (kernels.py), into a new output."""
     from tritongemm.grouped.kernels import _groups_along_k_kernel, _groups_along_m_kernel
     from tritongemm.ladder._host import input_precision, sm_count
@@ -146,6 +170,7 @@ def _launch(a, b, offs, out_dtype, form) -> torch.Tensor:
     if form == "m":
         M, K = a.shape
         G, _, N = b.shape
+        N = N // 2 if glu else N
         c = torch.empty((M, N), dtype=out_dtype, device=a.device)
         if M * N == 0:
             return c
@@ -153,7 +178,8 @@ def _launch(a, b, offs, out_dtype, form) -> torch.Tensor:
             return c.zero_()
         programs = _CPU_PROGRAMS if on_cpu else sm_count(a.device)
         _groups_along_m_kernel[(programs,)](
-            a, b, c, offs, G, M, N, K, *a.stride(), *b.stride(), *c.stride(), NUM_PROGRAMS=programs, **meta,
+            a, b, c, offs, G, M, N, K, *a.stride(), *b.stride(), *c.stride(), NUM_PROGRAMS=programs,
+            GLU=glu or "none", **meta,
         )  # fmt: skip
         return c
     M, N, G = a.shape[0], b.shape[1], offs.shape[0]
@@ -165,7 +191,7 @@ def _launch(a, b, offs, out_dtype, form) -> torch.Tensor:
     return c
 
 
-def reference_grouped_mm(a, b, offs=None, out_dtype=None) -> torch.Tensor:
+def reference_grouped_mm(a, b, offs=None, out_dtype=None, glu=None) -> torch.Tensor:
     """grouped_mm in float64, group by group: the tests' and benchmarks' reference."""
     form = check_grouped(a, b, offs, out_dtype)
     dtype = out_dtype or a.dtype
@@ -173,9 +199,14 @@ def reference_grouped_mm(a, b, offs=None, out_dtype=None) -> torch.Tensor:
         return (a.double() @ b.double()).to(dtype)
     ends = [int(e) for e in offs.tolist()]
     starts = [0, *ends[:-1]]
-    if form == "m":
-        c = a.new_zeros((a.shape[0], b.shape[2]), dtype=torch.float64)
-        for g, (s, e) in enumerate(zip(starts, ends)):
-            c[s:e] = a[s:e].double() @ b[g].double()
-        return c.to(dtype)
-    return torch.stack([a[:, s:e].double() @ b[s:e].double() for s, e in zip(starts, ends)]).to(dtype)
+    if form == "k":
+        return torch.stack([a[:, s:e].double() @ b[s:e].double() for s, e in zip(starts, ends)]).to(dtype)
+    c = a.new_zeros((a.shape[0], b.shape[2]), dtype=torch.float64)
+    for g, (s, e) in enumerate(zip(starts, ends)):
+        c[s:e] = a[s:e].double() @ b[g].double()
+    if glu is not None:
+        from tritongemm.epilogue import activate_torch
+
+        gate, up = c.chunk(2, dim=-1)
+        c = activate_torch(gate, glu) * up
+    return c.to(dtype)

@@ -8,6 +8,9 @@ torch.compile keep working:
   empty group has none), and takes the tiles whose running index is its own modulo the grid, as
   the Triton tutorials' grouped GEMM does. The rows after the last group's end belong to no
   group: one more pass writes them as zeros, so the output never holds uninitialized memory.
+- a gated pair (GLU: SwiGLU, GeGLU) in the row-group kernel's epilogue: B's columns are [gate;
+  up], and each output tile is activation(x @ gate) * (x @ up) from two accumulators over the same
+  rows, so the (rows, 2 x width) product never reaches memory.
 - groups along K (the weight gradient): one program per (group, tile), the group's K range read
   from the offsets; an empty group's tiles are zeros.
 """
@@ -15,6 +18,7 @@ torch.compile keep working:
 import triton
 import triton.language as tl
 
+from tritongemm.epilogue.kernels import _activate_tl
 from tritongemm.ladder._tiles import dot_tile, store_tile, tile_offsets
 
 
@@ -35,6 +39,7 @@ def _groups_along_m_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     ALIGN: tl.constexpr,  # _host.alignment_hints' nine entries; all 1: a group starts at any row
+    GLU: tl.constexpr,  # "none", or the gate's activation: C is activation(A @ B[:, :N]) * (A @ B[:, N:])
 ):
     # fmt: on
     pid = tl.program_id(0)
@@ -54,6 +59,11 @@ def _groups_along_m_kernel(
             if g < G:
                 acc = dot_tile(a_ptr, b_ptr + g * stride_bg, offs_m, offs_n, end, N, K, stride_am, stride_ak,
                                stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION, ALIGN)
+                if GLU != "none":  # the up half: B's columns N + offs_n
+                    up = dot_tile(a_ptr, b_ptr + g * stride_bg + N * stride_bn, offs_m, offs_n, end, N, K, stride_am,
+                                  stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
+                                  ALIGN)
+                    acc = _activate_tl(acc, GLU) * up
             else:
                 acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             store_tile(c_ptr, acc, offs_m, offs_n, end, N, stride_cm, stride_cn, ALIGN)

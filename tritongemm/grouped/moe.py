@@ -5,7 +5,8 @@ runs it and selects it).
 The routing stays the model's own (its router picks top_k_index and top_k_weights); the experts
 run as transformers' own grouped implementation runs them, on `tritongemm.grouped_mm`: the
 (token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
-projections, the gated activation, one for the down projections, then the routing weights and
+projections with the gated activation in its epilogue (where the module gates as transformers
+does by default; its own gate otherwise), one for the down projections, then the routing weights and
 the un-permute, summed over each token's experts in fp32. Group ends are counted on the device
 (`histc`), so nothing synchronizes and CUDA graphs and torch.compile keep working.
 """
@@ -34,11 +35,16 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     # What transformers' decorator sets on the module, read with the defaults of releases that set less.
     gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
     up_weight, up_bias = (self.gate_up_proj, "gate_up_proj_bias") if gated else (self.up_proj, "up_proj_bias")
-    h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids, grouped_mm)
-    if gated:
-        h = self._apply_gate(h) if hasattr(self, "_apply_gate") else _gate(self, h)
+    glu = _fusable_glu(self) if gated else None
+    if glu is not None:  # gate and up in one grouped GEMM, the gated activation in its epilogue
+        b = up_weight if getattr(self, "is_transposed", False) else up_weight.transpose(-2, -1)
+        h = grouped_mm(x.to(b.dtype), b, offs, glu=glu)
     else:
-        h = self.act_fn(h)
+        h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids, grouped_mm)
+        if gated:
+            h = self._apply_gate(h) if hasattr(self, "_apply_gate") else _gate(self, h)
+        else:
+            h = self.act_fn(h)
     out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids, grouped_mm)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
@@ -47,6 +53,28 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     unsorted = torch.empty_like(weighted)
     unsorted[order] = weighted
     return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
+
+
+# transformers' activation modules, by class name, as the kernels' epilogue names them.
+_GLU_NAMES = {"SiLU": "silu", "SiLUActivation": "silu", "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh",
+              "PytorchGELUTanh": "gelu_tanh", "GELUTanh": "gelu_tanh"}  # fmt: skip
+
+
+def _fusable_glu(self) -> str | None:
+    """The activation to fuse where the module gates as transformers does by default (act(gate) *
+    up on [gate; up] halves, no bias between): else None, and the module's own gate runs."""
+    try:
+        from transformers.integrations.moe import _default_apply_gate
+    except ImportError:
+        return None
+    if getattr(type(self), "_apply_gate", None) is not _default_apply_gate or getattr(self, "has_bias", False):
+        return None
+    if not getattr(self, "is_concatenated", True):
+        return None
+    act = getattr(self, "act_fn", None)
+    if isinstance(act, torch.nn.GELU):
+        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
+    return _GLU_NAMES.get(type(act).__name__)
 
 
 def _gate(self, gate_up: torch.Tensor) -> torch.Tensor:
