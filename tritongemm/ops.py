@@ -218,3 +218,55 @@ def traced_linear(x, weight, bias, residual, activation, alpha, out_dtype, kerne
     """`tritongemm.linear` while torch.compile traces it: the operator."""
     label = config.short() if isinstance(config, MatmulConfig) else config
     return linear(x, weight, bias, residual, activation, float(alpha), out_dtype, kernel, label)
+
+
+# ----------------------------------------------------------------------------------------------
+# grouped_mm (grouped/): the grouped GEMM as an operator, for graphs that hold it
+# ----------------------------------------------------------------------------------------------
+
+
+_LIB.define("grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None, str? glu=None) -> Tensor")
+
+
+def _grouped_mm(a, b, offs=None, out_dtype=None, glu=None):
+    from tritongemm.grouped import api as grouped
+
+    return grouped.direct(a, b, offs, out_dtype, glu)
+
+
+_LIB.impl("grouped_mm", _grouped_mm, "CompositeExplicitAutograd")
+grouped_mm = torch.ops.tritongemm.grouped_mm.default
+
+
+@torch.library.register_fake("tritongemm::grouped_mm", lib=_LIB)
+def _grouped_mm_fake(a, b, offs=None, out_dtype=None, glu=None):
+    from tritongemm.grouped import api as grouped
+
+    grouped.check_grouped(a, b, offs, out_dtype)
+    return a.new_empty(grouped.output_shape(a, b, offs, glu), dtype=out_dtype or a.dtype)
+
+
+def _setup_grouped_context(ctx, inputs, output):
+    a, b, offs, _, glu = inputs
+    ctx.save_for_backward(a, b, offs)
+    ctx.glu = glu
+
+
+def _grouped_backward(ctx, grad):
+    from tritongemm.grouped import api as grouped
+
+    a, b, offs = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:2]
+    if a.dim() == 3:  # batched: dA = dC @ B^T, dB = A^T @ dC, batch by batch
+        grad = grad.to(a.dtype)
+        grad_a = grouped_mm(grad, b.transpose(1, 2), None, a.dtype) if needs[0] else None
+        grad_b = grouped_mm(a.transpose(1, 2), grad, None, b.dtype) if needs[1] else None
+        return grad_a, grad_b, None, None, None
+
+    def mm(x, y, out_dtype, glu=None):
+        return grouped_mm(x, y, offs, out_dtype, glu)
+
+    return *grouped.grouped_grads(grad, a, b, ctx.glu, needs, mm), None, None, None
+
+
+_register_autograd(grouped_mm, _grouped_mm, _setup_grouped_context, _grouped_backward)

@@ -39,13 +39,37 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
             f"grouped_mm: glu takes one of {GLU_ACTIVATIONS}, for a 2-D a and a 3-D b of an even number of columns "
             f"([gate; up]), but got glu={glu!r} with shapes {tuple(a.shape)} and {tuple(b.shape)}"
         )
+    if form != "batched":
+        _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
+    if torch.compiler.is_compiling():  # the operator (ops.py), which Dynamo and Inductor take whole
+        from tritongemm import ops
+
+        return ops.grouped_mm(a, b, offs, out_dtype, glu)
     out_dtype = out_dtype or a.dtype
     if form == "batched":  # groups of a's M rows each: the M form on a's rows in one run
         G, M, K = a.shape
         ends = torch.arange(1, G + 1, dtype=torch.int32, device=a.device) * M
         return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m", None).view(G, M, b.shape[2])
-    _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
     return _GroupedMM.apply(a, b, offs, out_dtype, form, glu)
+
+
+def direct(a, b, offs, out_dtype, glu) -> torch.Tensor:
+    """grouped_mm on checked arguments, without autograd: the operator's implementation."""
+    out_dtype = out_dtype or a.dtype
+    if a.dim() == 3:
+        G, M, K = a.shape
+        ends = torch.arange(1, G + 1, dtype=torch.int32, device=a.device) * M
+        return _launch(a.reshape(G * M, K), b, ends, out_dtype, "m").view(G, M, b.shape[2])
+    return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu)
+
+
+def output_shape(a, b, offs, glu) -> tuple[int, ...]:
+    """The result's shape for checked arguments (the operator's fake implementation)."""
+    if a.dim() == 3:
+        return (a.shape[0], a.shape[1], b.shape[2])
+    if b.dim() == 3:
+        return (a.shape[0], b.shape[2] // 2 if glu else b.shape[2])
+    return (offs.shape[0], a.shape[0], b.shape[1])
 
 
 def bmm(a: torch.Tensor, b: torch.Tensor, *, out_dtype=None) -> torch.Tensor:
@@ -111,7 +135,7 @@ def _check_offsets(offs: torch.Tensor, length: int) -> None:
         return
     ok = (offs[0] >= 0) & (offs[-1] <= length) & (offs[1:] >= offs[:-1]).all()
     message = f"grouped_mm: expected offs sorted group ends between 0 and {length}"
-    if offs.device.type == "cpu":
+    if offs.device.type == "cpu" and not torch.compiler.is_compiling():
         if not bool(ok):
             raise ValueError(f"{message}, but got {offs.tolist()}")
     else:
@@ -119,35 +143,48 @@ def _check_offsets(offs: torch.Tensor, length: int) -> None:
 
 
 class _GroupedMM(torch.autograd.Function):
-    """The "m" and "k" forms, each differentiated with the other (and itself):
-    m: C = A @ B[g] per row group    dA = dC @ B[g]^T (m),   dB[g] = A_g^T dC_g (k, on A^T)
-    k: C[g] = A_g @ B_g per K group  dA^T = B @ dC[g]^T (m), dB = A^T @ dC[g] (m)."""
+    """Eager autograd for grouped_mm; under torch.compile the operator's serves (ops.py). Both
+    take their gradients from `grouped_grads`."""
 
     @staticmethod
     def forward(ctx, a, b, offs, out_dtype, form, glu):
         ctx.save_for_backward(a, b, offs)
-        ctx.form, ctx.glu = form, glu
+        ctx.glu = glu
         return _launch(a, b, offs, out_dtype, form, glu)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         a, b, offs = ctx.saved_tensors
-        if ctx.glu is not None:  # the pair recomputed, then the gradient of [gate; up] as the plain form's
-            grad = _glu_backward(grad, _launch(a, b, offs, torch.float32, "m"), ctx.glu)
-        grad = grad.to(a.dtype)
-        grad_a = grad_b = None
-        if ctx.form == "m":
-            if ctx.needs_input_grad[0]:
-                grad_a = _launch(grad, b.transpose(1, 2), offs, a.dtype, "m")
-            if ctx.needs_input_grad[1]:
-                grad_b = _launch(a.T, grad, offs, b.dtype, "k")
-        else:
-            if ctx.needs_input_grad[0]:
-                grad_a = _launch(b, grad.transpose(1, 2), offs, a.dtype, "m").T
-            if ctx.needs_input_grad[1]:
-                grad_b = _launch(a.T, grad, offs, b.dtype, "m")
-        return grad_a, grad_b, None, None, None, None
+
+        def mm(a, b, out_dtype, glu=None):
+            return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu)
+
+        return *grouped_grads(grad, a, b, ctx.glu, ctx.needs_input_grad[:2], mm), None, None, None, None
+
+
+def grouped_grads(grad, a, b, glu, needs, mm) -> tuple:
+    """(grad_a, grad_b) of the row-group form (b 3-D) or the K-group form (b 2-D), with
+    `mm(a, b, out_dtype, glu=None)` running grouped_mm on the call's offs (eager: the kernels;
+    compiled: the operator). Each form is differentiated with the other, or itself:
+        row groups  C = A @ B[g]          dA = dC @ B[g]^T (rows),   dB[g] = A_g^T dC_g (K groups, on A^T)
+        K groups    C[g] = A_g @ B_g      dA^T = B @ dC[g]^T (rows), dB = A^T @ dC[g] (rows)
+    A gated pair's gradient is [gate; up]'s, from the pair recomputed."""
+    if glu is not None:
+        grad = _glu_backward(grad, mm(a, b, torch.float32), glu)
+    grad = grad.to(a.dtype)
+    grad_a = grad_b = None
+    if b.dim() == 3:
+        if needs[0]:
+            grad_a = mm(grad, b.transpose(1, 2), a.dtype)
+        if needs[1]:
+            grad_b = mm(a.T, grad, b.dtype)
+    else:
+        if needs[0]:
+            grad_a = mm(b, grad.transpose(1, 2), a.dtype).T
+        if needs[1]:
+            grad_b = mm(a.T, grad, b.dtype)
+    return grad_a, grad_b
 
 
 def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) -> torch.Tensor:
