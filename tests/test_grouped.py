@@ -287,3 +287,16 @@ def test_the_operator_passes_opcheck():
     a, b, offs = rand(12, 16), rand(2, 16, 8), ends((5, 7))
     torch.library.opcheck(torch.ops.tritongemm.grouped_mm.default, (a, b, offs), {"glu": "gelu"})
     torch.library.opcheck(torch.ops.tritongemm.grouped_mm.default, (a.requires_grad_(), b.requires_grad_(), offs))
+
+
+def test_inductor_calls_the_implementation_directly():
+    """inductor.py's lowering: the generated code calls grouped_mm's implementation, not the
+    operator through the dispatcher (Inductor's CPU backend on the CPU)."""
+    from torch._inductor.utils import run_and_get_code
+
+    a, b, offs = rand(30, 16), rand(3, 16, 8), ends((10, 0, 17))
+    compiled = torch.compile(lambda a, b, o: tritongemm.grouped_mm(a, b, o, glu="silu"), backend="inductor")
+    y, codes = run_and_get_code(compiled, a, b, offs)
+    check(y, reference_grouped_mm(a, b, offs, glu="silu"), torch.float32, 16)
+    code = "\n".join(codes)
+    assert "tritongemm_direct_grouped_mm(" in code and "tritongemm.grouped_mm.default(" not in code

@@ -54,6 +54,10 @@ def direct_linear(x, weight, bias=None, residual=None, activation=None, alpha=1.
     return ops._linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config)
 
 
+def direct_grouped_mm(a, b, offs=None, out_dtype=None, glu=None):
+    return ops._grouped_mm(a, b, offs, out_dtype, glu)
+
+
 def _install() -> None:
     from torch._inductor import ir
     from torch._inductor.lowering import constrain_to_fx_strides, fallback_handler, register_lowering
@@ -113,3 +117,16 @@ def _install() -> None:
             [*x.get_size()[:-1], weight.get_size()[0]],
         ),
     )
+    lower_to(ops.grouped_mm, "direct_grouped_mm", _grouped_output)
+
+
+def _grouped_output(a, b, offs, out_dtype, glu):
+    """grouped_mm's result (grouped/api.output_shape) from IR nodes: (dtype, size)."""
+    a_size, b_size = a.get_size(), b.get_size()
+    if len(a_size) == 3:
+        size = [a_size[0], a_size[1], b_size[2]]
+    elif len(b_size) == 3:
+        size = [a_size[0], b_size[2] // 2 if glu else b_size[2]]
+    else:
+        size = [offs.get_size()[0], a_size[0], b_size[1]]
+    return out_dtype or a.get_dtype(), size

@@ -242,6 +242,8 @@ grouped_mm = torch.ops.tritongemm.grouped_mm.default
 def _grouped_mm_fake(a, b, offs=None, out_dtype=None, glu=None):
     from tritongemm.grouped import api as grouped
 
+    _install_lowerings()
+
     grouped.check_grouped(a, b, offs, out_dtype)
     return a.new_empty(grouped.output_shape(a, b, offs, glu), dtype=out_dtype or a.dtype)
 
