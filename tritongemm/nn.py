@@ -112,6 +112,9 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     as they are, unused), each input quantized on the fly. Modules whose in_features the recipe
     can't take (not a multiple of 128 for "block") are left, with the reason.
 
+    On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
+    implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
+
     Left as they are, with the reason in the report: modules whose weight dtype or device no
     kernel serves (float64; CPU without TRITON_INTERPRET=1; bfloat16 on the CPU, which the
     interpreter computes wrongly), subclasses of nn.Linear (a quantized or LoRA linear computes
