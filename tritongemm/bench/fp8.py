@@ -11,16 +11,16 @@ kernel alone, "eager" a user's back-to-back calls. `ratio_to_torch` is torch's m
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from tritongemm.bench.measure import ROUNDS, TIMINGS, cpu_timer, describe_error, eager_timer, gpu_timer, wants_graph
+from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 
 RECIPES = ("tensor", "row", "block")
 PROVIDERS = ("tritongemm", "torch")
@@ -140,43 +140,32 @@ def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMING
     """One row per (timing, provider): each checked first, the correct ones timed in `rounds`
     interleaved rounds. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the default, for tests."""
     from tritongemm.fp8 import reference_scaled_mm
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.reference import tolerance
 
-    on_gpu = torch.device(device).type == "cuda"
-    providers = providers or _providers()
     args = operands(problem, device)
+    calls = {}
+    for name, fn in (providers or _providers()).items():
+        try:  # the scales' layout this torch takes: a refusal of every one is torch's result
+            given = torch_block_scales(*args) if name == "torch" and problem.recipe == "block" else args
+            calls[name] = functools.partial(fn, *given)
+        except Exception as exc:
+            calls[name] = functools.partial(_raise, exc)
     reference = reference_scaled_mm(*args, out_dtype=torch.float64)
-    bound = tolerance(torch.bfloat16, problem.K)
-    checked, given = {}, {}
-    for name, fn in providers.items():
-        try:
-            given[name] = torch_block_scales(*args) if name == "torch" and problem.recipe == "block" else args
-            err = rel_error(fn(*given[name]), reference)
-            checked[name] = (err, "ok" if err <= bound else "wrong")
-        except Exception as exc:  # torch refusing a recipe on this GPU is a result
-            checked[name] = (None, describe_error(exc))
-    del reference
+    errors, results = check_then_time(calls, reference, tolerance(torch.bfloat16, problem.K), problem,
+                                      timings=timings, rounds=rounds)  # fmt: skip
     rows = []
-    for timing in timings:
-        timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
-        use_graph = timing == "graph" and wants_graph(problem)
-        status = {name: s for name, (_, s) in checked.items()}
-        samples: dict[str, list[float]] = {name: [] for name in providers}
-        for _ in range(rounds):
-            for name, fn in providers.items():
-                if status[name] != "ok":
-                    continue
-                try:
-                    samples[name].append(timer(lambda fn=fn, args=given[name]: fn(*args), use_graph))
-                except Exception as exc:
-                    status[name] = describe_error(exc)
-        ms = {n: statistics.median(samples[n]) if status[n] == "ok" and samples[n] else None for n in providers}
-        for name in providers:
-            tflops = problem.flops / (ms[name] * 1e-3) / 1e12 if ms[name] else None
-            ratio = ms["torch"] / ms[name] if ms.get("torch") and ms[name] else None
-            rows.append(Fp8Row(device_name, problem.recipe, problem.M, problem.N, problem.K, name, timing, ms[name],
-                               tflops, ratio, checked[name][0], status[name]))  # fmt: skip
+    for timing, result in results.items():
+        torch_ms = result.get("torch", (None,))[0]
+        for name, (ms, status) in result.items():
+            tflops = problem.flops / (ms * 1e-3) / 1e12 if ms else None
+            ratio = torch_ms / ms if torch_ms and ms else None
+            rows.append(Fp8Row(device_name, problem.recipe, problem.M, problem.N, problem.K, name, timing, ms,
+                               tflops, ratio, errors[name], status))  # fmt: skip
     return rows
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 def format_table(rows: list[Fp8Row]) -> str:

@@ -11,15 +11,15 @@ the provider's.
 
 from __future__ import annotations
 
+import functools
 import os
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
-from tritongemm.bench.measure import ROUNDS, TIMINGS, cpu_timer, describe_error, eager_timer, gpu_timer, wants_graph
+from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 
 PROVIDERS = ("tritongemm", "torch._grouped_mm", "torch.mm loop")
 BASELINE = "torch._grouped_mm"
@@ -110,40 +110,21 @@ def _providers(offs: torch.Tensor) -> dict:
 
 def measure_grouped(problem: GroupedProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):
     from tritongemm.grouped import reference_grouped_mm
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.reference import tolerance
 
-    on_gpu = torch.device(device).type == "cuda"
     args = operands(problem, device)
-    providers = _providers(args[2])
-    reference = reference_grouped_mm(*args)
-    bound = tolerance(getattr(torch, problem.dtype), problem.k)
-    checked = {}
-    for name, fn in providers.items():
-        try:
-            err = rel_error(fn(*args), reference.double())
-            checked[name] = (err, "ok" if err <= bound else "wrong")
-        except Exception as exc:
-            checked[name] = (None, describe_error(exc))
-    rows = []
-    for timing in timings:
-        timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
-        use_graph = timing == "graph" and wants_graph(problem)
-        status = {n: s for n, (_, s) in checked.items()}
-        samples: dict[str, list[float]] = {n: [] for n in providers}
-        for _ in range(rounds):
-            for name, fn in providers.items():
-                if status[name] == "ok":
-                    try:
-                        samples[name].append(timer(lambda fn=fn: fn(*args), use_graph))
-                    except Exception as exc:
-                        status[name] = describe_error(exc)
-        ms = {n: statistics.median(samples[n]) if status[n] == "ok" and samples[n] else None for n in providers}
-        for name in providers:
-            tflops = problem.flops / (ms[name] * 1e-3) / 1e12 if ms[name] else None
-            ratio = ms[BASELINE] / ms[name] if ms.get(BASELINE) and ms[name] else None
-            p = problem
-            rows.append(GroupedRow(device_name, p.dtype, p.experts, p.tokens, p.topk, p.n, p.k, name, timing,
-                                   ms[name], tflops, ratio, checked[name][0], status[name]))  # fmt: skip
+    calls = {name: functools.partial(fn, *args) for name, fn in _providers(args[2]).items()}
+    reference = reference_grouped_mm(*args).double()
+    errors, results = check_then_time(calls, reference, tolerance(getattr(torch, problem.dtype), problem.k), problem,
+                                      timings=timings, rounds=rounds)  # fmt: skip
+    rows, p = [], problem
+    for timing, result in results.items():
+        torch_ms = result[BASELINE][0]
+        for name, (ms, status) in result.items():
+            tflops = p.flops / (ms * 1e-3) / 1e12 if ms else None
+            ratio = torch_ms / ms if torch_ms and ms else None
+            rows.append(GroupedRow(device_name, p.dtype, p.experts, p.tokens, p.topk, p.n, p.k, name, timing, ms,
+                                   tflops, ratio, errors[name], status))  # fmt: skip
     return rows
 
 

@@ -229,5 +229,38 @@ def _user_loop(provider: Provider, sets) -> Callable[[], None]:
     return run
 
 
+def check_then_time(calls: dict, reference: torch.Tensor, bound: float, problem, *, timings=TIMINGS,
+                    rounds: int = ROUNDS) -> tuple[dict, dict]:  # fmt: skip
+    """The method above for providers whose calls take no arguments (`calls`: name -> fn() ->
+    result): each checked against the fp64 `reference` under `bound` (a call that raises is a
+    result: its error is its status), then the correct ones timed in `rounds` interleaved rounds
+    per timing. Returns (name -> relative error or None, timing -> name -> (median ms or None,
+    status))."""
+    on_gpu = reference.is_cuda
+    errors, checked = {}, {}
+    for name, fn in calls.items():
+        try:
+            errors[name] = rel_error(fn(), reference)
+            checked[name] = "ok" if errors[name] <= bound else "wrong"
+        except Exception as exc:
+            errors[name], checked[name] = None, describe_error(exc)
+    results = {}
+    for timing in timings:
+        timer = eager_timer if timing == "eager" else gpu_timer if on_gpu else cpu_timer
+        use_graph = timing == "graph" and wants_graph(problem)
+        status, samples = dict(checked), {name: [] for name in calls}
+        for _ in range(rounds):
+            for name, fn in calls.items():
+                if status[name] == "ok":
+                    try:
+                        samples[name].append(timer(fn, use_graph))
+                    except Exception as exc:
+                        status[name] = describe_error(exc)
+        results[timing] = {
+            n: (statistics.median(samples[n]) if status[n] == "ok" and samples[n] else None, status[n]) for n in calls
+        }
+    return errors, results
+
+
 def describe_error(exc: Exception) -> str:
     return "error: " + (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
