@@ -194,7 +194,7 @@ def _compile_fp8_tma() -> list[dict]:
         instructions = (*INSTRUCTIONS, wgmma)
         results.append(dict(case=[recipe, fp8, out, fused], shared=compiled.metadata.shared,
                             missing=[name for name in instructions if name not in ptx], spilled=_spill_stores(ptx),
-                            planned=fp8_tma.smem_bytes(config, c.element_size())))  # fmt: skip
+                            planned=sequential_smem_bytes(config, 1, c.element_size())))  # fmt: skip
     return results
 
 

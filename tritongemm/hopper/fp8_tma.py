@@ -31,9 +31,8 @@ from tritongemm.fast_launch import compile_launch
 from tritongemm.hopper.descriptors import _descriptor, _view_reason, bind
 from tritongemm.hopper.mma import WGMMA, wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
-    _SMEM_SLACK_BYTES,
-    H100_SHARED_MEMORY_BYTES,
     barriers_per_slot,
+    check_sequential_fits,
     check_wgmma_tile,
     init_barriers,
     invalidate_barriers,
@@ -166,13 +165,6 @@ def _promoted_over_k(
     return total
 
 
-def smem_bytes(config: MatmulConfig, c_elem_bytes: int) -> int:
-    """The ring (1-byte operands) or C's staging tile, whichever is larger: C is allocated after
-    the K loop, over the dead ring."""
-    ring = config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K
-    return max(ring, config.BLOCK_M * config.BLOCK_N * c_elem_bytes)
-
-
 def unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, recipe: str) -> str | None:
     """Why this rung can't take a scaled_mm call as it is (None: it can). scaled_mm has checked
     the operands' dtypes, layouts and scales already."""
@@ -197,9 +189,7 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
     reason = unsupported_reason(a, b, c, recipe)
     if reason is not None:
         raise ValueError(f"{NAME}: {reason}")
-    need = smem_bytes(config, c.element_size())
-    if need > H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES:
-        raise ValueError(f"{NAME}: {config.short()} needs {need} bytes of shared memory; use fewer num_stages")
+    check_sequential_fits(NAME, config, a.element_size(), c_elem_bytes=c.element_size())  # C over the dead ring
     desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
             _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
     if recipe == "block" and config.BLOCK_K != 128:

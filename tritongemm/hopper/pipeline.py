@@ -296,14 +296,20 @@ def c_tile_bytes(config: MatmulConfig, elem_bytes: int) -> int:
     return config.BLOCK_M * config.BLOCK_N * elem_bytes
 
 
-def sequential_smem_bytes(config: MatmulConfig, elem_bytes: int) -> int:
+def sequential_smem_bytes(config: MatmulConfig, elem_bytes: int, c_elem_bytes: int | None = None) -> int:
     """Kernels whose C staging tile is live only after the K loop: the allocator overlaps it with
-    the operand ring, so the larger of the two counts."""
-    return max(config.num_stages * operand_stage_bytes(config, elem_bytes), c_tile_bytes(config, elem_bytes))
+    the operand ring, so the larger of the two counts. C's elements are the operands' unless
+    `c_elem_bytes` says otherwise (fp8 operands, a bf16 C)."""
+    c_tile = c_tile_bytes(config, c_elem_bytes or elem_bytes)
+    return max(config.num_stages * operand_stage_bytes(config, elem_bytes), c_tile)
 
 
 def check_sequential_fits(
-    kernel: str, config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES
+    kernel: str,
+    config: MatmulConfig,
+    elem_bytes: int,
+    smem_limit: int = H100_SHARED_MEMORY_BYTES,
+    c_elem_bytes: int | None = None,
 ) -> None:
     """Raise ValueError, naming the kernel, when a non-overlapped ring does not fit."""
     if config.num_stages < 2:
@@ -311,7 +317,7 @@ def check_sequential_fits(
             f"{kernel}: num_stages (shared-memory buffers) must be >= 2, since one is read by the "
             f"MMA in flight while the next loads; got {config.num_stages}"
         )
-    need = sequential_smem_bytes(config, elem_bytes)
+    need = sequential_smem_bytes(config, elem_bytes, c_elem_bytes)
     if need > smem_limit - _SMEM_SLACK_BYTES:
         raise ValueError(
             f"{kernel}: {config.short()} needs {need} bytes of shared memory, more than the "
