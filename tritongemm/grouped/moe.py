@@ -37,7 +37,7 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     up_weight, up_bias = (self.gate_up_proj, "gate_up_proj_bias") if gated else (self.up_proj, "up_proj_bias")
     glu = _fusable_glu(self) if gated else None
     if glu is not None:  # gate and up in one grouped GEMM, the gated activation in its epilogue
-        b = up_weight if getattr(self, "is_transposed", False) else up_weight.transpose(-2, -1)
+        b = _as_b(self, up_weight)
         h = grouped_mm(x.to(b.dtype), b, offs, glu=glu)
     else:
         h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids, grouped_mm)
@@ -82,10 +82,15 @@ def _gate(self, gate_up: torch.Tensor) -> torch.Tensor:
     return self.act_fn(gate) * up
 
 
+def _as_b(self, weight: torch.Tensor) -> torch.Tensor:
+    """An experts weight as grouped_mm's b, (experts, in, out): as stored when transposed, else a
+    transposed view of (experts, out, in)."""
+    return weight if getattr(self, "is_transposed", False) else weight.transpose(-2, -1)
+
+
 def _grouped_linear(self, x, weight, offs, bias_name: str, expert_ids, grouped_mm):
-    """x (S, in) times each pair's expert's weight, (experts, in, out) as given or the transpose of
-    (experts, out, in), then that expert's bias."""
-    b = weight if getattr(self, "is_transposed", False) else weight.transpose(-2, -1)
+    """x (S, in) times each pair's expert's weight (`_as_b`), then that expert's bias."""
+    b = _as_b(self, weight)
     y = grouped_mm(x.to(b.dtype), b, offs)
     if getattr(self, "has_bias", False):
         y = y + getattr(self, bias_name)[expert_ids]
