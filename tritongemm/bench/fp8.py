@@ -110,19 +110,28 @@ def _outer_major(scale: torch.Tensor) -> torch.Tensor:
     return scale.t().contiguous().t()
 
 
-def torch_block_scales(a, b, scale_a, scale_b) -> tuple:
-    """The block scales laid out as this torch takes them: cuBLAS reads 1 x 128 and 128 x 128
-    scales outer-dimension-major (M- and N-major), and torch's checks differ between releases,
-    so each layout is tried once; the first torch takes is timed. Raises torch's first refusal
-    when it takes none."""
-    first = None
-    for sa, sb in ((scale_a, scale_b), (_outer_major(scale_a), scale_b), (_outer_major(scale_a), _outer_major(scale_b)),
-                   (scale_a, _outer_major(scale_b))):  # fmt: skip
-        try:
-            _torch_scaled_mm(a, b, sa, sb)
-            return a, b, sa, sb
-        except Exception as exc:  # a refusal, kept to report
-            first = first or exc
+def torch_block_scales(a, b, scale_a, scale_b, reference: torch.Tensor, bound: float) -> tuple:
+    """The block scales laid out as this torch takes them. cuBLAS reads 1 x 128 and 128 x 128
+    scales outer-dimension-major, some releases want b's as (K/128, N/128), and torch's checks
+    differ between releases; a square grid of b's blocks is taken in either orientation and one
+    of them is wrong. So each layout is tried and the first whose product passes the check is
+    timed; failing that, the first torch took (to be reported wrong); failing that, torch's first
+    refusal is raised."""
+    from tritongemm.reference import rel_error
+
+    accepted, first = None, None
+    for sa in (scale_a, _outer_major(scale_a)):
+        for sb in (scale_b, _outer_major(scale_b), scale_b.t(), scale_b.t().contiguous()):
+            try:
+                out = _torch_scaled_mm(a, b, sa, sb)
+            except Exception as exc:  # a refusal, kept to report
+                first = first or exc
+                continue
+            if rel_error(out, reference) <= bound:
+                return a, b, sa, sb
+            accepted = accepted or (a, b, sa, sb)
+    if accepted:
+        return accepted
     raise first
 
 
@@ -140,19 +149,20 @@ def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMING
     """One row per (timing, provider): each checked first, the correct ones timed in `rounds`
     interleaved rounds. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the default, for tests."""
     from tritongemm.fp8 import reference_scaled_mm
-    from tritongemm.reference import tolerance
+    from tritongemm.reference import fp8_tolerance
 
     args = operands(problem, device)
+    reference = reference_scaled_mm(*args, out_dtype=torch.float64)
+    bound = fp8_tolerance(torch.bfloat16, problem.K)
     calls = {}
     for name, fn in (providers or _providers()).items():
         try:  # the scales' layout this torch takes: a refusal of every one is torch's result
-            given = torch_block_scales(*args) if name == "torch" and problem.recipe == "block" else args
+            block = name == "torch" and problem.recipe == "block"
+            given = torch_block_scales(*args, reference, bound) if block else args
             calls[name] = functools.partial(fn, *given)
         except Exception as exc:
             calls[name] = functools.partial(_raise, exc)
-    reference = reference_scaled_mm(*args, out_dtype=torch.float64)
-    errors, results = check_then_time(calls, reference, tolerance(torch.bfloat16, problem.K), problem,
-                                      timings=timings, rounds=rounds)  # fmt: skip
+    errors, results = check_then_time(calls, reference, bound, problem, timings=timings, rounds=rounds)
     rows = []
     for timing, result in results.items():
         torch_ms = result.get("torch", (None,))[0]

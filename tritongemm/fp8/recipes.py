@@ -117,7 +117,9 @@ def reference_quantize(x: torch.Tensor, recipe: str = "row", block=None, dtype=t
     padded = x2.new_zeros(math.ceil(R / gr) * gr, math.ceil(K / gc) * gc)
     padded[:R, :K] = x2
     grid = padded.abs().view(padded.shape[0] // gr, gr, padded.shape[1] // gc, gc).amax(dim=(1, 3))
-    scale = grid.clamp_min(TINY) / fp8_max(dtype)
+    # Divided by a tensor on grid's device, not a Python number: torch's CUDA division by a
+    # number multiplies by its reciprocal, one ulp off the kernel's IEEE division (div_rn).
+    scale = grid.clamp_min(TINY) / grid.new_tensor(fp8_max(dtype))
     spread = scale.repeat_interleave(gr, 0).repeat_interleave(gc, 1)[:R, :K]
     limit = fp8_max(dtype)
     q = (x2 / spread).clamp(-limit, limit).to(dtype).view(x.shape)
