@@ -12,13 +12,14 @@ import math
 
 import torch
 
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
 from tritongemm.plan import PLANS, tensor_facts
 
-# "fp8_grouped": the `triton.language` rung, every recipe, what "auto" takes for now; "fp8_tma": the
-# Gluon rung (hopper/fp8_tma.py), tensor- and row-wise scales, not yet checked on a GPU.
+# "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input; "fp8_tma": the Gluon rung
+# (hopper/fp8_tma.py), Hopper and TMA-aligned operands. "auto" chooses between them (_auto).
 KERNELS = ("auto", "fp8_grouped", "fp8_tma")
 
 # Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
@@ -137,9 +138,10 @@ def scaled_mm(
         bias: (N,), residual: (M, N); bfloat16, float16 or float32, added in fp32.
         out_dtype: bfloat16 (default), float16 or float32.
         activation, alpha: as for `tritongemm.linear`.
-        kernel: "auto", "fp8_grouped" or "fp8_tma" (Hopper, tensor- and row-wise scales, bf16 or
-            fp16 out; not yet checked on a GPU); config: a MatmulConfig for it (BLOCK_K = 128
-            under block scales), None for the default.
+        kernel: "auto" (the measured choice of `_auto`), "fp8_grouped" (the `triton.language`
+            rung, any input) or "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
+            bf16 or fp16 out, TMA-aligned operands); config: a MatmulConfig for it (BLOCK_K =
+            128 under block scales), None for the default; with "auto" it takes the `tl` rung.
     """
     key = _key("scaled_mm", kernel, config, activation, alpha, out_dtype, a, b, scale_a, scale_b, bias, residual)
     call = None if key is None else PLANS.find_key(key)
@@ -160,11 +162,13 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
         raise ValueError(f"scaled_mm: kernel 'fp8_tma' runs on a CUDA GPU (sm_90), but a is on {a.device}")
     M, K = a.shape
     N = b.shape[1]
-    config = _config(config, recipe, M, N, K, a.device, kernel)
     spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
     if M * N == 0 or K == 0:
         return functools.partial(_empty_scaled_mm, M, N, out_dtype, activation)
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)  # this call's, to plan on
+    if kernel == "auto":
+        kernel, config = _auto(a, b, c, recipe) if config is None else ("fp8_grouped", config)
+    config = _config(config, recipe, M, N, K, a.device, kernel)
     fixed = spec.fixed_args(residual)
     if kernel == "fp8_tma":
         from tritongemm.hopper import fp8_tma
@@ -232,8 +236,38 @@ def _key(*facts) -> tuple | None:
     return key
 
 
+# "auto"'s tiles, from scripts/fp8_configs.py on the H100 (results/h100/probes/fp8-configs.csv):
+# - M > 128: the Gluon rung, 128 x 256 for tensor- and row-wise scales (0.93-1.09x torch's
+#   _scaled_mm where the 128 x 128 tile of the `tl` rung gave 0.80-0.96x); its 128 x 128 two-warpgroup
+#   tile for block scales (a 128 x 256 one spills the promoted sum: half the speed).
+# - M <= 128: the `tl` rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a
+#   128 x 128 tile left 100 of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep
+#   along K where the scales allow.
+# The wide tile serves both rungs: the `tl` rung's best at M > 128 too, where Hopper's can't run.
+_WIDE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+_BLOCK_TL = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+_SMALL_M = 128
+
+
+def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
+    """(kernel, config) for "auto": the measured choice above, by M and what the GPU has."""
+    M, N = c.shape
+    if a.device.type != "cuda":
+        return "fp8_grouped", None
+    if M > _SMALL_M:
+        from tritongemm.hopper import fp8_tma
+
+        if device_info.capability(a.device) == (9, 0) and fp8_tma.unsupported_reason(a, b, c, recipe) is None:
+            return "fp8_tma", fp8_tma.default_config(recipe) if recipe == "block" else _WIDE
+        return "fp8_grouped", _BLOCK_TL if recipe == "block" else _WIDE
+    wide = _cdiv(M, 64) * _cdiv(N, 64) >= device_info.sm_count(a.device)
+    deep = recipe != "block"
+    return "fp8_grouped", MatmulConfig(BLOCK_M=64, BLOCK_N=64 if wide else 32, BLOCK_K=256 if deep else SCALE_BLOCK,
+                                       GROUP_SIZE_M=8, num_warps=4, num_stages=3 if deep else 4)  # fmt: skip
+
+
 def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, kernel: str) -> MatmulConfig:
-    """The tile: the caller's, checked, or the default (a first choice: the GPU tuning is to come)."""
+    """The tile: the caller's (or _auto's), checked, or the kernel's default."""
     if config is None and kernel == "fp8_tma":
         from tritongemm.hopper.fp8_tma import default_config
 
@@ -241,7 +275,7 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
             return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)
-        return MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
+        return _BLOCK_TL
     if not isinstance(config, MatmulConfig):
         raise TypeError(f"scaled_mm: expected config to be None or a MatmulConfig, but got {config!r}")
     if recipe == "block" and config.BLOCK_K != SCALE_BLOCK:

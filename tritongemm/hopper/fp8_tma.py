@@ -14,9 +14,9 @@ scales and added to an fp32 sum in registers (`_promoted_over_k`): DeepSeek-V3's
 also keeps fp8 WGMMA's ~14-bit accumulation to one block's 128 products. Waiting for every step
 serializes the MMA with that add; the loads still run ahead through the ring.
 
-Not yet run on a GPU (compiled for sm_90 on the CPU: tests/test_gluon_compile.py): `scaled_mm`
-takes it by name, kernel="fp8_tma"; "auto" keeps the `triton.language` rung until the H100 has
-checked and timed this one.
+`scaled_mm`'s "auto" takes it for M > 128 (fp8/api.py `_auto`, with the timings that chose it);
+kernel="fp8_tma" names it. tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py
+compiles it for sm_90 on the CPU.
 """
 
 import torch

@@ -1,0 +1,97 @@
+"""Probe: which kernel and tile serve `scaled_mm` best, per recipe and size, on this GPU, beside
+torch._scaled_mm with and without fast accumulation, kernel-only (CUDA graph, do_bench median).
+Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
+
+    PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import time
+
+import torch
+import triton
+
+from tritongemm.config import MatmulConfig
+
+
+def cfg(bm, bn, bk, warps, stages, group=8):
+    return MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=group, num_warps=warps, num_stages=stages)
+
+
+SMALL = {  # decode-sized M: enough programs along N to stream the weight from every SM
+    "tl 64x32x256 w4 s3": ("fp8_grouped", cfg(64, 32, 256, 4, 3)),
+    "tl 64x32x128 w4 s6": ("fp8_grouped", cfg(64, 32, 128, 4, 6)),
+    "tl 64x64x128 w4 s4": ("fp8_grouped", cfg(64, 64, 128, 4, 4)),
+    "tl 64x64x256 w4 s3": ("fp8_grouped", cfg(64, 64, 256, 4, 3)),
+    "tl 64x128x128 w4 s4": ("fp8_grouped", cfg(64, 128, 128, 4, 4)),
+    "tma 64x64x128 w4 s4": ("fp8_tma", cfg(64, 64, 128, 4, 4)),
+}
+LARGE = {
+    "tl 128x256x128 w8 s3": ("fp8_grouped", cfg(128, 256, 128, 8, 3)),
+    "tl 256x128x128 w8 s3": ("fp8_grouped", cfg(256, 128, 128, 8, 3)),
+    "tl 128x256x64 w8 s4": ("fp8_grouped", cfg(128, 256, 64, 8, 4)),
+    "tl 128x128x128 w4 s4": ("fp8_grouped", cfg(128, 128, 128, 4, 4)),
+    "tma default": ("fp8_tma", None),
+    "tma 128x256x128 w8 s3": ("fp8_tma", cfg(128, 256, 128, 8, 3)),
+}
+BOTH = {"auto": ("auto", None)}
+LLM = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
+SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 8192, 8192)]
+
+
+def main() -> None:
+    from tritongemm import scaled_mm
+    from tritongemm.bench.fp8 import Fp8Problem, operands
+    from tritongemm.fp8 import reference_scaled_mm
+    from tritongemm.reference import fp8_tolerance, rel_error
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--recipes", default="tensor,row,block")
+    args = parser.parse_args()
+    t0 = time.time()
+    with open(args.out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["recipe", "m", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch", "rel_err"])
+        for recipe in args.recipes.split(","):
+            for M, N, K in SHAPES:
+                a, b, sa, sb = operands(Fp8Problem(recipe, M, N, K), "cuda")
+                ref = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
+                bound = fp8_tolerance(torch.bfloat16, K)
+                calls = {}
+                if recipe != "block":
+                    for fast in (False, True):
+                        calls[f"torch fast_accum={fast}"] = functools.partial(
+                            torch._scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast
+                        )
+                table = dict(BOTH, **(SMALL if M <= 128 else {}), **(LARGE if M >= 128 else {}))
+                for name, (kernel, config) in table.items():
+                    if recipe == "block" and config is not None and config.BLOCK_K != 128:
+                        continue
+                    calls[name] = functools.partial(
+                        scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, kernel=kernel, config=config
+                    )
+                torch_ms = None
+                for name, fn in calls.items():
+                    try:
+                        err = rel_error(fn(), ref)
+                        ms = triton.testing.do_bench_cudagraph(fn, rep=40) if err <= bound else None
+                    except Exception as exc:
+                        err, ms = None, None
+                        name = f"{name} [{type(exc).__name__}: {str(exc).splitlines()[0][:80]}]"
+                    if name == "torch fast_accum=False":
+                        torch_ms = ms
+                    tflops = 2 * M * N * K / ms / 1e9 if ms else None
+                    ratio = torch_ms / ms if torch_ms and ms else None
+                    writer.writerow([recipe, M, N, K, name, ms, tflops, ratio, err])
+                    f.flush()
+                    print(f"[{time.time() - t0:4.0f}s] {recipe:6s} {M:5d}x{N}x{K} {name:28s} {(ms or 0):.4f} ms "
+                          f"{(tflops or 0):7.1f} TF/s ratio {ratio or 0:.3f} err {err}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
