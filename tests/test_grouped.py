@@ -212,13 +212,14 @@ def test_bench_grouped_checks_times_and_writes(tmp_path):
     assert {p.experts for p in grouped.SUITE} >= {8, 64, 128} and min(p.tokens for p in grouped.SUITE) == 1
 
 
-def test_the_schedule_twin_covers_every_tile_once_in_turn():
+@pytest.mark.parametrize("group_size_m", [1, 2, 8])
+def test_the_schedule_twin_covers_every_tile_once_in_turn(group_size_m):
     """grouped/schedule.py: each group's row tiles (partial ones, none for an empty group, the
     zero tail), once each, tile t to program t % programs, every program's steps in order."""
     from tritongemm.grouped.schedule import schedule
 
     sizes, tail, N, BM, BN, P = [70, 0, 150, 20], 24, 256, 32, 64, 3
-    tiles = schedule(sizes, tail, N, BM, BN, P)
+    tiles = schedule(sizes, tail, N, BM, BN, P, group_size_m)
     expected = sum(-(-rows // BM) for rows in [*sizes, tail]) * (N // BN)
     assert len(tiles) == len({(t.row, t.col) for t in tiles}) == expected
     assert [t.program for t in tiles] == [i % P for i in range(expected)]

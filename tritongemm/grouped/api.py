@@ -16,9 +16,19 @@ from __future__ import annotations
 import torch
 
 from tritongemm.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
+from tritongemm.plan import PLANS, _allow_tf32, tensor_facts
 
-_TILE = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32)  # a first tile: the GPU's tuning is to come
-_CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)  # the interpreter: small tiles keep tests quick
+# The GPU's tiles, by the groups' mean size (rows / groups), from scripts/grouped_configs.py on
+# the H100 (results/h100/probes/grouped-configs.csv): a decode step gives each expert a few rows,
+# and a 32-row tile streaming 128 of K a step reads the weights fastest (1.06-1.67x
+# torch._grouped_mm where the first 64 x 64 x 32 tile gave 0.2-0.6x); MoE prefill gives them
+# hundreds, and the widest tile that fits wins (0.91-1.16x, where 128 x 128 gave 0.78-1.06x).
+_GPU_TILES = {
+    "large": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
+    "small": dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=4),
+}
+_LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
+_CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
 _CPU_PROGRAMS = 4  # the interpreter's "SMs" for the persistent grid
 
 
@@ -33,13 +43,21 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     `glu` ("silu": SwiGLU, "gelu", "gelu_tanh": GeGLU), row-group form only: b's 2N columns are
     [gate; up] and the result (M, N) is glu(a @ gate) * (a @ up), computed in the kernel's
     epilogue (an MoE expert's gate and up projections in one grouped GEMM)."""
+    return grouped_mm_of_counts(a, b, offs, out_dtype, glu, offs_from_counts=False)
+
+
+def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) -> torch.Tensor:
+    """grouped_mm, where `offs_from_counts` says offs is the running sum of non-negative group
+    sizes that add up to a's length (moe.py's, from histc), so sorted and in range by
+    construction: its values are not checked again. That check is about 8 small kernels, a
+    quarter of the experts' host time in a decode step (scripts/decode_probe.py on the H100)."""
     form = check_grouped(a, b, offs, out_dtype)
     if glu is not None and (glu not in GLU_ACTIVATIONS or form != "m" or b.shape[2] % 2):
         raise ValueError(
             f"grouped_mm: glu takes one of {GLU_ACTIVATIONS}, for a 2-D a and a 3-D b of an even number of columns "
             f"([gate; up]), but got glu={glu!r} with shapes {tuple(a.shape)} and {tuple(b.shape)}"
         )
-    if form != "batched":
+    if form != "batched" and not offs_from_counts:
         _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
     if torch.compiler.is_compiling():  # the operator (ops.py), which Dynamo and Inductor take whole
         from tritongemm import ops
@@ -196,36 +214,75 @@ def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) ->
     return torch.cat([activation_backward(grad * up, gate, activation), grad * activate_torch(gate, activation)], -1)
 
 
-def _launch(a, b, offs, out_dtype, form, glu=None) -> torch.Tensor:
-    """The kernel of `form` on checked operands (kernels.py), into a new output."""
+def _tile(rows: int, groups: int, on_cpu: bool, glu: str | None, itemsize: int) -> dict:
+    """The kernels' tile and launch settings for `rows` over `groups` groups of `itemsize`-byte
+    operands. A gated pair keeps two accumulators: half the large tile's width keeps them in the
+    registers one held. fp32 operands take half the K-step, so the ring of stages keeps the
+    shared memory of 16-bit ones."""
+    if on_cpu:
+        return _CPU_TILE
+    tile = dict(_GPU_TILES["large" if rows >= _LARGE_GROUP_ROWS * max(groups, 1) else "small"])
+    if glu:
+        tile["BLOCK_N"] = min(tile["BLOCK_N"], 128)
+    tile["BLOCK_K"] = tile["BLOCK_K"] * 2 // max(itemsize, 2)
+    return tile
+
+
+def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
+    """The kernel of `form` on checked operands (kernels.py), into a new output. The hot path: a
+    plan per problem (every fact `_plan` reads in its key), built and compiled once, kept in
+    plan.PLANS with linear's (bounded, thread-safe); later calls allocate and launch. `tile`
+    replaces _tile's choice, unplanned (scripts/grouped_configs.py sweeps it)."""
+    if tile is not None:
+        return _plan(a, b, offs, out_dtype, form, glu, tile)(a, b, offs)
+    key = ("grouped_mm", form, glu, out_dtype, tensor_facts(a), tensor_facts(b), tensor_facts(offs), _allow_tf32())
+    call = PLANS.find_key(key)
+    if call is None:
+        call = _plan(a, b, offs, out_dtype, form, glu, None)
+        PLANS.remember(key, call)
+    return call(a, b, offs)
+
+
+def _plan(a, b, offs, out_dtype, form, glu, tile):
+    """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled."""
+    from tritongemm.fast_launch import compile_launch
     from tritongemm.grouped.kernels import _groups_along_k_kernel, _groups_along_m_kernel
     from tritongemm.ladder._host import input_precision, sm_count
 
     on_cpu = a.device.type == "cpu"
-    tile = _CPU_TILE if on_cpu else _TILE
+    G = b.shape[0] if form == "m" else offs.shape[0]
+    tile = tile or _tile(a.shape[0] if form == "m" else a.shape[1], G, on_cpu, glu, a.element_size())
     meta = dict(tile, INPUT_PRECISION=input_precision(a.dtype), ALIGN=(1,) * 9)
     if form == "m":
         M, K = a.shape
-        G, _, N = b.shape
-        N = N // 2 if glu else N
-        c = torch.empty((M, N), dtype=out_dtype, device=a.device)
-        if M * N == 0:
-            return c
-        if G == 0:  # no group: every row is past the last one's end
-            return c.zero_()
+        N = b.shape[2] // 2 if glu else b.shape[2]
+        shape, kernel = (M, N), _groups_along_m_kernel
         programs = _CPU_PROGRAMS if on_cpu else sm_count(a.device)
-        _groups_along_m_kernel[(programs,)](
-            a, b, c, offs, G, M, N, K, *a.stride(), *b.stride(), *c.stride(), NUM_PROGRAMS=programs,
-            GLU=glu or "none", **meta,
-        )  # fmt: skip
+        grid = (programs,)
+        meta.update(NUM_PROGRAMS=programs, GROUPS_POW2=1 << G.bit_length(), GLU=glu or "none",
+                    INT64=max(a.numel(), b.numel(), M * N) >= 2**31)  # fmt: skip
+        c_strides = (N, 1)
+        sizes = (G, M, N, K, *a.stride(), *b.stride(), *c_strides)
+        empty = M * N == 0 or G == 0  # no group: every row is past the last one's end, zeros
+    else:
+        M, N = a.shape[0], b.shape[1]
+        shape, kernel = (G, M, N), _groups_along_k_kernel
+        meta.pop("GROUP_SIZE_M")
+        grid = (G * -(-M // tile["BLOCK_M"]) * -(-N // tile["BLOCK_N"]),)
+        sizes = (M, N, *a.stride(), *b.stride(), M * N, N, 1)
+        empty = G * M * N == 0
+
+    if empty:
+        return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
+    c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
+    launch = compile_launch(kernel, grid, (a, b, c, offs, *sizes), meta, a.device)
+
+    def call(a, b, offs):
+        c = torch.empty(shape, dtype=out_dtype, device=a.device)
+        launch(a, b, c, offs, *sizes)
         return c
-    M, N, G = a.shape[0], b.shape[1], offs.shape[0]
-    c = torch.empty((G, M, N), dtype=out_dtype, device=a.device)
-    if c.numel() == 0:
-        return c
-    tiles = -(-M // tile["BLOCK_M"]) * -(-N // tile["BLOCK_N"])
-    _groups_along_k_kernel[(G * tiles,)](a, b, c, offs, M, N, *a.stride(), *b.stride(), *c.stride(), **meta)
-    return c
+
+    return call
 
 
 def reference_grouped_mm(a, b, offs=None, out_dtype=None, glu=None) -> torch.Tensor:

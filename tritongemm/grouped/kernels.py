@@ -4,10 +4,13 @@ Neither kernel reads `offs` on the host, so a call makes no synchronization, and
 torch.compile keep working:
 
 - groups along M (the MoE forward): a persistent grid whose size depends on the shapes alone.
-  Every program walks the groups in order, counting each group's tiles from its offsets (an
-  empty group has none), and takes the tiles whose running index is its own modulo the grid, as
-  the Triton tutorials' grouped GEMM does. The rows after the last group's end belong to no
-  group: one more pass writes them as zeros, so the output never holds uninitialized memory.
+  Each program loads the offsets once, as a vector, and counts every group's tiles (an empty
+  group has none) and their running total; it then takes the tiles whose running index is its own
+  modulo the grid, as the Triton tutorials' grouped GEMM does, finding each one's group with a
+  comparison against the running totals instead of a serial walk over the groups (a decode
+  step of a 128-expert layer has a few tiles and 128 offsets). The rows after the last group's
+  end belong to no group: one more slot writes them as zeros, so the output never holds
+  uninitialized memory.
 - a gated pair (GLU: SwiGLU, GeGLU) in the row-group kernel's epilogue: B's columns are [gate;
   up], and each output tile is activation(x @ gate) * (x @ up) from two accumulators over the same
   rows, so the (rows, 2 x width) product never reaches memory.
@@ -19,7 +22,7 @@ import triton
 import triton.language as tl
 
 from tritongemm.epilogue.kernels import _activate_tl
-from tritongemm.ladder._tiles import dot_tile, store_tile, tile_offsets
+from tritongemm.ladder._tiles import dot_tile, grouped_tile, store_tile, tile_offsets
 
 
 # fmt: off
@@ -36,39 +39,51 @@ def _groups_along_m_kernel(
     stride_cm, stride_cn,
     # meta-parameters
     NUM_PROGRAMS: tl.constexpr,
+    GROUPS_POW2: tl.constexpr,  # a power of two > G: the groups, and the rows past the last, as one vector
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    GROUP_SIZE_M: tl.constexpr,  # the L2 swizzle within a group (ladder/grouped.py)
     INPUT_PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr,  # _host.alignment_hints' nine entries; all 1: a group starts at any row
+    ALIGN: tl.constexpr,  # _host.alignment_hints' nine entries; M's is 1: a group ends at any row
+    INT64: tl.constexpr,  # some operand spans 2**31 elements: offsets in int64
     GLU: tl.constexpr,  # "none", or the gate's activation: C is activation(A @ B[:, :N]) * (A @ B[:, N:])
 ):
     # fmt: on
-    pid = tl.program_id(0)
+    # 1. The schedule, computed here from offs (never on the host): each group's tile count and
+    #    the running total before it, as vectors over the groups. Slot G holds the rows past the
+    #    last group's end, written as zeros.
+    slot = tl.arange(0, GROUPS_POW2)
+    ends = tl.load(offs_ptr + slot, mask=slot < G, other=0)
+    ends = tl.where(slot < G, ends, tl.where(slot == G, M, 0))
+    starts = tl.load(offs_ptr + slot - 1, mask=(slot > 0) & (slot <= G), other=0)
     tiles_n = tl.cdiv(N, BLOCK_N)
-    seen = 0  # tiles of the groups before this one
-    start = 0
-    for g in range(0, G + 1):  # G groups, then the rows after the last one's end
-        end = tl.where(g < G, tl.load(offs_ptr + tl.minimum(g, G - 1)), M)
-        tiles = tl.cdiv(end - start, BLOCK_M) * tiles_n
-        # 1. This program's tiles of the group: running index t with t % NUM_PROGRAMS == pid.
-        first = seen + (pid - seen % NUM_PROGRAMS + NUM_PROGRAMS) % NUM_PROGRAMS
-        for t in range(first, seen + tiles, NUM_PROGRAMS):
-            local = t - seen
-            offs_m, offs_n = tile_offsets(local // tiles_n, local % tiles_n, BLOCK_M, BLOCK_N, False)
-            offs_m += start
-            # 2. The group's rows times its B; past the last group, zeros.
-            if g < G:
-                acc = dot_tile(a_ptr, b_ptr + g * stride_bg, offs_m, offs_n, end, N, K, stride_am, stride_ak,
-                               stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION, ALIGN)
-                if GLU != "none":  # the up half: B's columns N + offs_n
-                    up = dot_tile(a_ptr, b_ptr + g * stride_bg + N * stride_bn, offs_m, offs_n, end, N, K, stride_am,
-                                  stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
-                                  ALIGN)
-                    acc = _activate_tl(acc, GLU) * up
-            else:
-                acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-            store_tile(c_ptr, acc, offs_m, offs_n, end, N, stride_cm, stride_cn, ALIGN)
-        seen += tiles
-        start = end
+    tiles = tl.where(slot <= G, tl.cdiv(ends - starts, BLOCK_M) * tiles_n, 0)
+    after = tl.cumsum(tiles, 0)  # tiles up to and including each group
+    total = tl.sum(tiles, 0)
+
+    # 2. Tile t of the running order goes to program t % NUM_PROGRAMS: find its group (the first
+    #    whose running total passes t), then its place in the group, swizzled for L2.
+    for t in range(tl.program_id(0), total, NUM_PROGRAMS):
+        g = tl.sum((after <= t).to(tl.int32), 0)
+        pick = slot == g
+        start = tl.sum(tl.where(pick, starts, 0), 0)
+        end = tl.sum(tl.where(pick, ends, 0), 0)
+        local = t - tl.sum(tl.where(pick, after - tiles, 0), 0)
+        pid_m, pid_n = grouped_tile(local, tl.cdiv(end - start, BLOCK_M), tiles_n, GROUP_SIZE_M)
+        offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N, INT64)
+        offs_m += start
+        # 3. The group's rows times its B; past the last group, zeros.
+        if g < G:
+            b_group = b_ptr + g.to(tl.int64) * stride_bg
+            acc = dot_tile(a_ptr, b_group, offs_m, offs_n, end, N, K, stride_am, stride_ak, stride_bk, stride_bn,
+                           BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION, ALIGN)  # fmt: skip
+            if GLU != "none":  # the up half: B's columns N + offs_n
+                up = dot_tile(a_ptr, b_group + N * stride_bn, offs_m, offs_n, end, N, K, stride_am, stride_ak,
+                              stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
+                              ALIGN)  # fmt: skip
+                acc = _activate_tl(acc, GLU) * up
+        else:
+            acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        store_tile(c_ptr, acc, offs_m, offs_n, end, N, stride_cm, stride_cn, ALIGN)
 
 
 # fmt: off

@@ -1,0 +1,77 @@
+"""Probe: which tile serves the row-group kernel (grouped_mm's MoE forward) best on this GPU, on
+`bench grouped`'s problems, beside torch._grouped_mm, kernel-only (CUDA graph, do_bench median).
+Each candidate is checked against the fp64 reference first. Feeds grouped/api.py's _GPU_TILES.
+
+    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import time
+
+import torch
+import triton
+
+
+def tile(bm, bn, bk, group, warps, stages):
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=group, num_warps=warps, num_stages=stages)
+
+
+CANDIDATES = {
+    "128x128x64 g8 w8 s3": tile(128, 128, 64, 8, 8, 3),
+    "128x128x64 g8 w8 s4": tile(128, 128, 64, 8, 8, 4),
+    "128x256x64 g8 w8 s3": tile(128, 256, 64, 8, 8, 3),
+    "128x128x64 g8 w4 s4": tile(128, 128, 64, 8, 4, 4),
+    "64x128x64 g8 w4 s4": tile(64, 128, 64, 8, 4, 4),
+    "64x64x128 g1 w4 s4": tile(64, 64, 128, 1, 4, 4),
+    "64x128x128 g1 w4 s3": tile(64, 128, 128, 1, 4, 3),
+    "16x64x128 g1 w4 s4": tile(16, 64, 128, 1, 4, 4),
+    "32x128x128 g1 w4 s4": tile(32, 128, 128, 1, 4, 4),
+    "16x128x256 g1 w4 s3": tile(16, 128, 256, 1, 4, 3),
+    "64x64x32 g1 w4 s3 (first)": tile(64, 64, 32, 1, 4, 3),
+}
+
+
+def main() -> None:
+    from tritongemm.bench.grouped import SUITE, operands
+    from tritongemm.grouped import reference_grouped_mm
+    from tritongemm.grouped.api import _launch
+    from tritongemm.reference import rel_error, tolerance
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    t0 = time.time()
+    with open(args.out, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["experts", "tokens", "topk", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch",
+                         "rel_err"])  # fmt: skip
+        for p in SUITE:
+            a, b, offs = operands(p, "cuda")
+            ref = reference_grouped_mm(a, b, offs).double()
+            bound = tolerance(a.dtype, p.k)
+            calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, offs)}
+            for name, t in CANDIDATES.items():
+                calls[name] = functools.partial(_launch, a, b, offs, a.dtype, "m", tile=t)
+            torch_ms = None
+            for name, fn in calls.items():
+                try:
+                    err = rel_error(fn(), ref)
+                    ms = triton.testing.do_bench_cudagraph(fn, rep=40) if err <= bound else None
+                except Exception as exc:
+                    err, ms = None, None
+                    name = f"{name} [{type(exc).__name__}: {str(exc).splitlines()[0][:80]}]"
+                torch_ms = ms if name == "torch._grouped_mm" else torch_ms
+                tflops = p.flops / ms / 1e9 if ms else None
+                ratio = torch_ms / ms if torch_ms and ms else None
+                writer.writerow([p.experts, p.tokens, p.topk, p.n, p.k, name, ms, tflops, ratio, err])
+                f.flush()
+                print(f"[{time.time() - t0:4.0f}s] {p.label():50s} {name:28s} {(ms or 0):.4f} ms "
+                      f"{(tflops or 0):6.1f} TF/s ratio {ratio or 0:.3f}", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
