@@ -4,6 +4,7 @@ timed in interleaved rounds, each run once under cProfile, and the host and GPU 
 Linear modules at the decode shape (M = 1). bf16, on a GPU:
 
     PYTHONPATH=. python3 scripts/decode_probe.py qwen2-7b
+    PYTHONPATH=. python3 scripts/decode_probe.py mixtral-8x7b-moe torch,hf-grouped_mm,tritongemm
 """
 
 import cProfile
@@ -49,10 +50,10 @@ def host_us(module, x, n: int = 500) -> tuple[float, float]:
     return host / n * 1e6, (time.perf_counter() - start) / n * 1e6
 
 
-def main(family: str) -> None:
+def main(family: str, providers: tuple[str, ...] | None = None) -> None:
     setting = next(s for s in SETTINGS if s.phase == "generate")
     config = model_config(family)
-    models = build_models(family, config, device="cuda")
+    models = build_models(family, config, device="cuda", **({"providers": providers} if providers else {}))
     inputs = make_inputs(setting, config["vocab_size"], "cuda")
     with torch.no_grad(), _recompile_limits():
         calls = {p: timed_call(generator(m), setting, inputs) for p, m in models.items()}
@@ -91,4 +92,4 @@ def module_line(name: str, theirs, ours) -> str:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "qwen2-7b")
+    main(sys.argv[1] if len(sys.argv) > 1 else "qwen2-7b", tuple(sys.argv[2].split(",")) if len(sys.argv) > 2 else None)

@@ -22,7 +22,10 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     """An experts module's forward (transformers' `use_experts_implementation` interface): `self`
     holds gate_up_proj or up_proj and down_proj, (experts, out, in) or transposed (`is_transposed`),
     optional biases, `act_fn` and `_apply_gate`."""
-    from tritongemm.grouped import grouped_mm
+    from tritongemm.grouped.api import grouped_mm_of_counts
+
+    def grouped_mm(a, b, offs, glu=None):  # offs: the cumsum of histc's counts, in range by construction
+        return grouped_mm_of_counts(a, b, offs, None, glu, offs_from_counts=True)
 
     num_tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[-1]
