@@ -56,6 +56,12 @@ FP8_INFERENCE_ONLY = "n/a: fp8 layers are inference only"
 # A broken backward is off by O(1); two correct bf16 ones differ by their roundings, near the
 # logits' 1e-2 (a first bound, not yet measured on the H100).
 MAX_GRAD_REL_ERR = 5e-2
+# A MoE model's two correct bf16 runs differ more: a token whose top-k router scores nearly tie
+# changes experts where those scores round differently. On the H100 (Mixtral-shaped, 2 layers),
+# transformers' own grouped_mm experts differed from its eager loop by 3.3e-2..4.2e-2 in the
+# logits and 6.4e-2 in the gradients, tritongemm's by 3.7e-2..4.9e-2 and 5.0e-2: every bound
+# of a MoE row is this many times the dense one's, still far below a broken kernel's O(1).
+MOE_BOUND_FACTOR = 4
 LAYERS = (2, 3, 4)
 VOCAB_SIZE = 32000  # Llama 2's: Llama 3's 128256 or Qwen2's 152064 would make the logits, not the layers, the story
 NEW_TOKENS = 64  # generate: new tokens per call, always all of them (min_new_tokens)
@@ -168,10 +174,11 @@ class Agreement:
     max_grad_rel_err: float | None = None  # train: the worst nn.Linear parameter's gradient
     matching_tokens: int | None = None  # generate: leading new tokens equal to eager torch's
 
-    def ok(self, logits_bound: float = MAX_REL_ERR) -> bool:
+    def ok(self, logits_bound: float = MAX_REL_ERR, factor: float = 1.0) -> bool:
+        """Within the bounds, each times `factor` (MOE_BOUND_FACTOR for a MoE model)."""
         bounds = ((self.max_rel_err, logits_bound), (self.loss_rel_err, MAX_REL_ERR),
                   (self.max_grad_rel_err, MAX_GRAD_REL_ERR))  # fmt: skip
-        return all(err is None or err <= bound for err, bound in bounds)
+        return all(err is None or err <= bound * factor for err, bound in bounds)
 
 
 @dataclass(frozen=True)
@@ -440,15 +447,17 @@ def measure_setting(
     device,
     rounds: int = ROUNDS,
     timer=eager_timer,
+    bound_factor: float = 1.0,
 ) -> dict[str, Outcome]:
-    """Check every provider against eager torch, then time the correct ones in `rounds`
-    interleaved rounds (torch, tritongemm, ...), each keeping its median."""
+    """Check every provider against eager torch (the bounds times `bound_factor`: MOE_BOUND_FACTOR
+    for a MoE model), then time the correct ones in `rounds` interleaved rounds (torch,
+    tritongemm, ...), each keeping its median."""
     torch._dynamo.reset()  # each setting compiles anew: prefill and train static, one graph per provider
     inputs = make_inputs(setting, vocab_size, device)
     with phase_mode(models, setting.phase), _recompile_limits():
         callers = {p: generator(m) for p, m in models.items()} if setting.phase == "generate" else models
         params = linear_parameters(models["torch"]) if setting.phase == "train" else {}
-        checked = _check_all(callers, setting, inputs, params)
+        checked = _check_all(callers, setting, inputs, params, bound_factor)
         status = {p: s for p, (_, s) in checked.items()}
         calls = {p: timed_call(m, setting, inputs) for p, m in callers.items()}
         samples: dict[str, list[float]] = {p: [] for p in calls}
@@ -474,7 +483,8 @@ def _recompile_limits():
     return config.patch(**{k: v for k, v in wanted.items() if hasattr(config, k)})
 
 
-def _check_all(callers: dict, setting: Setting, inputs: dict, params: dict) -> dict[str, tuple[Agreement, str]]:
+def _check_all(callers: dict, setting: Setting, inputs: dict, params: dict,
+               bound_factor: float = 1.0) -> dict[str, tuple[Agreement, str]]:  # fmt: skip
     """provider -> (its agreement with eager torch, its status); the first call of each compiles,
     untimed, and a second one leaves nothing lazy to the timed calls."""
     checked: dict[str, tuple[Agreement, str]] = {}
@@ -493,7 +503,7 @@ def _check_all(callers: dict, setting: Setting, inputs: dict, params: dict) -> d
                 reference = seen
             found = agreement(seen, reference)
             bound = FP8_MAX_REL_ERR if provider in FP8_PROVIDERS else MAX_REL_ERR
-            checked[provider] = (found, "ok" if found.ok(bound) else "wrong")
+            checked[provider] = (found, "ok" if found.ok(bound, bound_factor) else "wrong")
             del seen
             timed_call(model, setting, inputs)()
         except Exception as exc:  # a compilation that fails is a result too
@@ -552,7 +562,8 @@ def run_model(
             models, failed = {}, _failed(providers, exc)
             print(f"{family}: could not build: {failed['torch'].status}", flush=True)
         for setting in settings:
-            kwargs = dict(vocab_size=config["vocab_size"], device=device, rounds=rounds)
+            kwargs = dict(vocab_size=config["vocab_size"], device=device, rounds=rounds,
+                          bound_factor=MOE_BOUND_FACTOR if FAMILIES[family].moe else 1.0)  # fmt: skip
             outcomes = _outcomes(models, setting, **kwargs) if models else failed
             rows += make_rows(env["device"], "bfloat16", family, layers, setting, outcomes)
             done = ", ".join(f"{p} {o.status}" for p, o in outcomes.items())
