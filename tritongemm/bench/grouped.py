@@ -46,8 +46,11 @@ class GroupedProblem:
 
     @property
     def bytes(self) -> int:
+        """What the GEMM must move at least: the rows in and out, and the weights of the experts
+        the rows can reach (a decode step's few rows touch a few of 128 experts)."""
         itemsize = getattr(torch, self.dtype).itemsize
-        return (self.rows * self.k + self.experts * self.k * self.n + self.rows * self.n) * itemsize
+        touched = min(self.experts, self.rows)
+        return (self.rows * self.k + touched * self.k * self.n + self.rows * self.n) * itemsize
 
     def label(self) -> str:
         return f"{self.experts} experts top-{self.topk}, {self.tokens} tokens, {self.n}x{self.k} {self.dtype}"
