@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tritongemm import api, fused
+from tritongemm.blocks.gated_mlp import GatedMLP  # noqa: F401  tritongemm.nn.GatedMLP
 from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
 from tritongemm.checks import _dtype_name
 from tritongemm.epilogue import ACTIVATIONS
@@ -91,6 +92,9 @@ class PatchReport:
     # A transformers MoE model's experts: "tritongemm" where patch selected that implementation,
     # else why not (None: the model has no experts interface).
     experts: str | None = None
+    # fuse=True: the gated MLPs put in place as GatedMLP, and those left with the reason.
+    fused: list[str] = field(default_factory=list)
+    not_fused: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
         total = len(self.replaced) + len(self.skipped)
@@ -99,10 +103,15 @@ class PatchReport:
             text += "; left: " + ", ".join(f"{name or '<root>'} ({why})" for name, why in self.skipped.items())
         if self.experts is not None:
             text += f"; experts: {self.experts}"
+        if self.fused or self.not_fused:
+            text += f"; fused {len(self.fused)} gated MLPs into GatedMLP"
+            if self.not_fused:
+                text += "; not fused: " + ", ".join(f"{name} ({why})" for name, why in self.not_fused.items())
         return text
 
 
-def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None) -> torch.nn.Module:
+def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None,
+          fuse: bool = False) -> torch.nn.Module:  # fmt: skip
     """Replace, in place, every `torch.nn.Linear` in `model` with a tritongemm `Linear` sharing
     its parameters; return `model`, with a `PatchReport` as `model.tritongemm_patch_report`
     (also logged at INFO on the "tritongemm" logger).
@@ -111,6 +120,13 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     linear.py): the weight quantized once with that recipe (a copy: the model's parameters stay
     as they are, unused), each input quantized on the fly. Modules whose in_features the recipe
     can't take (not a multiple of 128 for "block") are left, with the reason.
+
+    `fuse=True` first puts a `tritongemm.blocks.GatedMLP` in place of each of transformers' gated
+    MLPs (Llama, Qwen2/3, Mistral, Gemma, ...; blocks/fuse.py says which): the gate and up
+    projections as one GEMM with act(g) * u in its epilogue (their weights copied once into one;
+    the state_dict keeps transformers' keys), then the down projection. The report's `fused` and
+    `not_fused` say which and why; attention's q/k/v projections and the residual adds are not
+    fused yet.
 
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
@@ -126,8 +142,14 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         raise ValueError(f"patch: expected fp8 to be None or one of {RECIPES}, but got {fp8!r}")
     if fp8 is not None and kernel != "auto":
         raise ValueError(f"patch: kernel={kernel!r} names a bf16 kernel; with fp8={fp8!r}, the fp8 kernels serve")
+    if fp8 is not None and fuse:
+        raise ValueError(f"patch: fuse=True fuses bf16 blocks; with fp8={fp8!r} each nn.Linear becomes an Fp8Linear")
     served = _served_dtypes(kernel)
     report = PatchReport()
+    if fuse:
+        from tritongemm.blocks import fuse_mlps
+
+        report.fused, report.not_fused = fuse_mlps(model, kernel, refuse=lambda linear: _why_not(linear, served))
     seen = {}  # id(nn.Linear) -> its replacement (None: left), so a module shared by two parents stays shared
     for name, module in list(model.named_modules(remove_duplicate=False)):  # every path to a shared module
         if not name or not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):

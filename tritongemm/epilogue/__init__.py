@@ -22,6 +22,19 @@ import torch
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 
 
+# torch's and transformers' activation modules, by class name, as the kernels' epilogue names them.
+_MODULE_NAMES = {"ReLU": "relu", "SiLU": "silu", "SiLUActivation": "silu", "GELUActivation": "gelu",
+                 "NewGELUActivation": "gelu_tanh", "PytorchGELUTanh": "gelu_tanh", "GELUTanh": "gelu_tanh"}  # fmt: skip
+
+
+def activation_of(module) -> str | None:
+    """The epilogue's name for an activation module (torch's or transformers'): "silu", "gelu",
+    "gelu_tanh" or "relu"; None for any other (its own forward must then run)."""
+    if isinstance(module, torch.nn.GELU):
+        return "gelu_tanh" if module.approximate == "tanh" else "gelu"
+    return _MODULE_NAMES.get(type(module).__name__)
+
+
 @dataclass(frozen=True)
 class Epilogue:
     """The compile-time shape of an epilogue; the tensors come with each call."""

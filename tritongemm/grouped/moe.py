@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm.grouped.api import GLU_ACTIVATIONS
+
 NAME = "tritongemm"
 
 
@@ -58,11 +60,6 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
 
 
-# transformers' activation modules, by class name, as the kernels' epilogue names them.
-_GLU_NAMES = {"SiLU": "silu", "SiLUActivation": "silu", "GELUActivation": "gelu", "NewGELUActivation": "gelu_tanh",
-              "PytorchGELUTanh": "gelu_tanh", "GELUTanh": "gelu_tanh"}  # fmt: skip
-
-
 def _fusable_glu(self) -> str | None:
     """The activation to fuse where the module gates as transformers does by default (act(gate) *
     up on [gate; up] halves, no bias between): else None, and the module's own gate runs."""
@@ -74,10 +71,10 @@ def _fusable_glu(self) -> str | None:
         return None
     if not getattr(self, "is_concatenated", True):
         return None
-    act = getattr(self, "act_fn", None)
-    if isinstance(act, torch.nn.GELU):
-        return "gelu_tanh" if act.approximate == "tanh" else "gelu"
-    return _GLU_NAMES.get(type(act).__name__)
+    from tritongemm.epilogue import activation_of
+
+    act = activation_of(getattr(self, "act_fn", None))
+    return act if act in GLU_ACTIVATIONS else None
 
 
 def _gate(self, gate_up: torch.Tensor) -> torch.Tensor:

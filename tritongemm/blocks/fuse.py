@@ -1,0 +1,72 @@
+"""`fuse_mlps`: transformers' gated MLPs (Llama, Qwen2, Qwen3, Mistral, Gemma and their kin) put
+in place as `GatedMLP`s, what `tritongemm.patch(model, fuse=True)` runs first.
+
+A module is fused only where its forward is known to be `down_proj(act_fn(gate_proj(x)) *
+up_proj(x))`: its class is one of transformers' that compute exactly that (by name, so nothing
+imports transformers), its three projections are plain linears without bias, and its activation
+is one the epilogue computes. Everything else is left, with the reason, for the report.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.blocks.gated_mlp import GatedMLP
+from tritongemm.epilogue import activation_of
+from tritongemm.grouped.api import GLU_ACTIVATIONS
+
+# transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
+GATED_MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP",
+                               "Gemma3MLP", "Qwen2MoeMLP", "Qwen3MoeMLP", "Olmo2MLP", "GraniteMLP"})  # fmt: skip
+
+
+def why_not_fused(module: torch.nn.Module) -> str | None:
+    """Why `module`, a gated MLP by its attributes, is not fused (None: it is fusable)."""
+    name = type(module).__name__
+    if name not in GATED_MLP_CLASSES:
+        return f"{name}: not a class known to compute down(act(gate(x)) * up(x))"
+    if "forward" in module.__dict__ or any((module._forward_hooks, module._forward_pre_hooks)):
+        return "its forward is replaced or hooked"
+    from tritongemm.nn import Linear
+
+    for proj in ("gate_proj", "up_proj", "down_proj"):
+        linear = getattr(module, proj)
+        if type(linear) not in (torch.nn.Linear, Linear) or linear.bias is not None:
+            return f"{proj} is {type(linear).__name__}{' with a bias' if linear.bias is not None else ''}"
+        if type(linear.weight.data) is not torch.Tensor:
+            return f"{proj} holds {type(linear.weight.data).__name__} weights"
+    if getattr(module.down_proj, "activation", None) is not None:
+        return "down_proj has an activation of its own"
+    if module.gate_proj.weight.dtype != module.up_proj.weight.dtype:
+        return "gate_proj and up_proj differ in dtype"
+    act = activation_of(getattr(module, "act_fn", None))
+    if act not in GLU_ACTIVATIONS:
+        return f"activation {type(getattr(module, 'act_fn', None)).__name__}: the epilogue computes {GLU_ACTIVATIONS}"
+    return None
+
+
+def fuse_mlps(model: torch.nn.Module, kernel: str = "auto", refuse=None) -> tuple[list[str], dict[str, str]]:
+    """Replace, in place, every fusable gated MLP in `model` with a `GatedMLP` (the gate and up
+    weights copied once into one; down_proj's shared). `refuse(linear) -> reason or None` adds
+    the caller's reasons (patch's: dtypes and devices no kernel serves). Returns (the names
+    fused, {name: why not} for the gated MLPs left)."""
+    fused, left, seen = [], {}, {}
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if (
+            not name
+            or isinstance(module, GatedMLP)
+            or not all(hasattr(module, p) for p in ("gate_proj", "up_proj", "down_proj"))
+        ):
+            continue
+        if id(module) not in seen:
+            reason = why_not_fused(module) or (refuse and refuse(module.gate_proj))
+            act = activation_of(getattr(module, "act_fn", None))
+            seen[id(module)] = (GatedMLP.from_mlp(module, act, kernel=kernel) if reason is None else None, reason)
+        replacement, reason = seen[id(module)]
+        if replacement is None:
+            left[name] = reason
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, replacement)
+        fused.append(name)
+    return fused, left

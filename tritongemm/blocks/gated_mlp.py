@@ -1,0 +1,111 @@
+"""`GatedMLP`: a transformer's gated MLP, `down(act(gate(x)) * up(x))` (SwiGLU, GeGLU), in two
+GEMMs instead of three GEMMs and two elementwise kernels.
+
+The gate and up projections read the same x, so their weights side by side make one GEMM whose
+N axis holds [gate; up]; its epilogue computes act(g) * u from the two fp32 tiles and writes that
+once (`grouped_mm`'s gated pair, over a single group: grouped/kernels.py), so the M x 2I product
+never reaches memory and the elementwise kernels disappear. The down projection is
+`tritongemm.linear`, which takes the block's residual add in its store. Autograd recomputes the
+pair in the backward (grouped/api.py `grouped_grads`).
+
+The module holds one (2I, H) weight, `gate_up_weight`, and shows its halves as views
+(`gate_weight`, `up_weight`); its state_dict has transformers' keys (`gate_proj.weight`,
+`up_proj.weight`, `down_proj.weight`; the halves as copies), so checkpoints load both ways.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from tritongemm.grouped.api import GLU_ACTIVATIONS
+
+
+class GatedMLP(torch.nn.Module):
+    """y = down(act(x @ gate.T) * (x @ up.T)) (+ residual), for x of shape (..., hidden_size);
+    `activation` "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU). No biases: the gated MLPs of
+    Llama, Qwen2, Mistral and Gemma have none."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, activation: str = "silu", *, device=None,
+                 dtype=None, kernel: str = "auto") -> None:  # fmt: skip
+        if activation not in GLU_ACTIVATIONS:
+            raise ValueError(f"GatedMLP: expected activation to be one of {GLU_ACTIVATIONS}, but got {activation!r}")
+        super().__init__()
+        from tritongemm.nn import Linear
+
+        self.hidden_size, self.intermediate_size, self.activation = hidden_size, intermediate_size, activation
+        self.gate_up_weight = torch.nn.Parameter(torch.empty(2 * intermediate_size, hidden_size, device=device,
+                                                             dtype=dtype))  # fmt: skip
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=False, device=device, dtype=dtype, kernel=kernel)
+        if self.gate_up_weight.device.type != "meta":
+            for half in (self.gate_weight, self.up_weight):  # as nn.Linear initializes each
+                torch.nn.init.kaiming_uniform_(half, a=math.sqrt(5))
+        self.register_state_dict_post_hook(_split_gate_up)
+        self.register_load_state_dict_pre_hook(_join_gate_up)
+
+    @property
+    def gate_weight(self) -> torch.Tensor:
+        """The gate projection's (I, H) weight: a view of gate_up_weight's first half."""
+        return self.gate_up_weight[: self.intermediate_size]
+
+    @property
+    def up_weight(self) -> torch.Tensor:
+        return self.gate_up_weight[self.intermediate_size :]
+
+    @classmethod
+    def from_mlp(cls, mlp: torch.nn.Module, activation: str, kernel: str = "auto") -> GatedMLP:
+        """The fused module computing what `mlp` (gate_proj, up_proj and down_proj without bias)
+        computes: the gate and up weights copied once into one; down_proj's Parameter shared."""
+        from tritongemm.nn import Linear
+
+        gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
+        new = cls(gate.shape[1], gate.shape[0], activation, device="meta", kernel=kernel)
+        with torch.no_grad():
+            joined = torch.cat([gate, up]).requires_grad_(gate.requires_grad or up.requires_grad)
+        new.gate_up_weight = torch.nn.Parameter(joined, requires_grad=joined.requires_grad)
+        new.down_proj = Linear.from_linear(mlp.down_proj, kernel=kernel) if type(mlp.down_proj) is torch.nn.Linear \
+            else mlp.down_proj  # fmt: skip
+        new.train(mlp.training)
+        return new
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        from tritongemm import fused
+        from tritongemm.grouped.api import grouped_mm_of_counts
+
+        lead, hidden = x.shape[:-1], x.shape[-1]
+        rows = x.reshape(-1, hidden)
+        # [gate; up] as grouped_mm's b over one group: (1, H, 2I), a view of the (2I, H) weight.
+        b = self.gate_up_weight.t().unsqueeze(0)
+        h = grouped_mm_of_counts(rows, b, _one_group(rows.shape[0], rows.device), None, self.activation,
+                                 offs_from_counts=True)  # fmt: skip
+        if residual is not None:
+            residual = residual.reshape(-1, residual.shape[-1])
+        y = fused.linear(h, self.down_proj.weight, self.down_proj.bias, residual=residual, kernel=self.down_proj.kernel)
+        return y.view(*lead, y.shape[-1])
+
+    def extra_repr(self) -> str:
+        return (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
+                f"activation={self.activation!r}")  # fmt: skip
+
+
+def _one_group(rows: int, device: torch.device) -> torch.Tensor:
+    """offs for one group of `rows` rows. A new tensor each call (one fill kernel): a kept one
+    could be evicted while a captured CUDA graph still reads it."""
+    return torch.full((1,), rows, dtype=torch.int32, device=device)
+
+
+def _split_gate_up(module: GatedMLP, state_dict: dict, prefix: str, local_metadata) -> None:
+    """state_dict post-hook: transformers' keys for the joined weight's halves, as copies. Two
+    views of one storage would read as tied weights to savers that look for shared storage
+    (safetensors refuses them; transformers' save_pretrained keeps one of a tied pair)."""
+    joined = state_dict.pop(prefix + "gate_up_weight").detach()
+    state_dict[prefix + "gate_proj.weight"] = joined[: module.intermediate_size].clone()
+    state_dict[prefix + "up_proj.weight"] = joined[module.intermediate_size :].clone()
+
+
+def _join_gate_up(module: GatedMLP, state_dict: dict, prefix: str, *args) -> None:
+    """load_state_dict pre-hook: transformers' two keys joined into the module's one."""
+    gate, up = prefix + "gate_proj.weight", prefix + "up_proj.weight"
+    if gate in state_dict and up in state_dict:
+        state_dict[prefix + "gate_up_weight"] = torch.cat([state_dict.pop(gate), state_dict.pop(up)])
