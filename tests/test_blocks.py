@@ -178,3 +178,17 @@ def test_the_state_dict_halves_share_no_storage(tmp_path):
     loaded = GatedMLP(16, 24, device=DEVICE)
     loaded.load_state_dict(safetensors.load_file(str(tmp_path / "mlp.safetensors"), device=str(DEVICE)))
     assert torch.equal(loaded.gate_up_weight, mlp.gate_up_weight)
+
+
+@pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run (the H100 runs the suite)")
+def test_bench_mlp_checks_times_and_writes(tmp_path):
+    import csv
+
+    from tritongemm.bench import mlp
+
+    rows = mlp.run_mlp(out_dir=tmp_path, rounds=1)
+    assert {r.provider for r in rows} == {"torch", "tritongemm"}  # no compiler to time on the CPU
+    assert all(r.status == "ok" for r in rows) and {r.direction for r in rows} == set(mlp.DIRECTIONS)
+    with open(tmp_path / "mlp-cpu.csv") as f:
+        assert list(next(csv.DictReader(f))) == mlp.COLUMNS
+    assert {p.tokens for p in mlp.SUITE} >= {1, 16, 2048, 8192} and {p.model for p in mlp.SUITE} == set(mlp.MODELS)

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
-OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped"]
+OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped", "mlp"]
 # Which of bench's options each of those takes (--out-dir and --no-plot: all).
 OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
@@ -23,6 +23,7 @@ OWN_SUITE_OPTIONS = {
     "model": ("layers", "models", "phases", "providers", "name"),
     "fp8": ("shapes", "timing", "name"),
     "grouped": ("timing", "name"),
+    "mlp": ("timing", "name"),
 }
 BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers", "models", "phases",
                  "providers")  # fmt: skip
@@ -69,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
         "model: Llama-3-8B's, Qwen2-7B's and Pythia-1.4B's layers in prefill, generate and a training step, "
         "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers); "
         "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block); "
-        "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs",
+        "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs; "
+        "mlp: the gated MLP block as tritongemm.blocks.GatedMLP vs the unfused torch block and torch.compile of it",
     )  # fmt: skip
     bench.add_argument(
         "--shapes", type=shapes,
@@ -229,6 +231,13 @@ def _run(args: argparse.Namespace) -> int:
 
         out_dir = args.out_dir or ("results" if _on_gpu() else None)  # without a GPU: files only where asked
         run_grouped(timings=(args.timing,) if args.timing else TIMINGS, out_dir=out_dir, name=args.name)
+        return 0
+    if args.suite == "mlp":
+        from tritongemm.bench.measure import TIMINGS
+        from tritongemm.bench.mlp import run_mlp
+
+        out_dir = args.out_dir or ("results" if _on_gpu() else None)  # without a GPU: files only where asked
+        run_mlp(timings=(args.timing,) if args.timing else TIMINGS, out_dir=out_dir, name=args.name)
         return 0
     if args.suite == "model":
         from tritongemm.bench.model import run_model
