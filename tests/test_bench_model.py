@@ -308,6 +308,22 @@ def test_every_phase_end_to_end_on_a_tiny_model(family):
     assert len(timed) == 2 * len(TINY_SETTINGS)
 
 
+@needs_transformers
+def test_the_fused_provider_agrees_in_every_phase():
+    """tritongemm-fused: each gated MLP a GatedMLP (its gate and up weights joined, a copy); its
+    train gradients are read from the joined weight's halves under eager torch's names."""
+    models = tiny_models("llama-3-8b", providers=("torch", "tritongemm-fused"))
+    from tritongemm.blocks import GatedMLP
+
+    assert isinstance(models["tritongemm-fused"].model.layers[0].mlp, GatedMLP)
+    for setting in TINY_SETTINGS:
+        outcomes = M.measure_setting(models, setting, vocab_size=TINY_VOCAB, device="cpu", rounds=1,
+                                     timer=counting_timer([]))  # fmt: skip
+        assert [o.status for o in outcomes.values()] == ["ok", "ok"], setting
+        if setting.phase == "train":
+            assert outcomes["tritongemm-fused"].agreement.max_grad_rel_err < 1e-4
+
+
 class _Skewed(torch.nn.Module):
     """A wrong lm_head: twice the logits plus one."""
 

@@ -45,7 +45,9 @@ FP8_PROVIDERS = {"tritongemm-fp8-row": "row", "tritongemm-fp8-block": "block"}
 # MoE families only: transformers' own grouped experts (torch._grouped_mm), the bar of issue 27;
 # "torch" runs their experts as transformers' eager loop.
 HF_GROUPED = ("hf-grouped_mm", "hf-grouped_mm+compile")
-PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *HF_GROUPED, *FP8_PROVIDERS)
+# Dense families only: tritongemm.patch(model, fuse=True), each gated MLP a GatedMLP (issue 28).
+FUSED = ("tritongemm-fused", "tritongemm-fused+compile")
+PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *HF_GROUPED, *FP8_PROVIDERS, *FUSED)
 PHASES = ("prefill", "generate", "train")
 MAX_REL_ERR = 2e-2  # logits and loss of a bf16 model whose GEMMs round differently, two to four layers deep
 # An fp8 model's logits: every GEMM's operands rounded to 3 mantissa bits (relative error up to
@@ -347,6 +349,11 @@ def build_models(
         models["torch.compile"] = torch.compile(models["torch"], dynamic=False)
     if "tritongemm+compile" in providers:
         models["tritongemm+compile"] = torch.compile(models["tritongemm"], dynamic=False)
+    if not info.moe and any(p in providers for p in FUSED):  # its own joined gate/up weights, down_proj shared
+        models["tritongemm-fused"] = tritongemm.patch(sharing_copy(base), fuse=True)
+        print(f"{family}: tritongemm.patch(fuse=True): {models['tritongemm-fused'].tritongemm_patch_report}")
+    if not info.moe and "tritongemm-fused+compile" in providers:
+        models["tritongemm-fused+compile"] = torch.compile(models["tritongemm-fused"], dynamic=False)
     for provider, recipe in FP8_PROVIDERS.items():
         if provider in providers:  # its own fp8 copy of the weights; the model's parameters untouched
             models[provider] = tritongemm.patch(sharing_copy(base), fp8=recipe)
@@ -410,7 +417,28 @@ def observe(model, setting: Setting, inputs: dict, params: dict[str, torch.nn.Pa
     model.zero_grad(set_to_none=True)  # the next backward makes new gradients: these stay ours
     out = model(**inputs, labels=inputs["input_ids"], use_cache=False)
     out.loss.backward()
-    return {"logits": out.logits.detach(), "loss": out.loss.detach(), "grads": {n: p.grad for n, p in params.items()}}
+    return {"logits": out.logits.detach(), "loss": out.loss.detach(), "grads": gradients(model, params)}
+
+
+def gradients(model: torch.nn.Module, params: dict[str, torch.nn.Parameter]) -> dict[str, torch.Tensor | None]:
+    """The gradient of each of eager torch's linear parameters (`params`, by name) as `model`
+    computed it: the shared parameter's own, or where a GatedMLP holds the gate and up weights
+    joined (a copy), the matching half of the joined weight's gradient."""
+    from tritongemm.blocks import GatedMLP
+
+    model = getattr(model, "_orig_mod", model)  # a torch.compile'd module: the one it wraps
+    grads = {}
+    for name, p in params.items():
+        owner_name, _, leaf = name.rpartition(".")  # e.g. model.layers.0.mlp.gate_proj, weight
+        mlp_name, _, proj = owner_name.rpartition(".")
+        mlp = model.get_submodule(mlp_name) if mlp_name else model
+        if isinstance(mlp, GatedMLP) and proj in ("gate_proj", "up_proj"):
+            joined = mlp.gate_up_weight.grad
+            half = None if joined is None else joined.chunk(2)[proj == "up_proj"]
+            grads[name] = half
+        else:
+            grads[name] = p.grad
+    return grads
 
 
 def linear_parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
@@ -636,6 +664,8 @@ def format_table(rows: list[ModelRow]) -> str:
 # (every phase); an fp8 model's prefill against the eager bf16 model (issue 26).
 TARGETS = {"tritongemm": ("torch", 1.0, PHASES), "tritongemm+compile": ("torch.compile", 1.0, PHASES)}
 TARGETS |= {p: ("torch", 1.3, ("prefill",)) for p in FP8_PROVIDERS}
+# A fused model's (issue 28): 1.05x eager torch in every phase; compiled, at least torch.compile's.
+TARGETS |= {"tritongemm-fused": ("torch", 1.05, PHASES), "tritongemm-fused+compile": ("torch.compile", 1.0, PHASES)}
 # A MoE model's: 1.1x transformers' grouped experts, eager and compiled (issue 27).
 MOE_TARGETS = {
     "tritongemm": ("hf-grouped_mm", 1.1, PHASES),
