@@ -238,12 +238,12 @@ def _key(*facts) -> tuple | None:
 
 # "auto"'s tiles, from scripts/fp8_configs.py on the H100 (results/h100/probes/fp8-configs.csv):
 # - M > 128: the Gluon rung, 128 x 256 for tensor- and row-wise scales (0.93-1.09x torch's
-#   _scaled_mm where the 128 x 128 tile of the `tl` rung gave 0.80-0.96x); its 128 x 128 two-warpgroup
+#   _scaled_mm where the 128 x 128 tile of the `tl` rung gave 0.80-0.99x); its 128 x 128 two-warpgroup
 #   tile for block scales (a 128 x 256 one spills the promoted sum: half the speed).
 # - M <= 128: the `tl` rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a
 #   128 x 128 tile left 100 of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep
 #   along K where the scales allow.
-# The wide tile serves both rungs: the `tl` rung's best at M > 128 too, where Hopper's can't run.
+# The wide tile serves both rungs on Hopper: the `tl` rung's best at M > 128 too, where the Gluon one can't run.
 _WIDE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _BLOCK_TL = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _SMALL_M = 128
@@ -254,14 +254,16 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     M, N = c.shape
     if a.device.type != "cuda":
         return "fp8_grouped", None
+    hopper = device_info.capability(a.device) == (9, 0)  # the GPU the tiles were measured on
     if M > _SMALL_M:
         from tritongemm.hopper import fp8_tma
 
-        if device_info.capability(a.device) == (9, 0) and fp8_tma.unsupported_reason(a, b, c, recipe) is None:
+        if hopper and fp8_tma.unsupported_reason(a, b, c, recipe) is None:
             return "fp8_tma", fp8_tma.default_config(recipe) if recipe == "block" else _WIDE
-        return "fp8_grouped", _BLOCK_TL if recipe == "block" else _WIDE
+        # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
+        return "fp8_grouped", _WIDE if hopper and recipe != "block" else _BLOCK_TL
     wide = _cdiv(M, 64) * _cdiv(N, 64) >= device_info.sm_count(a.device)
-    deep = recipe != "block"
+    deep = recipe != "block" and hopper  # 96 KB of ring, near an Ada SM's 100 KB
     return "fp8_grouped", MatmulConfig(BLOCK_M=64, BLOCK_N=64 if wide else 32, BLOCK_K=256 if deep else SCALE_BLOCK,
                                        GROUP_SIZE_M=8, num_warps=4, num_stages=3 if deep else 4)  # fmt: skip
 

@@ -43,7 +43,7 @@ def _groups_along_m_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     GROUP_SIZE_M: tl.constexpr,  # the L2 swizzle within a group (ladder/grouped.py)
     INPUT_PRECISION: tl.constexpr,
-    ALIGN: tl.constexpr,  # _host.alignment_hints' nine entries; M's is 1: a group ends at any row
+    ALIGN: tl.constexpr,  # _host.alignment_hints' nine entries, all 1 here: a group starts at any row
     INT64: tl.constexpr,  # some operand spans 2**31 elements: offsets in int64
     GLU: tl.constexpr,  # "none", or the gate's activation: C is activation(A @ B[:, :N]) * (A @ B[:, N:])
 ):
