@@ -19,7 +19,7 @@ import torch
 import tritongemm
 from tritongemm import registry
 from tritongemm.config import MatmulConfig
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.reference import fp8_tolerance, rel_error, tolerance
 
 # Without a GPU (a check of this script, not of the kernels) it runs under the interpreter.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -126,8 +126,8 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
             yield a, b, config, functools.partial(launch_on_few_programs, info, a_, b_, c, config)
 
 
-# The fp8 kernels (tritongemm.fp8), run through scaled_mm after quantize_fp8 (whose kernels run too).
-# fp8_tma has not run on a GPU yet: like an experimental kernel, only when named.
+# The fp8 kernels (tritongemm.fp8), run through scaled_mm after quantize_fp8 (whose kernels run too);
+# fp8_tma on Hopper only.
 FP8_KERNELS = ("fp8_grouped", "fp8_tma")
 FP8_SHAPES = ((1, 8, 128), (17, 40, 256), (130, 136, 384))
 
@@ -155,10 +155,48 @@ def fp8_cases(kernel: str, quick: bool):
                     torch.cuda.synchronize()
                 cpu = [t.cpu() for t in (a, b, sa, sb)]
                 err = rel_error(y.cpu(), reference_scaled_mm(*cpu, out_dtype=torch.float64))
-                bound = tolerance(torch.bfloat16, shape[2])
+                bound = fp8_tolerance(torch.bfloat16, shape[2])
                 return None if err <= bound else f"{kernel} {recipe} {shape}: relative error {err:.3e} > {bound:.3e}"
 
             yield run
+
+
+# The grouped kernels (tritongemm.grouped): ragged row groups with an empty one, a one-row one, a
+# tail past the last; the gated pair; K groups; a batched matmul. Checked on the CPU.
+GROUPED = "grouped_mm"
+
+
+def grouped_cases(quick: bool):
+    """(run) callables as fp8_cases gives: each grouped_mm form on boundary sizes, fp16."""
+    from tritongemm.grouped import reference_grouped_mm
+
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(torch.float16)
+
+    def ends(sizes):
+        return torch.tensor(sizes).cumsum(0).to(torch.int32)
+
+    row_sizes = [0, 17, 1, 64, 130]
+    problems = [  # (a, b, offs, glu)
+        (rand(sum(row_sizes) + 5, 72), rand(len(row_sizes), 72, 40), ends(row_sizes), None),
+        (rand(sum(row_sizes), 72), rand(len(row_sizes), 72, 48), ends(row_sizes), "silu"),
+        (rand(17, 40), rand(40, 24), ends([0, 33, 7]), None),
+        (rand(3, 9, 24), rand(3, 24, 20), None, None),
+    ]
+    for a, b, offs, glu in problems[1:2] if quick else problems:
+
+        def run(a=a, b=b, offs=offs, glu=glu):
+            moved = [None if t is None else t.to(DEVICE) for t in (a, b, offs)]
+            y = tritongemm.grouped_mm(*moved, glu=glu) if a.dim() == 2 else tritongemm.bmm(*moved[:2])
+            if DEVICE == "cuda":
+                torch.cuda.synchronize()
+            err = rel_error(y.cpu(), reference_grouped_mm(a, b, offs, glu=glu).double())
+            bound = tolerance(torch.float16, a.shape[-1])
+            return None if err <= bound else f"{GROUPED} {tuple(a.shape)} x {tuple(b.shape)} glu={glu}: {err:.3e}"
+
+        yield run
 
 
 def main() -> int:
@@ -175,12 +213,15 @@ def main() -> int:
 
     # An experimental kernel (not yet run on a GPU; it might hang) only when named.
     names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]]
-    names += [] if args.kernel else ["fp8_grouped"]
+    hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+    names += [] if args.kernel else ["fp8_grouped", *(["fp8_tma"] if hopper else []), GROUPED]
     failures = []
     for name in names:
         start, count, bad = time.perf_counter(), 0, []
         if name in FP8_KERNELS:
             runs = fp8_cases(name, args.quick)
+        elif name == GROUPED:
+            runs = grouped_cases(args.quick)
         else:
             runs = (functools.partial(check, name, *case) for case in cases(name, registry.get(name), args.quick))
         for run in runs:
