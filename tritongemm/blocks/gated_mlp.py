@@ -59,13 +59,11 @@ class GatedMLP(torch.nn.Module):
         computes: the gate and up weights copied once into one; down_proj's Parameter shared."""
         from tritongemm.nn import Linear
 
-        gate, up = mlp.gate_proj.weight, mlp.up_proj.weight
+        gate, up, down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj
         new = cls(gate.shape[1], gate.shape[0], activation, device="meta", kernel=kernel)
-        with torch.no_grad():
-            joined = torch.cat([gate, up]).requires_grad_(gate.requires_grad or up.requires_grad)
-        new.gate_up_weight = torch.nn.Parameter(joined, requires_grad=joined.requires_grad)
-        new.down_proj = Linear.from_linear(mlp.down_proj, kernel=kernel) if type(mlp.down_proj) is torch.nn.Linear \
-            else mlp.down_proj  # fmt: skip
+        trainable = gate.requires_grad or up.requires_grad
+        new.gate_up_weight = torch.nn.Parameter(torch.cat([gate, up]).detach(), requires_grad=trainable)
+        new.down_proj = Linear.from_linear(down, kernel=kernel) if type(down) is torch.nn.Linear else down
         new.train(mlp.training)
         return new
 
