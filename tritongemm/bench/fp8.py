@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import math
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -215,23 +214,13 @@ def run_fp8(*, shapes=None, timings=TIMINGS, out_dir: str | Path | None = "resul
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     problems, note = plan_problems(shapes, on_gpu=on_gpu)
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import write_results
+    from tritongemm.bench.report import run_suite
 
-    env = describe_environment()
-    device = torch.device("cuda" if on_gpu else "cpu")
     if note:
         print(note)
-    start = time.perf_counter()
     base = name or ("fp8" if on_gpu else "fp8-cpu")
-    rows: list[Fp8Row] = []
-    paths: tuple[Path, ...] = ()
-    for problem in problems:
-        rows += measure_fp8(problem, device=device, device_name=env["device"], timings=timings, rounds=rounds)
-        print(f"[{time.perf_counter() - start:.0f} s] {problem.label()}", flush=True)
-        if out_dir is not None:
-            timed = [r for r in rows if r.ms is not None]
-            paths = write_results(timed, env, Path(out_dir), base, columns=COLUMNS, json_rows=rows)
+    rows, env, paths = run_suite(problems, measure_fp8, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
+                                 rounds=rounds)  # fmt: skip
     print(format_table(rows))
     print("\n".join(summary(rows)))
     if out_dir is not None and plot and any(r.ratio_to_torch for r in rows):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 import os
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -189,20 +188,11 @@ def run_mlp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: st
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
         print("No CUDA GPU: tiny problems under the Triton interpreter; times say nothing about GPU speed.")
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import write_results
+    from tritongemm.bench.report import run_suite
 
-    env = describe_environment()
-    device = torch.device("cuda" if on_gpu else "cpu")
     base = name or ("mlp" if on_gpu else "mlp-cpu")
-    rows: list[MlpRow] = []
-    start = time.perf_counter()
-    for problem in SUITE if on_gpu else CPU_SMOKE:
-        rows += measure_mlp(problem, device=device, device_name=env["device"], timings=timings, rounds=rounds)
-        print(f"[{time.perf_counter() - start:.0f} s] {problem.label()}", flush=True)
-        if out_dir is not None:
-            write_results([r for r in rows if r.ms is not None], env, Path(out_dir), base, columns=COLUMNS,
-                          json_rows=rows)  # fmt: skip
+    rows, _, _ = run_suite(SUITE if on_gpu else CPU_SMOKE, measure_mlp, name=base, out_dir=out_dir, columns=COLUMNS,
+                           timings=timings, rounds=rounds)  # fmt: skip
     for r in rows:
         ms = f"{r.ms:.4f}" if r.ms else "-"
         ratios = " ".join(f"{x:.3f}" if x else "-" for x in (r.ratio_to_torch, r.ratio_to_compile))

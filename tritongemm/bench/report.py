@@ -243,3 +243,30 @@ def write_remeasured(base: Path, *remeasures: Path) -> tuple[Path, ...]:
     if env.get("remeasured"):
         title += f" (part re-measured {max(e['date'] or '' for e in env['remeasured'])[:10]})"
     return (*paths, plot_ratio_vs_m(rows, base.with_suffix(".png"), title))
+
+
+def run_suite(problems, measure, *, name: str, out_dir: str | Path | None, columns: list[str], timings,
+              rounds: int) -> tuple[list, dict, tuple[Path, ...]]:  # fmt: skip
+    """The loop the own suites (fp8, grouped, mlp) share: each problem measured on this machine's
+    device (`measure(problem, device=, device_name=, timings=, rounds=) -> rows`), its progress
+    printed, and after each one `out_dir`/`name`.csv (the timed rows, `columns`) and .json (every
+    row) rewritten, so an interrupted run keeps what it measured. Returns (rows, the environment,
+    the paths written)."""
+    import time
+
+    import torch
+
+    from tritongemm.bench.environment import describe_environment
+
+    env = describe_environment()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rows: list = []
+    paths: tuple[Path, ...] = ()
+    start = time.perf_counter()
+    for problem in problems:
+        rows += measure(problem, device=device, device_name=env["device"], timings=timings, rounds=rounds)
+        print(f"[{time.perf_counter() - start:.0f} s] {problem.label()}", flush=True)
+        if out_dir is not None:
+            timed = [r for r in rows if r.ms is not None]
+            paths = write_results(timed, env, Path(out_dir), name, columns=columns, json_rows=rows)
+    return rows, env, paths
