@@ -1,5 +1,5 @@
 """Probe: which kernel and tile serve `scaled_mm` best, per recipe and size, on this GPU, beside
-torch._scaled_mm with and without fast accumulation, kernel-only (CUDA graph, do_bench median).
+torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_then_time's "graph").
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
     PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block]
@@ -13,7 +13,6 @@ import functools
 import time
 
 import torch
-import triton
 
 from tritongemm.config import MatmulConfig
 
@@ -46,8 +45,9 @@ SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 
 def main() -> None:
     from tritongemm import scaled_mm
     from tritongemm.bench.fp8 import Fp8Problem, operands
+    from tritongemm.bench.measure import check_then_time
     from tritongemm.fp8 import reference_scaled_mm
-    from tritongemm.reference import fp8_tolerance, rel_error
+    from tritongemm.reference import fp8_tolerance
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -56,10 +56,11 @@ def main() -> None:
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["recipe", "m", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch", "rel_err"])
+        writer.writerow(["recipe", "m", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch", "rel_err", "status"])
         for recipe in args.recipes.split(","):
             for M, N, K in SHAPES:
-                a, b, sa, sb = operands(Fp8Problem(recipe, M, N, K), "cuda")
+                problem = Fp8Problem(recipe, M, N, K)
+                a, b, sa, sb = operands(problem, "cuda")
                 ref = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
                 bound = fp8_tolerance(torch.bfloat16, K)
                 calls = {}
@@ -75,22 +76,15 @@ def main() -> None:
                     calls[name] = functools.partial(
                         scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, kernel=kernel, config=config
                     )
-                torch_ms = None
-                for name, fn in calls.items():
-                    try:
-                        err = rel_error(fn(), ref)
-                        ms = triton.testing.do_bench_cudagraph(fn, rep=40) if err <= bound else None
-                    except Exception as exc:
-                        err, ms = None, None
-                        name = f"{name} [{type(exc).__name__}: {str(exc).splitlines()[0][:80]}]"
-                    if name == "torch fast_accum=False":
-                        torch_ms = ms
-                    tflops = 2 * M * N * K / ms / 1e9 if ms else None
+                errors, results = check_then_time(calls, ref, bound, problem, timings=("graph",), rounds=1)
+                torch_ms = results["graph"].get("torch fast_accum=False", (None,))[0]
+                for name, (ms, status) in results["graph"].items():
+                    tflops = problem.flops / ms / 1e9 if ms else None
                     ratio = torch_ms / ms if torch_ms and ms else None
-                    writer.writerow([recipe, M, N, K, name, ms, tflops, ratio, err])
+                    writer.writerow([recipe, M, N, K, name, ms, tflops, ratio, errors[name], status])
                     f.flush()
                     print(f"[{time.time() - t0:4.0f}s] {recipe:6s} {M:5d}x{N}x{K} {name:28s} {(ms or 0):.4f} ms "
-                          f"{(tflops or 0):7.1f} TF/s ratio {ratio or 0:.3f} err {err}", flush=True)  # fmt: skip
+                          f"{(tflops or 0):7.1f} TF/s ratio {ratio or 0:.3f} {status}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Probe: which tile serves the row-group kernel (grouped_mm's MoE forward) best on this GPU, on
-`bench grouped`'s problems, beside torch._grouped_mm, kernel-only (CUDA graph, do_bench median).
-Each candidate is checked against the fp64 reference first. Feeds grouped/api.py's _GPU_TILES.
+`bench grouped`'s problems, beside torch._grouped_mm, kernel-only (measure.check_then_time's
+"graph" timing). Each candidate is checked against the fp64 reference first. Feeds grouped/api.py's _GPU_TILES.
 
     PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv
 """
@@ -13,7 +13,6 @@ import functools
 import time
 
 import torch
-import triton
 
 
 def tile(bm, bn, bk, group, warps, stages):
@@ -37,9 +36,10 @@ CANDIDATES = {
 
 def main() -> None:
     from tritongemm.bench.grouped import SUITE, operands
+    from tritongemm.bench.measure import check_then_time
     from tritongemm.grouped import reference_grouped_mm
     from tritongemm.grouped.api import _launch
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.reference import tolerance
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -48,7 +48,7 @@ def main() -> None:
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["experts", "tokens", "topk", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch",
-                         "rel_err"])  # fmt: skip
+                         "rel_err", "status"])  # fmt: skip
         for p in SUITE:
             a, b, offs = operands(p, "cuda")
             ref = reference_grouped_mm(a, b, offs).double()
@@ -56,21 +56,15 @@ def main() -> None:
             calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, offs)}
             for name, t in CANDIDATES.items():
                 calls[name] = functools.partial(_launch, a, b, offs, a.dtype, "m", tile=t)
-            torch_ms = None
-            for name, fn in calls.items():
-                try:
-                    err = rel_error(fn(), ref)
-                    ms = triton.testing.do_bench_cudagraph(fn, rep=40) if err <= bound else None
-                except Exception as exc:
-                    err, ms = None, None
-                    name = f"{name} [{type(exc).__name__}: {str(exc).splitlines()[0][:80]}]"
-                torch_ms = ms if name == "torch._grouped_mm" else torch_ms
+            errors, results = check_then_time(calls, ref, bound, p, timings=("graph",), rounds=1)
+            torch_ms = results["graph"]["torch._grouped_mm"][0]
+            for name, (ms, status) in results["graph"].items():
                 tflops = p.flops / ms / 1e9 if ms else None
                 ratio = torch_ms / ms if torch_ms and ms else None
-                writer.writerow([p.experts, p.tokens, p.topk, p.n, p.k, name, ms, tflops, ratio, err])
+                writer.writerow([p.experts, p.tokens, p.topk, p.n, p.k, name, ms, tflops, ratio, errors[name], status])
                 f.flush()
                 print(f"[{time.time() - t0:4.0f}s] {p.label():50s} {name:28s} {(ms or 0):.4f} ms "
-                      f"{(tflops or 0):6.1f} TF/s ratio {ratio or 0:.3f}", flush=True)  # fmt: skip
+                      f"{(tflops or 0):6.1f} TF/s ratio {ratio or 0:.3f} {status}", flush=True)  # fmt: skip
 
 
 if __name__ == "__main__":
