@@ -19,7 +19,8 @@ import math
 
 import torch
 
-from tritongemm.grouped.api import GLU_ACTIVATIONS
+from tritongemm import fused
+from tritongemm.grouped.api import GLU_ACTIVATIONS, grouped_mm_of_counts
 
 
 class GatedMLP(torch.nn.Module):
@@ -68,9 +69,6 @@ class GatedMLP(torch.nn.Module):
         return new
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
-        from tritongemm import fused
-        from tritongemm.grouped.api import grouped_mm_of_counts
-
         lead, hidden = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, hidden)
         # [gate; up] as grouped_mm's b over one group: (1, H, 2I), a view of the (2I, H) weight.

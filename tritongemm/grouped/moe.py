@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.grouped.api import GLU_ACTIVATIONS
+from tritongemm.grouped.api import GLU_ACTIVATIONS, grouped_mm_of_counts
 
 NAME = "tritongemm"
 
@@ -24,11 +24,6 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     """An experts module's forward (transformers' `use_experts_implementation` interface): `self`
     holds gate_up_proj or up_proj and down_proj, (experts, out, in) or transposed (`is_transposed`),
     optional biases, `act_fn` and `_apply_gate`."""
-    from tritongemm.grouped.api import grouped_mm_of_counts
-
-    def grouped_mm(a, b, offs, glu=None):  # offs: the cumsum of histc's counts, in range by construction
-        return grouped_mm_of_counts(a, b, offs, None, glu, offs_from_counts=True)
-
     num_tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[-1]
     expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
@@ -43,14 +38,14 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     glu = _fusable_glu(self) if gated else None
     if glu is not None:  # gate and up in one grouped GEMM, the gated activation in its epilogue
         b = _as_b(self, up_weight)
-        h = grouped_mm(x.to(b.dtype), b, offs, glu=glu)
+        h = _grouped_mm(x.to(b.dtype), b, offs, glu)
     else:
-        h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids, grouped_mm)
+        h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids)
         if gated:
             h = self._apply_gate(h) if hasattr(self, "_apply_gate") else _gate(self, h)
         else:
             h = self.act_fn(h)
-    out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids, grouped_mm)
+    out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
     weighted = out * top_k_weights.reshape(-1)[order].unsqueeze(-1)
@@ -88,10 +83,16 @@ def _as_b(self, weight: torch.Tensor) -> torch.Tensor:
     return weight if getattr(self, "is_transposed", False) else weight.transpose(-2, -1)
 
 
-def _grouped_linear(self, x, weight, offs, bias_name: str, expert_ids, grouped_mm):
+def _grouped_mm(a, b, offs, glu=None):
+    """grouped_mm on offsets that are the cumsum of histc's counts: in range by construction, so
+    not checked again."""
+    return grouped_mm_of_counts(a, b, offs, None, glu, offs_from_counts=True)
+
+
+def _grouped_linear(self, x, weight, offs, bias_name: str, expert_ids):
     """x (S, in) times each pair's expert's weight (`_as_b`), then that expert's bias."""
     b = _as_b(self, weight)
-    y = grouped_mm(x.to(b.dtype), b, offs)
+    y = _grouped_mm(x.to(b.dtype), b, offs)
     if getattr(self, "has_bias", False):
         y = y + getattr(self, bias_name)[expert_ids]
     return y
