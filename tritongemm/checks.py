@@ -149,17 +149,17 @@ def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> tor
     return out_dtype
 
 
-def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device) -> None:
+def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: torch.device, op="linear") -> None:
     if t is None:
         return
-    _check_dense("linear", name, t)
+    _check_dense(op, name, t)
     if tuple(t.shape) != tuple(shape):
-        raise ValueError(f"linear: expected {name} of shape {tuple(shape)}, but got {tuple(t.shape)}")
+        raise ValueError(f"{op}: expected {name} of shape {tuple(shape)}, but got {tuple(t.shape)}")
     if t.dtype not in dtypes:
         names = " or ".join(_dtype_name(d) for d in dtypes)
-        raise TypeError(f"linear: expected {name} to have dtype {names}, but got {_dtype_name(t.dtype)}")
+        raise TypeError(f"{op}: expected {name} to have dtype {names}, but got {_dtype_name(t.dtype)}")
     if t.device != device:
-        raise ValueError(f"linear: expected {name} on {device}, the device of x, but got {t.device}")
+        raise ValueError(f"{op}: expected {name} on {device}, the operands' device, but got {t.device}")
 
 
 def check_config(kernel: KernelInfo, config, device: torch.device) -> None:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
-OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped", "mlp"]
+OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped", "mlp", "tp"]
 # Which of bench's options each of those takes (--out-dir and --no-plot: all).
 OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
@@ -24,6 +24,7 @@ OWN_SUITE_OPTIONS = {
     "fp8": ("shapes", "timing", "name"),
     "grouped": ("timing", "name"),
     "mlp": ("timing", "name"),
+    "tp": ("timing", "name", "profile"),
 }
 BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers", "models", "phases",
                  "providers")  # fmt: skip
@@ -71,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
         "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers); "
         "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block); "
         "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs; "
-        "mlp: the gated MLP block as tritongemm.blocks.GatedMLP vs the unfused torch block and torch.compile of it",
+        "mlp: the gated MLP block as tritongemm.blocks.GatedMLP vs the unfused torch block and torch.compile of it; "
+        "tp: tensor-parallel GEMMs on every GPU here, all_gather_matmul and matmul_reduce_scatter overlapped vs "
+        "sequential vs torch's symm_mem ops (--profile: a timeline of one call instead)",
     )  # fmt: skip
     bench.add_argument(
         "--shapes", type=shapes,
@@ -238,6 +241,13 @@ def _run(args: argparse.Namespace) -> int:
 
         out_dir = args.out_dir or ("results" if _on_gpu() else None)  # without a GPU: files only where asked
         run_mlp(timings=(args.timing,) if args.timing else TIMINGS, out_dir=out_dir, name=args.name)
+        return 0
+    if args.suite == "tp":
+        from tritongemm.bench.tp import TIMINGS, run_tp
+
+        out_dir = args.out_dir or ("results" if _gpus() >= 2 else None)  # with fewer GPUs: files only where asked
+        run_tp(timings=(args.timing,) if args.timing else TIMINGS, out_dir=out_dir, name=args.name,
+               profile=args.profile, plot=not args.no_plot)  # fmt: skip
         return 0
     if args.suite == "model":
         from tritongemm.bench.model import run_model
@@ -433,6 +443,12 @@ def _on_gpu() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count()
 
 
 def _here() -> str:

@@ -1,0 +1,32 @@
+"""`tritongemm bench tp` without two GPUs: the smoke run over gloo, its rows and files."""
+
+import csv
+
+import pytest
+import torch
+
+from tritongemm import cli
+from tritongemm.bench.tp import COLUMNS, TpRow, summary
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="with 2 GPUs the command runs the whole suite")
+def test_bench_tp_smoke(tmp_path):
+    assert cli.main(["bench", "tp", "--out-dir", str(tmp_path)]) == 0
+    with (tmp_path / "tp-cpu.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == COLUMNS
+    ops, providers = ("all_gather_matmul", "matmul_reduce_scatter"), ("tritongemm", "tritongemm-nccl", "sequential")
+    # torch's symm_mem ops need CUDA: refused, so not among the timed rows
+    assert {(r["op"], r["provider"]) for r in rows} == {(op, p) for op in ops for p in providers}
+    assert all(r["vs_sequential"] == "bitwise" for r in rows)
+
+
+def test_summary_states_the_bars():
+    def row(provider, m, ms):
+        return TpRow("H100", 2, "all_gather_matmul", m, 1, 1, provider, ms, 2.0 / ms, "qkv", "eager", 0.0, "bitwise")
+
+    rows = [row("sequential", 4096, 2.0), row("tritongemm", 4096, 1.6), row("torch-symm-mem", 4096, 1.5)]
+    assert summary(rows) == [
+        "eager: tritongemm vs sequential at M >= 4096: 1.250-1.250 (bar 1.3)",
+        "eager: tritongemm vs torch-symm-mem: 0.938-0.938 (bar 1.0)",
+    ]

@@ -1,0 +1,269 @@
+"""tritongemm.distributed against the unsharded computation: 2 and 4 processes over gloo on the
+CPU (the kernels under Triton's interpreter), NCCL on GPUs where the machine has enough.
+
+Every rank builds the same whole tensors from one seed and takes its shard, so each checks its
+own result against the float64 product of the whole ones. The processes run every case and
+write what failed; the test reports it. One spawn per world size: starting a process that
+imports torch and Triton costs seconds.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import traceback
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tritongemm.reference import rel_error, tolerance
+
+WORLDS = (2, 4)
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_distributed(world, tmp_path):
+    _spawn(world, tmp_path, [name for name in _CASES if name != "parallelize"])
+
+
+@pytest.mark.parametrize("world", WORLDS)
+def test_parallelize(world, tmp_path):
+    pytest.importorskip("transformers", reason="parallelize shards transformers models: pip install transformers")
+    _spawn(world, tmp_path, ["parallelize"])
+
+
+def _spawn(world: int, tmp_path, cases: list[str]) -> None:
+    if torch.cuda.is_available() and torch.cuda.device_count() < world:
+        pytest.skip(f"NCCL needs {world} GPUs, this machine has {torch.cuda.device_count()}")
+    mp.spawn(_worker, args=(world, str(tmp_path), cases), nprocs=world)
+    failures = {}
+    for rank in range(world):
+        failures.update(json.loads((tmp_path / f"rank{rank}.json").read_text()))
+    assert not failures, "\n".join(f"{case}:\n{why}" for case, why in sorted(failures.items()))
+
+
+def _worker(rank: int, world: int, tmp: str, cases: list[str]) -> None:
+    on_gpu = torch.cuda.is_available()
+    if on_gpu:
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if on_gpu else "gloo", init_method=f"file://{tmp}/store", rank=rank,
+                            world_size=world)  # fmt: skip
+    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
+    # The interpreter refuses bfloat16 (it computes its tl.dot wrongly).
+    dtypes = (torch.bfloat16, torch.float16) if on_gpu else (torch.float32, torch.float16)
+    failures = {}
+    for name in cases:
+        case = _CASES[name]
+        takes_dtype = "dtype" in inspect.signature(case).parameters
+        for dtype in dtypes if takes_dtype else (None,):
+            try:
+                case(rank, world, device, dtype) if takes_dtype else case(rank, world, device)
+            except Exception:  # noqa: BLE001 - every failure is reported, each with its traceback
+                failures[f"{name} {dtype or ''} world {world} rank {rank}"] = traceback.format_exc()
+    with open(f"{tmp}/rank{rank}.json", "w") as f:
+        json.dump(failures, f)
+    dist.destroy_process_group()
+
+
+# --- the cases: each builds the whole tensors, runs its shard, checks --------------------------
+
+
+# Overlapped through each transport (on the CPU both are gloo's point-to-point), and sequential.
+_PATHS = ({}, {"transport": "nccl"}, {"overlap": False})
+
+
+def _whole(*shape, dtype, device, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+
+
+def _close(out, ref, K, dtype, what):
+    err = rel_error(out, ref)
+    assert err <= tolerance(dtype, K, allow_tf32=False), f"{what}: rel error {err:.2e}"
+
+
+def _rows(n, rank, world):
+    per = n // world
+    return slice(rank * per, (rank + 1) * per)
+
+
+def case_all_gather_matmul(rank, world, device, dtype):
+    from tritongemm.distributed import all_gather_matmul
+
+    m, K, N = 3, 37, 20
+    a = _whole(world * m, K, dtype=dtype, device=device, seed=1)
+    b = _whole(K, N, dtype=dtype, device=device, seed=2)
+    bias = _whole(N, dtype=dtype, device=device, seed=3)
+    shard = a[_rows(world * m, rank, world)]
+    for epilogue in ({}, {"bias": bias, "activation": "gelu"}):
+        ref = a.double() @ b.double()
+        if epilogue:
+            ref = torch.nn.functional.gelu(ref + bias.double())
+        for how in _PATHS:
+            gathered, c = all_gather_matmul(shard, b, gather_dim=0, return_a=True, **how, **epilogue)
+            assert torch.equal(gathered, a), "the gathered A is not the whole A"
+            assert c.shape == (world * m, N) and c.dtype == dtype
+            _close(c, ref, K, dtype, f"{how} {list(epilogue)}")
+
+
+def case_all_gather_matmul_3d(rank, world, device, dtype):
+    """(batch, seq, hidden) activations sharded along the sequence, gathered along dim 1."""
+    from tritongemm.distributed import all_gather_matmul
+
+    a = _whole(2, world * 3, 24, dtype=dtype, device=device, seed=4)
+    b = _whole(24, 10, dtype=dtype, device=device, seed=5).T.contiguous().T  # a transposed view
+    shard = a[:, _rows(world * 3, rank, world)]
+    c = all_gather_matmul(shard, b, gather_dim=1)
+    assert c.shape == (2, world * 3, 10)
+    _close(c, a.double() @ b.double(), 24, dtype, "gather_dim=1")
+    c = all_gather_matmul(shard, b, gather_dim=-3 + 1)  # the same dimension, counted from the end
+    _close(c, a.double() @ b.double(), 24, dtype, "gather_dim=-2")
+
+
+def case_matmul_reduce_scatter(rank, world, device, dtype):
+    from tritongemm.distributed import matmul_reduce_scatter
+
+    M, K, N = world * 3, world * 19, 21
+    a = _whole(M, K, dtype=dtype, device=device, seed=6)
+    b = _whole(K, N, dtype=dtype, device=device, seed=7)
+    bias = _whole(N, dtype=dtype, device=device, seed=8)
+    residual = _whole(M, N, dtype=dtype, device=device, seed=9)
+    cols, rows = _rows(K, rank, world), _rows(M, rank, world)
+    full = a.double() @ b.double()
+    cases = [
+        ({}, full[rows]),
+        ({"reduce_op": "avg"}, full[rows] / world),
+        ({"bias": bias, "activation": "silu", "residual": residual[rows]},
+         torch.nn.functional.silu(full[rows] + bias.double()) + residual[rows].double()),
+    ]  # fmt: skip
+    for kwargs, ref in cases:
+        for how in _PATHS:
+            c = matmul_reduce_scatter(a[:, cols], b[cols], scatter_dim=0, **how, **kwargs)
+            assert c.shape == (3, N) and c.dtype == dtype
+            _close(c, ref, K, dtype, f"{how} {list(kwargs)}")
+
+
+def case_matmul_reduce_scatter_3d(rank, world, device, dtype):
+    from tritongemm.distributed import matmul_reduce_scatter
+
+    a = _whole(2, world * 2, world * 8, dtype=dtype, device=device, seed=10)
+    b = _whole(world * 8, 12, dtype=dtype, device=device, seed=11)
+    cols, rows = _rows(world * 8, rank, world), _rows(world * 2, rank, world)
+    c = matmul_reduce_scatter(a[..., cols], b[cols], scatter_dim=1)
+    assert c.shape == (2, 2, 12)
+    _close(c, (a.double() @ b.double())[:, rows], world * 8, dtype, "scatter_dim=1")
+
+
+def case_autograd(rank, world, device):
+    """Each op's gradients against torch autograd of the whole computation, in float64: the sum of
+    every rank's loss is the whole loss."""
+    from tritongemm.distributed import all_gather_matmul, matmul_reduce_scatter
+
+    dtype = torch.float32
+    M, K, N = world * 3, world * 5, world * 4
+    a = _whole(M, K, dtype=dtype, device=device, seed=12)
+    b = _whole(K, N, dtype=dtype, device=device, seed=13)
+    bias = _whole(N, dtype=dtype, device=device, seed=14)
+    g = _whole(M, N, dtype=dtype, device=device, seed=15)
+    rows, cols_n, cols_k = _rows(M, rank, world), _rows(N, rank, world), _rows(K, rank, world)
+
+    # all-gather: A's rows sharded, B's columns (a column-parallel layer)
+    ref_a, ref_b, ref_bias = (t.double().requires_grad_() for t in (a, b, bias))
+    ((ref_a @ ref_b + ref_bias) * g.double()).sum().backward()
+    shard, b_cols, bias_cols = (t.detach().clone().requires_grad_() for t in (a[rows], b[:, cols_n], bias[cols_n]))
+    c = all_gather_matmul(shard, b_cols, bias=bias_cols)
+    (c * g[:, cols_n]).sum().backward()
+    _close(shard.grad, ref_a.grad[rows], N, dtype, "all_gather_matmul d/da")
+    _close(b_cols.grad, ref_b.grad[:, cols_n], M, dtype, "all_gather_matmul d/db")
+    _close(bias_cols.grad, ref_bias.grad[cols_n], M, dtype, "all_gather_matmul d/dbias")
+
+    # reduce-scatter: A's columns sharded, B's rows (a row-parallel layer); bias and residual local
+    ref_a, ref_b = (t.double().requires_grad_() for t in (a, b))
+    ((ref_a @ ref_b) * g.double()).sum().backward()
+    a_cols, b_rows = (t.detach().clone().requires_grad_() for t in (a[:, cols_k], b[cols_k]))
+    local_bias = bias.detach().clone().requires_grad_()
+    residual = torch.zeros(M // world, N, dtype=dtype, device=device, requires_grad=True)
+    c = matmul_reduce_scatter(a_cols, b_rows, bias=local_bias, residual=residual, reduce_op="avg")
+    (c * g[rows]).sum().backward()
+    _close(a_cols.grad, ref_a.grad[:, cols_k] / world, N, dtype, "matmul_reduce_scatter d/da")
+    _close(b_rows.grad, ref_b.grad[cols_k] / world, M, dtype, "matmul_reduce_scatter d/db")
+    _close(local_bias.grad, g[rows].double().sum(0), M, dtype, "matmul_reduce_scatter d/dbias")
+    _close(residual.grad, g[rows].double(), 1, dtype, "matmul_reduce_scatter d/dresidual")
+
+
+def case_layers(rank, world, device):
+    """An MLP column- then row-parallel, both ways of carrying activations, against the whole MLP:
+    outputs, the input's gradient, each shard's weight and bias gradients."""
+    from tritongemm.distributed import ColumnParallelLinear, RowParallelLinear
+
+    torch.manual_seed(16)
+    H, hidden, T = 16, world * 6, world * 3
+    up = torch.nn.Linear(H, hidden).to(device)
+    down = torch.nn.Linear(hidden, H).to(device)
+    x = _whole(T, H, dtype=torch.float32, device=device, seed=17)
+    g = _whole(T, H, dtype=torch.float32, device=device, seed=18)
+    ref_x = x.clone().requires_grad_()
+    ref_y = down(torch.nn.functional.gelu(up(ref_x)))
+    (ref_y * g).sum().backward()
+    rows, features = _rows(T, rank, world), _rows(hidden, rank, world)
+    for sequence_parallel in (False, True):
+        column = ColumnParallelLinear.from_linear(up, sequence_parallel=sequence_parallel)
+        row = RowParallelLinear.from_linear(down, sequence_parallel=sequence_parallel)
+        what = f"sequence_parallel={sequence_parallel}"
+        x_in = (x[rows] if sequence_parallel else x).clone().requires_grad_()
+        y = row(torch.nn.functional.gelu(column(x_in)))
+        ref_out, g_out = (ref_y[rows], g[rows]) if sequence_parallel else (ref_y, g)
+        _close(y, ref_out.detach(), hidden, torch.float32, f"{what} y")
+        (y * g_out).sum().backward()
+        _close(x_in.grad, ref_x.grad[rows] if sequence_parallel else ref_x.grad, hidden, torch.float32, f"{what} dx")
+        _close(column.weight.grad, up.weight.grad[features], T, torch.float32, f"{what} column dW")
+        _close(column.bias.grad, up.bias.grad[features], T, torch.float32, f"{what} column db")
+        _close(row.weight.grad, down.weight.grad[:, features], T, torch.float32, f"{what} row dW")
+        _close(row.bias.grad, down.bias.grad, T, torch.float32, f"{what} row db")
+
+
+def case_parallelize(rank, world, device):
+    """A tiny Llama sharded by `parallelize` gives the whole model's logits on every rank."""
+    import transformers
+
+    from tritongemm.distributed import parallelize
+
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=world * 16,
+                                      num_hidden_layers=2, num_attention_heads=world * 2,
+                                      num_key_value_heads=world, head_dim=8)  # fmt: skip
+    torch.manual_seed(19)
+    model = transformers.LlamaForCausalLM(config).to(device).eval()
+    ids = torch.randint(0, 64, (2, 5), generator=torch.Generator().manual_seed(20)).to(device)
+    with torch.no_grad():
+        ref = model(ids).logits
+        sharded = parallelize(model)
+        logits = model(ids).logits
+    assert len(sharded) == 4, sharded  # each layer's attention and MLP
+    _close(logits, ref.double(), 32, torch.float32, "logits")
+
+
+def case_errors(rank, world, device):
+    from tritongemm.distributed import all_gather_matmul, matmul_reduce_scatter
+
+    a, b = torch.ones(world * 2, 8, device=device), torch.ones(8, 4, device=device)
+    expected = [
+        (lambda: all_gather_matmul(a, b, gather_dim=1), ValueError, "gather_dim to be a dimension of a_shard"),
+        (lambda: all_gather_matmul(a, b, gather_dim=-1), ValueError, "other than the last"),
+        (lambda: all_gather_matmul(a, b[:5]), ValueError, "cannot be multiplied"),
+        (lambda: all_gather_matmul(a, b, activation="tanh"), ValueError, "activation"),
+        (lambda: all_gather_matmul(a, b, bias=torch.ones(5, device=device)), ValueError, "bias of shape"),
+        (lambda: all_gather_matmul(a, b.half()), TypeError, "same dtype"),
+        (lambda: matmul_reduce_scatter(a[:1], b), ValueError, "divisible by the group's size"),
+        (lambda: matmul_reduce_scatter(a, b, reduce_op="max"), ValueError, "reduce_op"),
+        (lambda: matmul_reduce_scatter(a, b, transport="nvshmem"), ValueError, "transport"),
+        (lambda: matmul_reduce_scatter(a, b, residual=torch.ones(3, 4, device=device)), ValueError, "residual"),
+        (lambda: matmul_reduce_scatter(a.requires_grad_(), b, activation="relu"), NotImplementedError, "backward"),
+    ]
+    for call, error, words in expected:
+        with pytest.raises(error, match=words):
+            call()
+
+
+_CASES = {name[5:]: case for name, case in globals().items() if name.startswith("case_")}

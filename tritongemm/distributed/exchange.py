@@ -1,0 +1,212 @@
+"""The communication half of an overlapped GEMM: pairwise exchanges on a stream of their own.
+
+A GEMM split into one chunk per rank can start on the chunk it already holds while the others
+are in flight. On a GPU that needs two streams: the GEMMs run on the caller's (compute) stream,
+the exchanges (NCCL point-to-point sends and receives, through torch.distributed) on a side
+stream, and events order the two only where one reads what the other writes. On the CPU (gloo,
+the tests) the exchanges run on gloo's threads and `wait` blocks the host instead.
+
+Step s of an op pairs each rank r with r + s (it sends there) and r - s (it receives from
+there), for s = 1 .. world - 1: every rank takes the same step at once, so each send meets its
+receive and no step waits on another. That is a direct exchange, not a ring: on NVLink (a
+switch joins every pair of GPUs) a chunk crosses once instead of being forwarded.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+
+import torch
+import torch.distributed as dist
+
+# One side stream per device, made once: a stream is a driver object, not a per-call cost.
+_STREAMS: dict[int, torch.cuda.Stream] = {}
+_STREAMS_LOCK = threading.Lock()
+
+
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    with _STREAMS_LOCK:
+        if index not in _STREAMS:
+            _STREAMS[index] = torch.cuda.Stream(device=index)
+        return _STREAMS[index]
+
+
+class Exchanges:
+    """The point-to-point exchanges of one op call, through NCCL (or gloo): the transport for any
+    device. Made where the op starts: on a GPU the side stream first waits for everything the
+    compute stream has queued (the op's inputs, and its fresh buffers, whose memory the compute
+    stream may still be using for earlier work).
+
+    The ops see two patterns (ops.py): a gather, where every shard goes to every rank, and a
+    scatter of partial products, where the GEMM for rank `to`'s rows goes to rank `to`."""
+
+    def __init__(self, device: torch.device, group):
+        self.group = group
+        self.rank = dist.get_rank(group)
+        self.world = dist.get_world_size(group)
+        self.on_gpu = device.type == "cuda"
+        if self.on_gpu:
+            self.compute = torch.cuda.current_stream(device)
+            self.side = _side_stream(device)
+            self.side.wait_stream(self.compute)
+
+    def peers(self, step: int) -> tuple[int, int]:
+        """(to, from): the group ranks this rank sends to and receives from at `step`."""
+        return (self.rank + step) % self.world, (self.rank - step) % self.world
+
+    def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
+        """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too;
+        returns (source, handle) per other rank, in the order they should arrive."""
+        steps = map(self.peers, range(1, self.world))
+        pending = [(source, self._swap(shard, to, shards[source], source)) for to, source in steps]
+        self._on_side(lambda: shards[self.rank].copy_(shard))
+        return pending
+
+    def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
+        """Where the GEMM for step `step`'s receiver writes its partial product."""
+        return torch.empty(shape, dtype=dtype, device=device)
+
+    def scatter(self, step: int, outbox: torch.Tensor, partials: torch.Tensor):
+        """Send `outbox` (just written by the compute stream) to this step's receiver, and receive
+        this rank's rows' partial product from this step's sender into partials[sender]."""
+        to, source = self.peers(step)
+        if self.on_gpu:
+            self.side.wait_stream(self.compute)
+        return self._swap(outbox, to, partials[source], source)
+
+    def wait(self, handles) -> None:
+        """Until `handles` complete: on a GPU the compute stream waits (the host goes on queueing
+        work), on the CPU the host does."""
+        for handle in handles:
+            handle.wait()  # NCCL: makes the current stream, the compute one here, wait
+
+    def finish(self) -> None:
+        """The compute stream waits for the side stream's last work: after this, anything the
+        caller queues or frees is ordered after every send and receive of the op."""
+        if self.on_gpu:
+            self.compute.wait_stream(self.side)
+
+    def _swap(self, send: torch.Tensor, to: int, recv: torch.Tensor, source: int):
+        ops = [dist.P2POp(dist.isend, send, dist.get_global_rank(self.group, to), self.group),
+               dist.P2POp(dist.irecv, recv, dist.get_global_rank(self.group, source), self.group)]  # fmt: skip
+        if not self.on_gpu:
+            return dist.batch_isend_irecv(ops)
+        with torch.cuda.stream(self.side):  # NCCL orders its own stream after the current one
+            return dist.batch_isend_irecv(ops)
+
+    def _on_side(self, work) -> None:
+        if not self.on_gpu:
+            work()
+            return
+        with torch.cuda.stream(self.side):
+            work()
+
+
+class SymmetricExchanges(Exchanges):
+    """The same exchanges through symmetric memory, on CUDA GPUs where torch has it: each rank
+    publishes into a buffer every peer maps, and peers pull from it with copies, which the copy
+    engines run. NCCL's point-to-point kernels run on SMs: on the H100 pair they took SMs from the
+    GEMM beside them (its chunk ran 1.37-1.43x longer), which ate the overlap; a copy takes none.
+
+    Device-side barriers (kernels on the compute stream) order a rank's write into its buffer
+    before its peers' reads, and their reads before its next write. The buffer is torch's
+    workspace for the group (the one torch's own fused ops use), grown when a call needs more."""
+
+    def __init__(self, device: torch.device, group):
+        super().__init__(device, group)
+        self.group_name = group.group_name
+
+    def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
+        workspace = _workspace(self.group_name, shard.numel() * shard.element_size())
+        workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
+        workspace.barrier(channel=0)  # every rank's shard is published
+        self.side.wait_stream(self.compute)
+        pending = []
+        with torch.cuda.stream(self.side):
+            for _, source in map(self.peers, range(1, self.world)):
+                shards[source].copy_(workspace.get_buffer(source, shard.shape, shard.dtype))
+                pending.append((source, [_Arrival(self.side)]))
+            shards[self.rank].copy_(shard)
+        self.workspace = workspace
+        return pending
+
+    def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
+        elements = shape[0] * shape[1]
+        self.workspace = _workspace(self.group_name, (self.world - 1) * elements * dtype.itemsize)
+        return self.workspace.get_buffer(self.rank, shape, dtype, storage_offset=(step - 1) * elements)
+
+    def scatter(self, step: int, outbox: torch.Tensor, partials: torch.Tensor):
+        _, source = self.peers(step)
+        self.workspace.barrier(channel=0)  # every rank's GEMM of this step is in its buffer
+        self.side.wait_stream(self.compute)
+        elements = outbox.numel()
+        with torch.cuda.stream(self.side):
+            # The sender wrote this rank's rows in its outbox of the same step.
+            partials[source].copy_(
+                self.workspace.get_buffer(source, outbox.shape, outbox.dtype, storage_offset=(step - 1) * elements)
+            )
+            return [_Arrival(self.side)]
+
+    def finish(self) -> None:
+        super().finish()
+        self.workspace.barrier(channel=0)  # no rank writes its buffer again before its peers have read it
+
+
+class _Arrival:
+    """A copy's completion, as NCCL's handles look to `Exchanges.wait`: the stream that waits on it
+    waits for the event recorded after the copy."""
+
+    def __init__(self, stream: torch.cuda.Stream):
+        self.event = torch.cuda.Event()
+        self.event.record(stream)
+
+    def wait(self) -> None:
+        torch.cuda.current_stream().wait_event(self.event)
+
+
+TRANSPORTS = ("auto", "symm_mem", "nccl")
+
+
+def exchanges_for(device: torch.device, group, transport: str = "auto") -> Exchanges:
+    """The op's transport: "auto" takes symmetric memory on a CUDA device where this torch has it
+    and torch.distributed's point-to-point (NCCL, gloo) otherwise; "nccl" always the latter (the
+    benchmark compares the two); "symm_mem" insists on the former."""
+    if transport != "nccl" and device.type == "cuda" and _symmetric_memory() is not None:
+        return SymmetricExchanges(device, group)
+    if transport == "symm_mem":
+        raise ValueError(
+            f"transport 'symm_mem' needs CUDA tensors and torch.distributed._symmetric_memory; got {device.type} "
+            f"tensors, torch {torch.__version__}"
+        )
+    return Exchanges(device, group)
+
+
+def _symmetric_memory():
+    """torch's symmetric-memory module, or None where this torch lacks what is used here."""
+    try:
+        import torch.distributed._symmetric_memory as symm_mem
+    except ImportError:
+        return None
+    return symm_mem if hasattr(symm_mem, "get_symm_mem_workspace") else None
+
+
+def _workspace(group_name: str, nbytes: int):
+    """The group's symmetric workspace of at least `nbytes` (a collective the first time and when
+    it grows: every rank asks for the same size)."""
+    symm_mem = _symmetric_memory()
+    if group_name not in _REGISTERED:
+        with warnings.catch_warnings():  # torch releases that no longer need it warn
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(group_name)
+        _REGISTERED.add(group_name)
+    return symm_mem.get_symm_mem_workspace(group_name, min_size=nbytes)
+
+
+_REGISTERED: set[str] = set()
+
+
+# torch 2.13 renamed the tensor collectives (the old names warn); this project's GPU machine has 2.11.
+all_gather_tensor = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_tensor = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor

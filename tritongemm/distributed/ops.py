@@ -1,0 +1,350 @@
+"""Tensor-parallel GEMMs: an all-gather before a GEMM, a reduce-scatter after one, with the
+communication hidden under the GEMMs.
+
+    all_gather_matmul(a_shard, b)   C = all_gather(a_shard) @ b     a column-parallel layer
+    matmul_reduce_scatter(a, b)     C = reduce_scatter(a @ b)       a row-parallel layer
+
+Run one after the other, the GPUs idle while the collective runs. Here the rows split into one
+chunk per rank and each chunk's GEMM (tritongemm's kernels) runs while other chunks travel
+(exchange.py):
+
+    all-gather:      GEMM(own shard) | receive shard r-1 ... ; GEMM(shard r-1) | receive r-2 ...
+    reduce-scatter:  GEMM(rows of rank r+1) ; send it | GEMM(rows of rank r+2) ; ... GEMM(own rows)
+
+so the exposed communication is one chunk's, not all of it. The sequential path
+(`overlap=False`: NCCL's collective, then one GEMM over all rows, or the reverse) is kept as the
+baseline the benchmark measures against.
+
+Semantics follow `torch.ops.symm_mem.fused_all_gather_matmul(A, [B], gather_dim, group_name)` and
+`fused_matmul_reduce_scatter(A, B, reduce_op, scatter_dim, group_name)`: the same shapes,
+gathered / scattered dimensions and outputs, for one B.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from tritongemm import checks
+from tritongemm.api import matmul
+from tritongemm.distributed.exchange import TRANSPORTS, all_gather_tensor, exchanges_for, reduce_scatter_tensor
+from tritongemm.distributed.reduce import reduce_partials
+from tritongemm.epilogue import ACTIVATIONS, Epilogue, Fused
+from tritongemm.fused import linear
+from tritongemm.plan import PLANS
+
+REDUCE_OPS = ("sum", "avg")
+
+
+# --- the public functions --------------------------------------------------------------------
+
+
+def all_gather_matmul(
+    a_shard: torch.Tensor,
+    b: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
+    *,
+    gather_dim: int = 0,
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    return_a: bool = False,
+    overlap: bool = True,
+    transport: str = "auto",
+):
+    """activation(all_gather(a_shard, gather_dim) @ b + bias), the all-gather hidden under the GEMM.
+
+    Args:
+        a_shard: (..., K), this rank's shard of A along `gather_dim` (not the last dimension);
+            every rank's of the same shape. float16, bfloat16 or float32.
+        b: (K, N), this rank's B (a column-parallel layer's weight shard, transposed: `w.T`).
+        group: the process group (default: the world).
+        bias, activation: `tritongemm.linear`'s epilogue, applied in each chunk's GEMM.
+        return_a: also return the gathered A (a backward needs it).
+        overlap: False runs the sequential baseline: NCCL's all-gather, then one GEMM.
+        transport: how the overlapped chunks travel: "auto" (symmetric memory, copy-engine
+            copies, on CUDA; torch.distributed's point-to-point, NCCL or gloo, elsewhere),
+            "symm_mem" or "nccl".
+
+    Returns:
+        C of A's gathered shape with N last, or (A, C) with `return_a`. On every rank. As
+        torch.ops.symm_mem.fused_all_gather_matmul(a_shard, [b], gather_dim, group_name) returns
+        (A, [C]); C is a view whose gathered dimension is moved into place, as torch's is.
+
+    Differentiable in a_shard, b and bias (not with an activation): the backward is a
+    `matmul_reduce_scatter`, overlapped the same way.
+    """
+    group = group or dist.group.WORLD
+    world = dist.get_world_size(group)
+    gather_dim = _check_gather(a_shard, b, gather_dim, bias, activation)
+    _check_transport("all_gather_matmul", transport)
+    bias = None if bias is None else bias.contiguous().resolve_neg()  # the kernels read a plain row
+    moved = a_shard.movedim(gather_dim, 0)
+    lead = moved.shape[:-1]
+    a2 = moved.reshape(-1, moved.shape[-1])
+    if torch.is_grad_enabled() and _requires_grad(a2, b, bias):
+        _refuse_activation_grad("all_gather_matmul", activation)
+        gathered, c2 = _AllGatherMatmul.apply(a2, b, bias, group, (overlap, transport))
+    else:
+        gathered, c2 = _all_gather_matmul(a2.contiguous(), b, bias, activation, group, (overlap, transport))
+    c = _unfold(c2, world, lead, gather_dim)
+    return (_unfold(gathered, world, lead, gather_dim), c) if return_a else c
+
+
+def matmul_reduce_scatter(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    group: dist.ProcessGroup | None = None,
+    *,
+    scatter_dim: int = 0,
+    reduce_op: str = "sum",
+    bias: torch.Tensor | None = None,
+    activation: str | None = None,
+    residual: torch.Tensor | None = None,
+    overlap: bool = True,
+    transport: str = "auto",
+) -> torch.Tensor:
+    """activation(reduce_scatter(a @ b, scatter_dim) + bias) + residual, the reduce-scatter hidden
+    under the GEMM.
+
+    Args:
+        a: (..., K), this rank's A (a row-parallel layer's input: K is sharded), the size along
+            `scatter_dim` (not the last dimension) divisible by the group's size.
+        b: (K, N), this rank's B (the layer's weight shard, transposed: `w.T`).
+        reduce_op: "sum" or "avg" over the ranks.
+        bias, activation, residual: `tritongemm.linear`'s epilogue, applied once after the
+            reduction, in the same pass (reduce.py); residual has the output's shape.
+        overlap: False runs the sequential baseline: one GEMM, then NCCL's reduce-scatter.
+        transport: as for `all_gather_matmul`.
+
+    Returns:
+        This rank's shard of the reduced product: a's shape with `scatter_dim` divided by the
+        group's size and N last, as torch.ops.symm_mem.fused_matmul_reduce_scatter(a, b,
+        reduce_op, scatter_dim, group_name) returns it. The partial products are summed in fp32
+        in rank order and rounded once.
+
+    Differentiable in a, b, bias and residual (not with an activation): the backward is an
+    `all_gather_matmul`, overlapped the same way.
+    """
+    group = group or dist.group.WORLD
+    world = dist.get_world_size(group)
+    scatter_dim = _check_scatter(a, b, scatter_dim, world, reduce_op, bias, activation, residual)
+    _check_transport("matmul_reduce_scatter", transport)
+    bias = None if bias is None else bias.contiguous().resolve_neg()
+    residual = None if residual is None else residual.resolve_neg()
+    N = b.shape[1]
+    moved = a.movedim(scatter_dim, 0)
+    lead = [moved.shape[0] // world, *moved.shape[1:-1]]
+    a2 = moved.reshape(-1, moved.shape[-1])
+    residual2 = None if residual is None else residual.movedim(scatter_dim, 0).reshape(-1, N)
+    alpha = 1.0 / world if reduce_op == "avg" else 1.0
+    if torch.is_grad_enabled() and _requires_grad(a2, b, bias, residual2):
+        _refuse_activation_grad("matmul_reduce_scatter", activation)
+        c2 = _MatmulReduceScatter.apply(a2, b, bias, residual2, alpha, group, (overlap, transport))
+    else:
+        c2 = _matmul_reduce_scatter(a2, b, alpha, bias, activation, residual2, group, (overlap, transport))
+    return c2.view(*lead, N).movedim(0, scatter_dim)
+
+
+# --- the overlapped and sequential paths, on (rows, K) matrices ------------------------------
+
+
+def _all_gather_matmul(a2, b, bias, activation, group, how: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, C) for a contiguous (m, K) shard: A (world * m, K) in rank order, C (world * m, N).
+    `how`: (overlap, transport)."""
+    overlap, transport = how
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    m, K = a2.shape
+    gathered = a2.new_empty((world * m, K))
+    c2 = a2.new_empty((world * m, b.shape[1]))
+    if not overlap or a2.numel() == 0:
+        if a2.numel():
+            all_gather_tensor(gathered, a2, group=group)
+        _gemm_into(gathered, b, c2, bias, activation)
+        return gathered, c2
+    shards, outs = gathered.view(world, m, K), c2.view(world, m, -1)
+    exchanges = exchanges_for(a2.device, group, transport)
+    # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
+    # beside the compute stream, which works through the chunks as they land.
+    pending = exchanges.gather(a2, shards)
+    _gemm_into(a2, b, outs[rank], bias, activation)
+    for source, handles in pending:
+        exchanges.wait(handles)
+        _gemm_into(shards[source], b, outs[source], bias, activation)
+    exchanges.finish()
+    return gathered, c2
+
+
+def _matmul_reduce_scatter(a2, b, alpha, bias, activation, residual2, group, how: tuple) -> torch.Tensor:
+    """This rank's (m, N) rows of epilogue(alpha * sum over ranks of a2 @ b), a2 (world * m, K).
+    `how`: (overlap, transport)."""
+    overlap, transport = how
+    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    M, K = a2.shape
+    m, N = M // world, b.shape[1]
+    rows = [a2[r * m : (r + 1) * m] for r in range(world)]
+    epilogue = dict(alpha=alpha, bias=bias, activation=activation, residual=residual2)
+    if K == 0 or m * N == 0:  # every partial is zero (or empty): nothing to send
+        return reduce_partials(a2.new_zeros((1, m, N)), **epilogue)
+    if not overlap:
+        full = a2.new_empty((M, N))
+        _gemm_into(a2, b, full, None, None)
+        reduced = a2.new_empty((m, N))
+        reduce_scatter_tensor(reduced, full, group=group)
+        plain = alpha == 1.0 and bias is None and activation is None and residual2 is None
+        return reduced if plain else reduce_partials(reduced[None], **epilogue)
+    # partials[w]: rank w's product of this rank's rows. Each GEMM for another rank's rows goes
+    # out as soon as it is done, while the next one runs; this rank's own rows go last.
+    partials = a2.new_empty((world, m, N))
+    exchanges = exchanges_for(a2.device, group, transport)
+    pending = []
+    for step, to in enumerate((rank + s) % world for s in range(1, world)):
+        outbox = exchanges.outbox(step + 1, (m, N), a2.dtype, a2.device)
+        _gemm_into(rows[to], b, outbox, None, None)
+        pending.append(exchanges.scatter(step + 1, outbox, partials))
+    _gemm_into(rows[rank], b, partials[rank], None, None)
+    for handles in pending:
+        exchanges.wait(handles)
+    out = reduce_partials(partials, **epilogue)
+    exchanges.finish()
+    return out
+
+
+def _gemm_into(a, b, out, bias, activation) -> None:
+    """out = activation(a @ b + bias) by tritongemm's kernels, writing `out` in place (a chunk of
+    the op's output): `matmul`'s plan, or `linear`'s epilogue planned with an out tensor."""
+    if bias is None and activation is None:
+        matmul(a, b, out=out)
+    elif out.numel() == 0 or a.shape[1] == 0:  # no kernel: linear computes an empty sum's epilogue
+        out.copy_(linear(a, b.T, bias, activation=activation))
+    else:
+        fused = Fused(Epilogue(activation, 1.0, bias is not None), bias, None, out.dtype)
+        PLANS.lookup(a, b, out, "auto", None, fused).run(a, b, out, bias, None, None)
+
+
+def _unfold(t2: torch.Tensor, world: int, lead, dim: int) -> torch.Tensor:
+    """The (world * rows, X) result of a gather as the gathered tensor: world blocks of `lead`
+    rows each, concatenated along `dim` (a view, as torch's fused op returns)."""
+    return t2.view(world, *lead, t2.shape[-1]).flatten(0, 1).movedim(0, dim)
+
+
+# --- autograd: each op's backward is the other one --------------------------------------------
+
+
+class _AllGatherMatmul(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a2, b, bias, group, how):
+        gathered, c2 = _all_gather_matmul(a2.contiguous(), b, bias, None, group, how)
+        ctx.save_for_backward(gathered, b)
+        ctx.group, ctx.how = group, how
+        ctx.mark_non_differentiable(gathered)
+        return gathered, c2
+
+    @staticmethod
+    def backward(ctx, _, grad_c):
+        gathered, b = ctx.saved_tensors
+        grad_c = grad_c.contiguous()
+        grad_a = grad_b = grad_bias = None
+        if ctx.needs_input_grad[0]:  # d/d(shard) of the gathered rows' products: a reduce-scatter
+            grad_a = _matmul_reduce_scatter(grad_c, b.T, 1.0, None, None, None, ctx.group, ctx.how)
+        if ctx.needs_input_grad[1]:
+            grad_b = matmul(gathered.T, grad_c)
+        if ctx.needs_input_grad[2]:
+            grad_bias = grad_c.sum(0)
+        return grad_a, grad_b, grad_bias, None, None
+
+
+class _MatmulReduceScatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, a2, b, bias, residual2, alpha, group, how):
+        ctx.save_for_backward(a2, b)
+        ctx.alpha, ctx.group, ctx.how = alpha, group, how
+        return _matmul_reduce_scatter(a2, b, alpha, bias, None, residual2, group, how)
+
+    @staticmethod
+    def backward(ctx, grad_c):
+        a2, b = ctx.saved_tensors
+        grad_c = grad_c.contiguous()
+        scaled = grad_c * ctx.alpha if ctx.alpha != 1.0 else grad_c
+        grad_a = grad_b = None
+        if ctx.needs_input_grad[0]:  # every rank's rows need every shard's gradient: an all-gather
+            gathered, grad_a = _all_gather_matmul(scaled, b.T, None, None, ctx.group, ctx.how)
+        elif ctx.needs_input_grad[1]:
+            gathered = scaled.new_empty((dist.get_world_size(ctx.group) * scaled.shape[0], scaled.shape[1]))
+            all_gather_tensor(gathered, scaled, group=ctx.group)
+        if ctx.needs_input_grad[1]:
+            grad_b = matmul(a2.T, gathered)
+        grad_bias = grad_c.sum(0) if ctx.needs_input_grad[2] else None
+        grad_residual = grad_c if ctx.needs_input_grad[3] else None
+        return grad_a, grad_b, grad_bias, grad_residual, None, None, None
+
+
+# --- checks ----------------------------------------------------------------------------------
+
+
+def _check_gather(a_shard, b, gather_dim, bias, activation) -> int:
+    """Raises for bad arguments, naming them; returns gather_dim as a non-negative index."""
+    op = "all_gather_matmul"
+    gather_dim = _check_operands(op, ("a_shard", a_shard), b, ("gather_dim", gather_dim))
+    _check_epilogue(op, a_shard, b, bias, activation)
+    return gather_dim
+
+
+def _check_scatter(a, b, scatter_dim, world, reduce_op, bias, activation, residual) -> int:
+    op = "matmul_reduce_scatter"
+    scatter_dim = _check_operands(op, ("a", a), b, ("scatter_dim", scatter_dim))
+    if a.shape[scatter_dim] % world:
+        raise ValueError(
+            f"{op}: expected a.shape[{scatter_dim}] (scatter_dim) to be divisible by the group's size {world}, "
+            f"but got {a.shape[scatter_dim]} (a of shape {tuple(a.shape)})"
+        )
+    if reduce_op not in REDUCE_OPS:
+        raise ValueError(f"{op}: expected reduce_op to be one of {REDUCE_OPS}, but got {reduce_op!r}")
+    _check_epilogue(op, a, b, bias, activation)
+    out_shape = list(a.shape[:-1]) + [b.shape[1]]
+    out_shape[scatter_dim] //= world
+    checks._check_epilogue_tensor("residual", residual, tuple(out_shape), (a.dtype,), a.device, op)
+    return scatter_dim
+
+
+def _check_operands(op: str, named_a: tuple, b, named_dim: tuple) -> int:
+    (a_name, a), (dim_name, dim) = named_a, named_dim
+    for name, t in (named_a, ("b", b)):
+        checks._check_dense(op, name, t)
+    if a.dim() < 2 or b.dim() != 2:
+        raise ValueError(
+            f"{op}: expected {a_name} of 2 or more dimensions (..., K) and a 2D b (K, N), but got {a_name} of "
+            f"shape {tuple(a.shape)} and b of shape {tuple(b.shape)}"
+        )
+    checks._check_dtype_and_device(op, named_a, ("b", b))
+    if a.shape[-1] != b.shape[0]:
+        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({checks._shape(a)} and {checks._shape(b)})")
+    an_int = isinstance(dim, int) and not isinstance(dim, bool)
+    if not an_int or not -a.dim() <= dim < a.dim() or dim % a.dim() == a.dim() - 1:
+        raise ValueError(
+            f"{op}: expected {dim_name} to be a dimension of {a_name} (shape {tuple(a.shape)}) other than the "
+            f"last, K: one of {list(range(a.dim() - 1))} (or {list(range(-a.dim(), -1))}), but got {dim!r}"
+        )
+    return dim % a.dim()
+
+
+def _check_epilogue(op: str, a, b, bias, activation) -> None:
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"{op}: expected activation to be one of {ACTIVATIONS}, but got {activation!r}")
+    checks._check_epilogue_tensor("bias", bias, (b.shape[1],), (a.dtype,), a.device, op)
+
+
+def _check_transport(op: str, transport) -> None:
+    if transport not in TRANSPORTS:
+        raise ValueError(f"{op}: expected transport to be one of {TRANSPORTS}, but got {transport!r}")
+
+
+def _refuse_activation_grad(op: str, activation) -> None:
+    if activation is not None:
+        raise NotImplementedError(
+            f"{op}: activation={activation!r} has no backward yet; call it under torch.no_grad(), or apply the "
+            "activation to its output"
+        )
+
+
+def _requires_grad(*tensors) -> bool:
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
