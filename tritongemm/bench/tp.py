@@ -349,10 +349,13 @@ def _timeline(rank: int, world: int, device, layers) -> list[dict]:
         for path in ("tritongemm", "tritongemm-nccl", "sequential"):
             for _ in range(3):  # warm: compiled, communicators made
                 calls[path]()
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            dist.barrier()
+            # Every rank profiles, so the profiler's own costs delay them alike; the spin kernel
+            # after the barrier marks where the call starts on the GPU.
             with torch.profiler.profile() as prof:
+                dist.barrier()
+                if device.type == "cuda":
+                    torch.cuda.synchronize()
+                    torch.cuda._sleep(1000)
                 calls[path]()
                 if device.type == "cuda":
                     torch.cuda.synchronize()
@@ -366,7 +369,9 @@ def _gpu_activity(prof, layer: str, op: str, path: str) -> list[dict]:
         prof.export_chrome_trace(f.name)
         trace = json.loads(Path(f.name).read_text())
     gpu = [e for e in trace.get("traceEvents", []) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
-    t0 = min((e["ts"] for e in gpu), default=0)
+    marks = [e for e in gpu if "spin_kernel" in e["name"]]
+    t0 = marks[-1]["ts"] + marks[-1]["dur"] if marks else min((e["ts"] for e in gpu), default=0)
+    gpu = [e for e in gpu if e["ts"] >= t0]
     return [dict(layer=layer, op=op, path=path, stream=e.get("args", {}).get("stream", e.get("tid")),
                  name=e["name"][:80], start_us=e["ts"] - t0, dur_us=e["dur"]) for e in gpu]  # fmt: skip
 
@@ -405,7 +410,9 @@ def plot_timeline(csv_path: Path, png_path: Path) -> Path:
         events = list(csv.DictReader(f))
     panels = list(dict.fromkeys((e["layer"], e["op"], e["path"]) for e in events))
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 1.6 * len(panels) + 0.6), squeeze=False)
-    span = max(float(e["start_us"]) + float(e["dur_us"]) for e in events)
+    span = {}  # one time axis for each function's panels, so their lengths compare
+    for e in events:
+        span[e["op"]] = max(span.get(e["op"], 0.0), float(e["start_us"]) + float(e["dur_us"]))
     for ax, (layer, op, path) in zip(axes[:, 0], panels):
         mine = [e for e in events if (e["layer"], e["op"], e["path"]) == (layer, op, path)]
         streams = sorted({e["stream"] for e in mine}, key=str)
@@ -416,7 +423,7 @@ def plot_timeline(csv_path: Path, png_path: Path) -> Path:
                            color=color)  # fmt: skip
         ends = max(float(e["start_us"]) + float(e["dur_us"]) for e in mine)
         ax.set_yticks(range(len(streams)), [f"stream {s}" for s in streams], fontsize=7)
-        ax.set_xlim(0, span)
+        ax.set_xlim(0, span[op])
         ax.set_title(f"{op} ({layer}), {_PATH_NAMES[path]}: {ends:.0f} us", fontsize=8, loc="left")
     axes[-1, 0].set_xlabel("us since the call's first GPU activity (rank 0; blue GEMM, orange communication)")
     fig.tight_layout()
