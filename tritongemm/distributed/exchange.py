@@ -56,9 +56,14 @@ class Exchanges:
         """(to, from): the group ranks this rank sends to and receives from at `step`."""
         return (self.rank + step) % self.world, (self.rank - step) % self.world
 
+    def publish(self, shard: torch.Tensor) -> None:
+        """Make `shard` readable by the peers (a gather's first step, before this rank's own GEMM
+        is queued): nothing for point-to-point, where `gather` sends it."""
+
     def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
-        """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too;
-        returns (source, handle) per other rank, in the order they should arrive."""
+        """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too,
+        beside whatever the compute stream has queued since `publish`; returns (source, handle)
+        per other rank, in the order they should arrive."""
         steps = map(self.peers, range(1, self.world))
         pending = [(source, self._swap(shard, to, shards[source], source)) for to, source in steps]
         self._on_side(lambda: shards[self.rank].copy_(shard))
@@ -114,18 +119,22 @@ class SymmetricExchanges(Exchanges):
     before its peers' reads, and their reads before its next write. The buffer is torch's
     buffer for the group (`_workspace`), grown when a call needs more."""
 
+    def publish(self, shard: torch.Tensor) -> None:
+        # On the compute stream, before the GEMM: a barrier queued behind a GEMM that holds every
+        # SM (a persistent kernel) would start only once it ends, and the pulls after it.
+        self.workspace = _workspace(self.group, shard.device, shard.numel() * shard.element_size())
+        self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
+        self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
+        self.published = _Arrival(self.compute)
+
     def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
-        workspace = _workspace(self.group, shard.device, shard.numel() * shard.element_size())
-        workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
-        workspace.barrier(channel=0)  # every rank's shard is published
-        self.side.wait_stream(self.compute)
+        self.side.wait_event(self.published.event)  # not for the GEMM queued since
         pending = []
         with torch.cuda.stream(self.side):
             for _, source in map(self.peers, range(1, self.world)):
-                shards[source].copy_(workspace.get_buffer(source, shard.shape, shard.dtype))
+                shards[source].copy_(self.workspace.get_buffer(source, shard.shape, shard.dtype))
                 pending.append((source, [_Arrival(self.side)]))
             shards[self.rank].copy_(shard)
-        self.workspace = workspace
         return pending
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:

@@ -163,10 +163,11 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple) -> tuple[torc
         return gathered, c2
     shards, outs = gathered.view(world, m, K), c2.view(world, m, -1)
     exchanges = exchanges_for(a2.device, group, transport)
+    exchanges.publish(a2)
+    _gemm_into(a2, b, outs[rank], bias, activation)  # queued first: the host's time on the rest hides under it
     # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
     # beside the compute stream, which works through the chunks as they land.
     pending = exchanges.gather(a2, shards)
-    _gemm_into(a2, b, outs[rank], bias, activation)
     for source, handles in pending:
         exchanges.wait(handles)
         _gemm_into(shards[source], b, outs[source], bias, activation)
