@@ -245,7 +245,7 @@ def case_parallelize(rank, world, device):
 
 
 def case_errors(rank, world, device):
-    from tritongemm.distributed import all_gather_matmul, matmul_reduce_scatter
+    from tritongemm.distributed import ColumnParallelLinear, RowParallelLinear, all_gather_matmul, matmul_reduce_scatter
 
     a, b = torch.ones(world * 2, 8, device=device), torch.ones(8, 4, device=device)
     expected = [
@@ -260,6 +260,8 @@ def case_errors(rank, world, device):
         (lambda: matmul_reduce_scatter(a, b, transport="nvshmem"), ValueError, "transport"),
         (lambda: matmul_reduce_scatter(a, b, residual=torch.ones(3, 4, device=device)), ValueError, "residual"),
         (lambda: matmul_reduce_scatter(a.requires_grad_(), b, activation="relu"), NotImplementedError, "backward"),
+        (lambda: ColumnParallelLinear(8, world + 1), ValueError, "out_features divisible"),
+        (lambda: RowParallelLinear(world + 1, 8), ValueError, "in_features divisible"),
     ]
     for call, error, words in expected:
         with pytest.raises(error, match=words):

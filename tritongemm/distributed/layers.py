@@ -24,82 +24,77 @@ from tritongemm.distributed.ops import all_gather_matmul, matmul_reduce_scatter
 from tritongemm.fused import linear
 
 
-class ColumnParallelLinear(torch.nn.Module):
-    """y[..., this rank's features] = x @ weight.T + bias, for this rank's out_features / world rows
-    of the weight. Input: the whole activation, or with `sequence_parallel` this rank's tokens
-    (gathered along `sequence_dim` under the GEMM). Output: this rank's features, all tokens."""
+class _ParallelLinear(torch.nn.Module):
+    """What the two layers share: this rank's shard of an (out_features, in_features) weight, split
+    along `SPLIT` ("out" rows or "in" columns), how it is cut from a whole `nn.Linear`, and the
+    options. The bias is split with the output features, or whole where they are."""
+
+    SPLIT = "out"
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *, group=None,
                  sequence_parallel: bool = False, sequence_dim: int = 0, device=None, dtype=None):  # fmt: skip
         super().__init__()
         self.group = group or dist.group.WORLD
         world = dist.get_world_size(self.group)
-        if out_features % world:
+        split = out_features if self.SPLIT == "out" else in_features
+        if split % world:
             raise ValueError(
-                f"ColumnParallelLinear: expected out_features divisible by the group's size {world}, "
-                f"but got {out_features}"
+                f"{type(self).__name__}: expected {self.SPLIT}_features divisible by the group's size {world}, "
+                f"but got {split}"
             )
         self.in_features, self.out_features = in_features, out_features
         self.sequence_parallel, self.sequence_dim = sequence_parallel, sequence_dim
-        shard = out_features // world
-        self.weight = torch.nn.Parameter(torch.empty((shard, in_features), device=device, dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(shard, device=device, dtype=dtype)) if bias else None
+        rows, cols = (
+            (out_features // world, in_features) if self.SPLIT == "out" else (out_features, in_features // world)
+        )
+        self.weight = torch.nn.Parameter(torch.empty((rows, cols), device=device, dtype=dtype))
+        self.bias = torch.nn.Parameter(torch.zeros(rows, device=device, dtype=dtype)) if bias else None
 
     @classmethod
     def from_linear(cls, layer: torch.nn.Linear, group=None, *, sequence_parallel=False, sequence_dim=0):
-        """This rank's share of a whole `nn.Linear` (every rank holds the same one): its rows."""
+        """This rank's share of a whole `nn.Linear` that every rank holds alike."""
         new = cls(layer.in_features, layer.out_features, layer.bias is not None, group=group,
                   sequence_parallel=sequence_parallel, sequence_dim=sequence_dim,
                   device=layer.weight.device, dtype=layer.weight.dtype)  # fmt: skip
-        rows = _share(layer.out_features, new.group)
         with torch.no_grad():
-            new.weight.copy_(layer.weight[rows])
-            if layer.bias is not None:
-                new.bias.copy_(layer.bias[rows])
+            if cls.SPLIT == "out":
+                rows = _share(layer.out_features, new.group)
+                new.weight.copy_(layer.weight[rows])
+                if layer.bias is not None:
+                    new.bias.copy_(layer.bias[rows])
+            else:
+                new.weight.copy_(layer.weight[:, _share(layer.in_features, new.group)])
+                if layer.bias is not None:
+                    new.bias.copy_(layer.bias)
         return new
+
+    def extra_repr(self) -> str:
+        shards = f" ({dist.get_world_size(self.group)} shards)"
+        return (f"in_features={self.in_features}{shards if self.SPLIT == 'in' else ''}, "
+                f"out_features={self.out_features}{shards if self.SPLIT == 'out' else ''}, "
+                f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}")  # fmt: skip
+
+
+class ColumnParallelLinear(_ParallelLinear):
+    """y[..., this rank's features] = x @ weight.T + bias, for this rank's out_features / world rows
+    of the weight. Input: the whole activation, or with `sequence_parallel` this rank's tokens
+    (gathered along `sequence_dim` under the GEMM). Output: this rank's features, all tokens."""
+
+    SPLIT = "out"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sequence_parallel:
             return all_gather_matmul(x, self.weight.T, self.group, gather_dim=self.sequence_dim, bias=self.bias)
         return linear(_CopyToParallel.apply(x, self.group), self.weight, self.bias)
 
-    def extra_repr(self) -> str:
-        world = dist.get_world_size(self.group)
-        return (f"in_features={self.in_features}, out_features={self.out_features} ({world} shards), "
-                f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}")  # fmt: skip
 
-
-class RowParallelLinear(torch.nn.Module):
+class RowParallelLinear(_ParallelLinear):
     """y = sum over ranks of x[..., rank's features] @ weight[:, rank's features].T, + bias. Input:
     this rank's in_features / world features (a column-parallel layer's output). Output: the whole
     activation (all-reduced), or with `sequence_parallel` this rank's tokens (reduce-scattered
     along `sequence_dim` under the GEMM, the bias added in the same pass)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *, group=None,
-                 sequence_parallel: bool = False, sequence_dim: int = 0, device=None, dtype=None):  # fmt: skip
-        super().__init__()
-        self.group = group or dist.group.WORLD
-        world = dist.get_world_size(self.group)
-        if in_features % world:
-            raise ValueError(
-                f"RowParallelLinear: expected in_features divisible by the group's size {world}, but got {in_features}"
-            )
-        self.in_features, self.out_features = in_features, out_features
-        self.sequence_parallel, self.sequence_dim = sequence_parallel, sequence_dim
-        self.weight = torch.nn.Parameter(torch.empty((out_features, in_features // world), device=device, dtype=dtype))
-        self.bias = torch.nn.Parameter(torch.zeros(out_features, device=device, dtype=dtype)) if bias else None
-
-    @classmethod
-    def from_linear(cls, layer: torch.nn.Linear, group=None, *, sequence_parallel=False, sequence_dim=0):
-        """This rank's share of a whole `nn.Linear`: its columns; the bias whole, added once."""
-        new = cls(layer.in_features, layer.out_features, layer.bias is not None, group=group,
-                  sequence_parallel=sequence_parallel, sequence_dim=sequence_dim,
-                  device=layer.weight.device, dtype=layer.weight.dtype)  # fmt: skip
-        with torch.no_grad():
-            new.weight.copy_(layer.weight[:, _share(layer.in_features, new.group)])
-            if layer.bias is not None:
-                new.bias.copy_(layer.bias)
-        return new
+    SPLIT = "in"
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.sequence_parallel:
@@ -108,11 +103,6 @@ class RowParallelLinear(torch.nn.Module):
             return matmul_reduce_scatter(x, self.weight.T, self.group, scatter_dim=self.sequence_dim, bias=bias)
         y = _AllReduce.apply(linear(x, self.weight), self.group)
         return y if self.bias is None else y + self.bias
-
-    def extra_repr(self) -> str:
-        world = dist.get_world_size(self.group)
-        return (f"in_features={self.in_features} ({world} shards), out_features={self.out_features}, "
-                f"bias={self.bias is not None}, sequence_parallel={self.sequence_parallel}")  # fmt: skip
 
 
 # A transformers block's projections by attribute name: (column-parallel ones, the row-parallel one).
