@@ -1,10 +1,12 @@
-"""The communication half of an overlapped GEMM: pairwise exchanges on a stream of their own.
+"""The communication half of an overlapped GEMM: transfers on a stream of their own.
 
 A GEMM split into one chunk per rank can start on the chunk it already holds while the others
 are in flight. On a GPU that needs two streams: the GEMMs run on the caller's (compute) stream,
-the exchanges (NCCL point-to-point sends and receives, through torch.distributed) on a side
-stream, and events order the two only where one reads what the other writes. On the CPU (gloo,
-the tests) the exchanges run on gloo's threads and `wait` blocks the host instead.
+the transfers on a side stream, and events order the two only where one reads what the other
+writes. Two transports: `SymmetricExchanges` (CUDA: peers pull from each other's symmetric
+buffers with copy-engine copies, the default) and `Exchanges` (torch.distributed's point-to-point
+sends and receives: NCCL's kernels on a GPU, gloo's threads on the CPU, where `wait` blocks the
+host instead).
 
 Step s of an op pairs each rank r with r + s (it sends there) and r - s (it receives from
 there), for s = 1 .. world - 1: every rank takes the same step at once, so each send meets its
@@ -116,8 +118,13 @@ class SymmetricExchanges(Exchanges):
     GEMM beside them (its chunk ran 1.37-1.43x longer), which ate the overlap; a copy takes none.
 
     Device-side barriers (kernels on the compute stream) order a rank's write into its buffer
-    before its peers' reads, and their reads before its next write. The buffer is torch's
-    buffer for the group (`_workspace`), grown when a call needs more."""
+    before its peers' reads, and their reads before its next write. The buffer is one per group
+    and device (`_workspace`), grown when a call needs more: growing is a collective and a
+    synchronization, so a CUDA graph must be captured after an eager call of its largest shape."""
+
+    def __init__(self, device: torch.device, group):
+        super().__init__(device, group)
+        self.workspace = None  # the group's buffer, once a step has asked for it
 
     def publish(self, shard: torch.Tensor) -> None:
         # On the compute stream, before the GEMM: a barrier queued behind a GEMM that holds every
@@ -156,7 +163,8 @@ class SymmetricExchanges(Exchanges):
 
     def finish(self) -> None:
         super().finish()
-        self.workspace.barrier(channel=0)  # no rank writes its buffer again before its peers have read it
+        if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
+            self.workspace.barrier(channel=0)
 
 
 class _Arrival:
