@@ -83,7 +83,7 @@ def all_gather_matmul(
     a2 = moved.reshape(-1, moved.shape[-1])
     if torch.is_grad_enabled() and _requires_grad(a2, b, bias):
         _refuse_activation_grad("all_gather_matmul", activation)
-        gathered, c2 = _AllGatherMatmul.apply(a2, b, bias, group, (overlap, transport))
+        gathered, c2 = _AllGatherMatmul.apply(a2, b, bias, group, (overlap, transport), return_a)
     else:
         gathered, c2 = _all_gather_matmul(a2.contiguous(), b, bias, activation, group, (overlap, transport))
     c = _unfold(c2, world, lead, gather_dim)
@@ -233,25 +233,30 @@ def _unfold(t2: torch.Tensor, world: int, lead, dim: int) -> torch.Tensor:
 
 class _AllGatherMatmul(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, a2, b, bias, group, how):
+    def forward(ctx, a2, b, bias, group, how, return_a):
         gathered, c2 = _all_gather_matmul(a2.contiguous(), b, bias, None, group, how)
         ctx.save_for_backward(gathered, b)
-        ctx.group, ctx.how = group, how
-        ctx.mark_non_differentiable(gathered)
+        ctx.group, ctx.how, ctx.return_a = group, how, return_a
+        if not return_a:  # the caller never sees it: no gradient to bring back through it
+            ctx.mark_non_differentiable(gathered)
         return gathered, c2
 
     @staticmethod
-    def backward(ctx, _, grad_c):
+    def backward(ctx, grad_gathered, grad_c):
         gathered, b = ctx.saved_tensors
         grad_c = grad_c.contiguous()
         grad_a = grad_b = grad_bias = None
         if ctx.needs_input_grad[0]:  # d/d(shard) of the gathered rows' products: a reduce-scatter
             grad_a = _matmul_reduce_scatter(grad_c, b.T, 1.0, None, None, None, ctx.group, ctx.how)
+            if ctx.return_a:  # every rank's copy of the shard's rows, summed (zeros where unused)
+                from_copies = torch.empty_like(grad_a)
+                reduce_scatter_tensor(from_copies, grad_gathered.contiguous(), group=ctx.group)
+                grad_a = grad_a + from_copies
         if ctx.needs_input_grad[1]:
             grad_b = matmul(gathered.T, grad_c)
         if ctx.needs_input_grad[2]:
             grad_bias = grad_c.sum(0)
-        return grad_a, grad_b, grad_bias, None, None
+        return grad_a, grad_b, grad_bias, None, None, None
 
 
 class _MatmulReduceScatter(torch.autograd.Function):
