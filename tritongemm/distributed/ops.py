@@ -71,7 +71,8 @@ def all_gather_matmul(
         (A, [C]); C is a view whose gathered dimension is moved into place, as torch's is.
 
     Differentiable in a_shard, b and bias (not with an activation): the backward is a
-    `matmul_reduce_scatter`, overlapped the same way.
+    `matmul_reduce_scatter`, overlapped the same way; with `return_a` the gathered A's gradient
+    comes back to the shards too (a reduce-scatter of it, on every rank alike).
     """
     group = group or dist.group.WORLD
     world = dist.get_world_size(group)
