@@ -21,21 +21,23 @@ def _shape(t: torch.Tensor) -> str:
     return "x".join(str(s) for s in t.shape) if t.dim() else "scalar"
 
 
-def check_operands(a, b) -> None:
-    for name, t in (("a", a), ("b", b)):
-        _check_dense("matmul", name, t)
+def check_operands(a, b, op: str = "matmul", a_name: str = "a") -> None:
+    """A GEMM's (..., M, K) and (K, N) operands, for `op` (matmul's, or another function's that
+    names its first operand `a_name`)."""
+    for name, t in ((a_name, a), ("b", b)):
+        _check_dense(op, name, t)
     if a.dim() < 2:
         raise ValueError(
-            "matmul: expected a to have 2 or more dimensions, (..., M, K), but got a "
+            f"{op}: expected {a_name} to have 2 or more dimensions, (..., M, K), but got a "
             f"{a.dim()}D tensor of shape {tuple(a.shape)}"
         )
     if b.dim() != 2:
-        batched = f" (with a of shape {tuple(a.shape)}); batched GEMM, a 3D b, is not supported yet"
+        batched = f" (with {a_name} of shape {tuple(a.shape)}); batched GEMM, a 3D b, is not supported yet"
         raise ValueError(
-            f"matmul: expected b to be a 2D tensor (K, N), but got a {b.dim()}D tensor of shape "
+            f"{op}: expected b to be a 2D tensor (K, N), but got a {b.dim()}D tensor of shape "
             f"{tuple(b.shape)}{batched if b.dim() > 2 else ''}"
         )
-    _check_dtype_and_device("matmul", ("a", a), ("b", b))
+    _check_dtype_and_device(op, (a_name, a), ("b", b))
     if a.shape[-1] != b.shape[0]:
         raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({_shape(a)} and {_shape(b)})")
 

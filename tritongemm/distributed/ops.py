@@ -30,7 +30,7 @@ from tritongemm.api import matmul
 from tritongemm.distributed.exchange import TRANSPORTS, all_gather_tensor, exchanges_for, reduce_scatter_tensor
 from tritongemm.distributed.reduce import reduce_partials
 from tritongemm.epilogue import ACTIVATIONS, Epilogue, Fused
-from tritongemm.fused import linear
+from tritongemm.fused import _requires_grad, linear
 from tritongemm.plan import PLANS
 
 REDUCE_OPS = ("sum", "avg")
@@ -315,16 +315,7 @@ def _check_scatter(a, b, scatter_dim, world, reduce_op, bias, activation, residu
 
 def _check_operands(op: str, named_a: tuple, b, named_dim: tuple) -> int:
     (a_name, a), (dim_name, dim) = named_a, named_dim
-    for name, t in (named_a, ("b", b)):
-        checks._check_dense(op, name, t)
-    if a.dim() < 2 or b.dim() != 2:
-        raise ValueError(
-            f"{op}: expected {a_name} of 2 or more dimensions (..., K) and a 2D b (K, N), but got {a_name} of "
-            f"shape {tuple(a.shape)} and b of shape {tuple(b.shape)}"
-        )
-    checks._check_dtype_and_device(op, named_a, ("b", b))
-    if a.shape[-1] != b.shape[0]:
-        raise ValueError(f"mat1 and mat2 shapes cannot be multiplied ({checks._shape(a)} and {checks._shape(b)})")
+    checks.check_operands(a, b, op, a_name)
     an_int = isinstance(dim, int) and not isinstance(dim, bool)
     if not an_int or not -a.dim() <= dim < a.dim() or dim % a.dim() == a.dim() - 1:
         raise ValueError(
@@ -351,7 +342,3 @@ def _refuse_activation_grad(op: str, activation) -> None:
             f"{op}: activation={activation!r} has no backward yet; call it under torch.no_grad(), or apply the "
             "activation to its output"
         )
-
-
-def _requires_grad(*tensors) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
