@@ -12,7 +12,6 @@ the provider's.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -134,15 +133,11 @@ def run_grouped(*, timings=TIMINGS, out_dir: str | Path | None = "results", name
                 rounds: int = ROUNDS) -> list[GroupedRow]:  # fmt: skip
     """The SUITE on a GPU (a smoke run on tiny problems under the interpreter without one): prints
     the rows, writes `out_dir`/`name`.csv (COLUMNS, timed rows) and .json unless out_dir is None."""
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-        print("No CUDA GPU: tiny problems under the Triton interpreter; times say nothing about GPU speed.")
-    from tritongemm.bench.report import run_suite
+    from tritongemm.bench.report import problems_here, run_suite
 
-    base = name or ("grouped" if on_gpu else "grouped-cpu")
-    rows, _, _ = run_suite(SUITE if on_gpu else CPU_SMOKE, measure_grouped, name=base, out_dir=out_dir,
-                           columns=COLUMNS, timings=timings, rounds=rounds)  # fmt: skip
+    problems, base = problems_here(SUITE, CPU_SMOKE, name, "grouped")
+    rows, _, _ = run_suite(problems, measure_grouped, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
+                           rounds=rounds)  # fmt: skip
     for r in rows:
         ratio = f"{r.ratio_to_torch:.3f}" if r.ratio_to_torch else "-"
         ms = f"{r.ms:.4f}" if r.ms else "-"

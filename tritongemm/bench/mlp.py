@@ -14,7 +14,6 @@ unfused block's and torch.compile's times over the provider's.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -184,15 +183,11 @@ def run_mlp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: st
             rounds: int = ROUNDS) -> list[MlpRow]:  # fmt: skip
     """The SUITE on a GPU (a smoke run on tiny problems under the interpreter without one): prints
     the rows, writes `out_dir`/`name`.csv (COLUMNS, timed rows) and .json unless out_dir is None."""
-    on_gpu = torch.cuda.is_available()
-    if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-        print("No CUDA GPU: tiny problems under the Triton interpreter; times say nothing about GPU speed.")
-    from tritongemm.bench.report import run_suite
+    from tritongemm.bench.report import problems_here, run_suite
 
-    base = name or ("mlp" if on_gpu else "mlp-cpu")
-    rows, _, _ = run_suite(SUITE if on_gpu else CPU_SMOKE, measure_mlp, name=base, out_dir=out_dir, columns=COLUMNS,
-                           timings=timings, rounds=rounds)  # fmt: skip
+    problems, base = problems_here(SUITE, CPU_SMOKE, name, "mlp")
+    rows, _, _ = run_suite(problems, measure_mlp, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
+                           rounds=rounds)  # fmt: skip
     for r in rows:
         ms = f"{r.ms:.4f}" if r.ms else "-"
         ratios = " ".join(f"{x:.3f}" if x else "-" for x in (r.ratio_to_torch, r.ratio_to_compile))

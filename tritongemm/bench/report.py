@@ -245,6 +245,21 @@ def write_remeasured(base: Path, *remeasures: Path) -> tuple[Path, ...]:
     return (*paths, plot_ratio_vs_m(rows, base.with_suffix(".png"), title))
 
 
+def problems_here(suite, cpu_smoke, name: str | None, default: str) -> tuple[list, str]:
+    """(problems, base file name) for an own suite on this machine: the suite as `default` on a
+    GPU; without one a smoke run of tiny problems under the Triton interpreter, "<default>-cpu",
+    said on stdout. Call before anything imports the kernels (Triton reads TRITON_INTERPRET then)."""
+    import os
+
+    import torch
+
+    if torch.cuda.is_available():
+        return list(suite), name or default
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    print("No CUDA GPU: tiny problems under the Triton interpreter; times say nothing about GPU speed.")
+    return list(cpu_smoke), name or f"{default}-cpu"
+
+
 def run_suite(problems, measure, *, name: str, out_dir: str | Path | None, columns: list[str], timings,
               rounds: int) -> tuple[list, dict, tuple[Path, ...]]:  # fmt: skip
     """The loop the own suites (fp8, grouped, mlp) share: each problem measured on this machine's

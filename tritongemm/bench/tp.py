@@ -229,13 +229,16 @@ def _measure(layer, m: int, rank: int, world: int, device, timings) -> list[TpRo
             outputs[provider] = call()
         except Exception as exc:  # noqa: BLE001 - recorded in the row, the suite goes on
             errors[provider] = f"raised: {describe_error(exc)}"
-    # Every rank must agree on who is timed, or the collectives stop matching.
-    failed = _agreed_failures(outputs, reference, bound, errors)
+    rel_errs = {provider: rel_error(out, reference) for provider, out in outputs.items()}
+    for provider, err in rel_errs.items():
+        if not err <= bound:
+            errors[provider] = f"wrong: rel error {err:.2e} > {bound:.2e}"
+    failed = _agreed_failures(errors, reference.device)
     rows = []
     sequential = outputs.get("sequential")
     for provider in calls:
         out = outputs.get(provider)
-        err = rel_error(out, reference) if out is not None else None
+        err = rel_errs.get(provider)
         same = "-" if out is None or sequential is None else _difference(out, sequential)
         for timing in timings:
             ms, why = None, errors.get(provider, "")
@@ -250,15 +253,10 @@ def _measure(layer, m: int, rank: int, world: int, device, timings) -> list[TpRo
     return rows
 
 
-def _agreed_failures(outputs: dict, reference, bound: float, errors: dict) -> set[str]:
-    """The providers that failed (raised, or missed the bound) on any rank: none of them is timed."""
-    from tritongemm.reference import rel_error
-
-    for provider, out in outputs.items():
-        err = rel_error(out, reference)
-        if not err <= bound:
-            errors[provider] = f"wrong: rel error {err:.2e} > {bound:.2e}"
-    flags = torch.tensor([p in errors for p in PROVIDERS], dtype=torch.int32, device=reference.device)
+def _agreed_failures(errors: dict, device) -> set[str]:
+    """The providers that failed (raised, or missed the bound: `errors`) on any rank: none of them
+    is timed, or the ranks' collectives stop matching."""
+    flags = torch.tensor([p in errors for p in PROVIDERS], dtype=torch.int32, device=device)
     dist.all_reduce(flags, op=dist.ReduceOp.MAX)
     failed = {p for p, flag in zip(PROVIDERS, flags.tolist()) if flag}
     for p in failed:
