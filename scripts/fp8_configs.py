@@ -2,7 +2,7 @@
 torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_then_time's "graph").
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
-    PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block]
+    PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] [--min-m 2048]
 """
 
 from __future__ import annotations
@@ -37,6 +37,13 @@ LARGE = {
     "tma default": ("fp8_tma", None),
     "tma 128x256x128 w8 s3": ("fp8_tma", cfg(128, 256, 128, 8, 3)),
 }
+BLOCK = {  # hopper/fp8_block.py: block scales only; each half of BLOCK_N within a 128-wide scale block
+    "block-ws 128x128 s5": ("fp8_block", cfg(128, 128, 128, 8, 5)),
+    "block-ws 128x256 s4": ("fp8_block", cfg(128, 256, 128, 8, 4)),
+    "block-ws 128x256 s3": ("fp8_block", cfg(128, 256, 128, 8, 3)),
+    "block-ws 128x256 s4 g16": ("fp8_block", cfg(128, 256, 128, 8, 4, group=16)),
+    "block-ws 128x256 s4 g4": ("fp8_block", cfg(128, 256, 128, 8, 4, group=4)),
+}
 BOTH = {"auto": ("auto", None)}
 LLM = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 8192, 8192)]
@@ -44,7 +51,7 @@ SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 
 
 def main() -> None:
     from tritongemm import scaled_mm
-    from tritongemm.bench.fp8 import Fp8Problem, operands
+    from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
     from tritongemm.bench.measure import check_then_time
     from tritongemm.fp8 import reference_scaled_mm
     from tritongemm.reference import fp8_tolerance
@@ -52,13 +59,14 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--recipes", default="tensor,row,block")
+    parser.add_argument("--min-m", type=int, default=0, help="only the shapes with M at least this")
     args = parser.parse_args()
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["recipe", "m", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch", "rel_err", "status"])
         for recipe in args.recipes.split(","):
-            for M, N, K in SHAPES:
+            for M, N, K in [shape for shape in SHAPES if shape[0] >= args.min_m]:
                 problem = Fp8Problem(recipe, M, N, K)
                 a, b, sa, sb = operands(problem, "cuda")
                 ref = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
@@ -69,7 +77,15 @@ def main() -> None:
                         calls[f"torch fast_accum={fast}"] = functools.partial(
                             torch._scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, use_fast_accum=fast
                         )
+                else:  # the block scales laid out as this torch takes them (bench fp8's), where it takes them
+                    try:
+                        given = torch_block_scales(a, b, sa, sb, ref, bound)
+                        calls["torch fast_accum=False"] = functools.partial(_torch_scaled_mm, *given)
+                    except Exception as exc:
+                        print(f"torch refuses block scales at {M}x{N}x{K}: {exc}", flush=True)
                 table = dict(BOTH, **(SMALL if M <= 128 else {}), **(LARGE if M >= 128 else {}))
+                if recipe == "block" and M >= 128:  # the `tl` tiles ran at 130-250 TFLOP/s (probes/fp8-configs.csv)
+                    table = dict(BOTH, **{"tma default": LARGE["tma default"]}, **BLOCK)
                 for name, (kernel, config) in table.items():
                     if recipe == "block" and config is not None and config.BLOCK_K != 128:
                         continue

@@ -127,8 +127,8 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
 
 
 # The fp8 kernels (tritongemm.fp8), run through scaled_mm after quantize_fp8 (whose kernels run too);
-# fp8_tma on Hopper only.
-FP8_KERNELS = ("fp8_grouped", "fp8_tma")
+# fp8_tma and fp8_block (block scales only) on Hopper only.
+FP8_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_block")
 FP8_SHAPES = ((1, 8, 128), (17, 40, 256), (130, 136, 384))
 
 
@@ -139,7 +139,7 @@ def fp8_cases(kernel: str, quick: bool):
 
     gen = torch.Generator().manual_seed(0)
     for M, N, K in FP8_SHAPES[1:2] if quick else FP8_SHAPES:
-        for recipe in ("tensor", "row", "block"):
+        for recipe in ("block",) if kernel == "fp8_block" else ("tensor", "row", "block"):
             x = torch.randn(M, K, generator=gen).to(DEVICE)
             w = (torch.randn(N, K, generator=gen) * K**-0.5).to(DEVICE)
             a, sa = quantize_fp8(x, recipe)
@@ -214,7 +214,7 @@ def main() -> int:
     # An experimental kernel (not yet run on a GPU; it might hang) only when named.
     names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]]
     hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-    names += [] if args.kernel else ["fp8_grouped", *(["fp8_tma"] if hopper else []), GROUPED]
+    names += [] if args.kernel else ["fp8_grouped", *(["fp8_tma", "fp8_block"] if hopper else []), GROUPED]
     failures = []
     for name in names:
         start, count, bad = time.perf_counter(), 0, []

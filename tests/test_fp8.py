@@ -251,6 +251,58 @@ def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
     assert rel_error(y, expected) <= fp8_tolerance(out_dtype, shape[2])
 
 
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU (CPU: compiled in test_gluon_compile)")
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (200, 136, 384), (1000, 1504, 768), (300, 520, 1280)],
+                         ids=str)  # fmt: skip
+@pytest.mark.parametrize("block_n", [128, 256])
+def test_the_block_scaled_rung(shape, out_dtype, block_n):
+    """hopper/fp8_block.py against the fp64 reference, both tile widths: odd and even numbers of
+    K-steps, rows and columns past the last whole tile; bias and GELU in its epilogue on the
+    1000-row shape."""
+    from tritongemm.hopper.fp8_block import DEFAULT_CONFIG, NARROW_CONFIG
+
+    fused = dict(bias=rand(shape[1], seed="bias"), activation="gelu") if shape[0] == 1000 else {}
+    a, b, sa, sb = operands(*shape, "block", seed="ws")
+    config = DEFAULT_CONFIG if block_n == 256 else NARROW_CONFIG
+    y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, kernel="fp8_block", config=config, **fused)
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **fused)
+    assert rel_error(y, expected) <= fp8_tolerance(out_dtype, shape[2])
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU")
+@pytest.mark.parametrize("num_programs", [1, 3, 7])
+def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs):
+    """Few persistent programs, so each walks many tiles: the ring's phases and the scales'
+    rows and columns carry from tile to tile (54 tiles of 9 K-steps, the ring of 5 slots)."""
+    from tritongemm.epilogue import PLAIN
+    from tritongemm.hopper import fp8_block
+
+    a, b, sa, sb = operands(900, 760, 1152, "block", seed="persistent")
+    c = torch.full((900, 760), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    run = fp8_block.plan(a, b, c, sa, sb, fp8_block.DEFAULT_CONFIG, PLAIN, num_programs=num_programs)
+    run(a, b, c, sa, sb)
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
+    assert rel_error(c, expected) <= fp8_tolerance(torch.bfloat16, 1152)
+
+
+def test_the_block_scaled_rung_takes_block_scales_only():
+    a, b, sa, sb = operands(8, 16, 128, "row")
+    with pytest.raises(ValueError, match="'fp8_block' takes block-wise .* but got row-wise scales and K = 128"):
+        scaled_mm(a, b, sa, sb, kernel="fp8_block")
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU")
+@pytest.mark.parametrize("shape", [(1, 96, 128), (77, 304, 512)], ids=str)
+def test_the_block_scaled_rung_reads_one_element_scales_broadcast(shape):
+    """A block grid of one element each (M = 1, N <= 128, K = 128) reads as tensor-wise scales:
+    the rung takes those too, the one scale for every block."""
+    a, b, sa, sb = operands(*shape, "tensor", seed="one")
+    y = scaled_mm(a, b, sa, sb, kernel="fp8_block")
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
+    assert rel_error(y, expected) <= fp8_tolerance(torch.bfloat16, shape[2])
+
+
 @pytest.mark.skipif(ON_GPU and not ON_HOPPER, reason="another GPU refuses the rung as a whole (require_sm90)")
 def test_the_gluon_rung_says_what_it_does_not_take():
     a, b, sa, sb = operands(8, 16, 128, "row")
@@ -343,7 +395,7 @@ def test_patch_with_fp8_replaces_what_the_recipe_takes_and_says_why_not_the_rest
 # Fuzzing: random problems, each kernel, against the reference
 # ----------------------------------------------------------------------------------------------
 
-FUZZ_KERNELS = ("fp8_grouped", "fp8_tma") if ON_HOPPER else ("fp8_grouped",)
+FUZZ_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_block") if ON_HOPPER else ("fp8_grouped",)
 FUZZ_MAX_DIM = 700 if ON_GPU else 96  # the interpreter runs ~200 tile steps a second
 
 
@@ -360,14 +412,14 @@ def test_fuzz(kernel):
     from hypothesis import strategies as st
 
     examples = int(os.environ.get("FUZZ_EXAMPLES", 30 if not ON_GPU else 300))
-    tma = kernel == "fp8_tma"
+    tma = kernel in ("fp8_tma", "fp8_block")
 
     @st.composite
     def problems(draw):
-        recipe = draw(st.sampled_from(["tensor", "row", "block"]))
+        recipe = draw(st.sampled_from(["tensor", "block"] if kernel == "fp8_block" else ["tensor", "row", "block"]))
         dim = st.integers(1, FUZZ_MAX_DIM)
         M, N = draw(dim), draw(dim) if not tma else 8 * draw(st.integers(1, FUZZ_MAX_DIM // 8))
-        step = 128 if recipe == "block" else 16 if tma else 1
+        step = 128 if recipe == "block" or kernel == "fp8_block" else 16 if tma else 1
         K = step * draw(st.integers(1, max(1, FUZZ_MAX_DIM // step)))
         formats = [E4M3, E5M2]
         a_dtype = draw(st.sampled_from(formats))

@@ -95,6 +95,8 @@ def _compile_all(kernel: str) -> list[dict]:
     driver.set_active(_Sm90Target())
     if kernel == "fp8_tma":
         return _compile_fp8_tma()
+    if kernel == "fp8_block":
+        return _compile_fp8_block()
 
     from tritongemm.hopper import (
         pipeline,
@@ -153,7 +155,7 @@ def _compile_all(kernel: str) -> list[dict]:
                 b_k_major=desc.b_k_major,
                 shared=compiled.metadata.shared,
                 missing=[name for name in instructions if name not in ptx],
-                spilled=_spill_stores(ptx),
+                **_ptxas(ptx),
             )
         )
     return results
@@ -193,7 +195,7 @@ def _compile_fp8_tma() -> list[dict]:
         wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
         instructions = (*INSTRUCTIONS, wgmma)
         results.append(dict(case=[recipe, fp8, out, fused], shared=compiled.metadata.shared,
-                            missing=[name for name in instructions if name not in ptx], spilled=_spill_stores(ptx),
+                            missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
                             planned=sequential_smem_bytes(config, 1, c.element_size())))  # fmt: skip
     return results
 
@@ -209,12 +211,67 @@ def test_the_fp8_rung_compiles_to_fp8_wgmma_for_sm90():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
+# The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, BLOCK_N):
+# both fp8 formats, a fused epilogue, ConSan's ring, both tile widths.
+FP8_BLOCK_CASES = [
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 128),
+    ("float8_e5m2", "float16", 640, "gelu", 1, 128),
+    ("float8_e4m3fn", "bfloat16", 768, None, 2, 128),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 256),
+]
+
+
+def _compile_fp8_block() -> list[dict]:
+    from tritongemm.hopper import fp8_block
+    from tritongemm.hopper.descriptors import _descriptor
+    from tritongemm.hopper.schedulers import scheduler_for
+
+    results = []
+    for fp8, out, K, fused, per_slot, block_n in FP8_BLOCK_CASES:
+        config = fp8_block.DEFAULT_CONFIG if block_n == 256 else fp8_block.NARROW_CONFIG
+        M, N = 1000, 1504
+        a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
+        c = torch.empty(M, N, dtype=getattr(torch, out))
+        desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
+                _descriptor(c, (config.BLOCK_M, config.BLOCK_N // 2)))  # fmt: skip
+        epilogue = FUSED[fused] if fused else PLAIN
+        bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
+        scales = (torch.empty(M, K // 128), torch.empty(-(-N // 128), K // 128), K // 128, 1, K // 128, 1)
+        args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact), *scales)
+        compiled = fp8_block._fp8_block_kernel.warmup(
+            *args, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
+            BARRIERS_PER_SLOT=per_slot, LOAD_REGS=fp8_block.LOAD_REGISTERS, num_warps=config.num_warps,
+            **epilogue.constexprs(), grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
+        instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg")
+        results.append(dict(case=[fp8, out, K, fused, per_slot, block_n], shared=compiled.metadata.shared,
+                            missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
+                            planned=fp8_block.smem_bytes(config, c.element_size())))  # fmt: skip
+    return results
+
+
+def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
+    """hopper/fp8_block.py: warp-specialized (setmaxnreg), TMA + mbarriers + fp8 WGMMA, its
+    shared memory as planned; the accumulator and the promoted sum stay in registers, and ptxas
+    leaves the MMAs asynchronous (a non-WGMMA instruction touching an accumulator at the wrong
+    place makes it serialize them all, the module docstring says how that happened once)."""
+    for result in compile_kernel("fp8_block"):
+        label = "fp8_block " + " ".join(map(str, result["case"]))
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 16) * 16
 
 
-def _spill_stores(ptx: str) -> int:
-    """Bytes of register spill stores ptxas reports for this PTX on sm_90a."""
+def _ptxas(ptx: str) -> dict:
+    """What ptxas reports for this PTX on sm_90a: bytes of register spill stores, and whether it
+    serialized the WGMMAs (info C7514: each one then waits for the one before)."""
     import re
 
     from triton.backends.nvidia.compiler import get_ptxas
@@ -224,7 +281,9 @@ def _spill_stores(ptx: str) -> int:
         source.flush()
         done = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", source.name, "-o", os.devnull],
                               capture_output=True, text=True, check=True)  # fmt: skip
-    return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", done.stdout + done.stderr))
+    report = done.stdout + done.stderr
+    spilled = sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report))
+    return dict(spilled=spilled, serialized="C7514" in report)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -19,8 +19,10 @@ from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scal
 from tritongemm.plan import PLANS, tensor_facts
 
 # "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input; "fp8_tma": the Gluon rung
-# (hopper/fp8_tma.py), Hopper and TMA-aligned operands. "auto" chooses between them (_auto).
-KERNELS = ("auto", "fp8_grouped", "fp8_tma")
+# (hopper/fp8_tma.py), Hopper and TMA-aligned operands; "fp8_block": its warp-specialized block-scaled
+# successor (hopper/fp8_block.py), block scales only. "auto" chooses among them (_auto).
+KERNELS = ("auto", "fp8_grouped", "fp8_tma", "fp8_block")
+GLUON_KERNELS = ("fp8_tma", "fp8_block")
 
 # Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
 _QUANT_ROWS, _QUANT_COLS = 32, 128
@@ -139,9 +141,11 @@ def scaled_mm(
         out_dtype: bfloat16 (default), float16 or float32.
         activation, alpha: as for `tritongemm.linear`.
         kernel: "auto" (the measured choice of `_auto`), "fp8_grouped" (the `triton.language`
-            rung, any input) or "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
-            bf16 or fp16 out, TMA-aligned operands); config: a MatmulConfig for it (BLOCK_K =
-            128 under block scales), None for the default; with "auto" it takes the `tl` rung.
+            rung, any input), "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
+            bf16 or fp16 out, TMA-aligned operands) or "fp8_block" (its warp-specialized
+            successor for block scales, K a multiple of 128); config: a MatmulConfig for it
+            (BLOCK_K = 128 under block scales), None for the default; with "auto" it takes the
+            `tl` rung.
     """
     key = _key("scaled_mm", kernel, config, activation, alpha, out_dtype, a, b, scale_a, scale_b, bias, residual)
     call = None if key is None else PLANS.find_key(key)
@@ -158,8 +162,14 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
     if kernel not in KERNELS:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
-    if kernel == "fp8_tma" and a.device.type != "cuda":
-        raise ValueError(f"scaled_mm: kernel 'fp8_tma' runs on a CUDA GPU (sm_90), but a is on {a.device}")
+    if kernel == "fp8_block" and (recipe == "row" or a.shape[1] % SCALE_BLOCK):
+        # One element each is a block grid too (M = 1, N <= 128, K = 128), and the rung reads it broadcast.
+        raise ValueError(
+            f"scaled_mm: kernel 'fp8_block' takes block-wise (or one-element) scales and K a multiple of "
+            f"{SCALE_BLOCK}, but got {recipe}-wise scales and K = {a.shape[1]}"
+        )
+    if kernel in GLUON_KERNELS and a.device.type != "cuda":
+        raise ValueError(f"scaled_mm: kernel {kernel!r} runs on a CUDA GPU (sm_90), but a is on {a.device}")
     M, K = a.shape
     N = b.shape[1]
     spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
@@ -170,12 +180,16 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
         kernel, config = _auto(a, b, c, recipe) if config is None else ("fp8_grouped", config)
     config = _config(config, recipe, M, N, K, a.device, kernel)
     fixed = spec.fixed_args(residual)
-    if kernel == "fp8_tma":
-        from tritongemm.hopper import fp8_tma
+    if kernel in GLUON_KERNELS:
+        from tritongemm.hopper import fp8_block, fp8_tma
 
-        # The rung indexes row scales as contiguous vectors: other layouts are copied per call.
+        # The rungs index row scales as contiguous vectors: other layouts are copied per call.
         sa_given, sb_given = scale_a.is_contiguous(), scale_b.is_contiguous()
-        run = fp8_tma.plan(a, b, c, scale_a.contiguous(), scale_b.contiguous(), recipe, config, spec, bias, residual)
+        sa, sb = scale_a.contiguous(), scale_b.contiguous()
+        if kernel == "fp8_block":
+            run = fp8_block.plan(a, b, c, sa, sb, config, spec, bias, residual)
+        else:
+            run = fp8_tma.plan(a, b, c, sa, sb, recipe, config, spec, bias, residual)
 
         def tma_call(a, b, scale_a, scale_b, bias, residual):
             c = a.new_empty((M, N), dtype=out_dtype)
@@ -238,8 +252,10 @@ def _key(*facts) -> tuple | None:
 
 # "auto"'s tiles, from scripts/fp8_configs.py on the H100 (results/h100/probes/fp8-configs.csv):
 # - M > 128: the Gluon rung, 128 x 256 for tensor- and row-wise scales (0.93-1.09x torch's
-#   _scaled_mm where the 128 x 128 tile of the `tl` rung gave 0.80-0.99x); its 128 x 128 two-warpgroup
-#   tile for block scales (a 128 x 256 one spills the promoted sum: half the speed).
+#   _scaled_mm where the 128 x 128 tile of the `tl` rung gave 0.80-0.99x); for block scales the
+#   warp-specialized block rung, 128 x 256 (0.86-0.98x torch's block-wise where fp8_tma's 128 x 128
+#   gave 0.50-0.57x; probes/fp8-block-configs.csv), 128 x 128 where that leaves SMs without a tile
+#   (the wave-quantization rule, not measured on its own).
 # - M <= 128: the `tl` rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a
 #   128 x 128 tile left 100 of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep
 #   along K where the scales allow.
@@ -259,7 +275,13 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
         from tritongemm.hopper import fp8_tma
 
         if hopper and fp8_tma.unsupported_reason(a, b, c, recipe) is None:
-            return "fp8_tma", fp8_tma.default_config(recipe) if recipe == "block" else _WIDE
+            if recipe == "block":
+                from tritongemm.hopper import fp8_block
+
+                wide = fp8_block.DEFAULT_CONFIG
+                filled = wide.num_tiles(M, N) >= device_info.sm_count(a.device)
+                return "fp8_block", wide if filled else fp8_block.NARROW_CONFIG
+            return "fp8_tma", _WIDE
         # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
         return "fp8_grouped", _WIDE if hopper and recipe != "block" else _BLOCK_TL
     wide = _cdiv(M, 64) * _cdiv(N, 64) >= device_info.sm_count(a.device)
@@ -274,6 +296,10 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
         from tritongemm.hopper.fp8_tma import default_config
 
         return default_config(recipe)
+    if config is None and kernel == "fp8_block":
+        from tritongemm.hopper.fp8_block import DEFAULT_CONFIG
+
+        return DEFAULT_CONFIG
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
             return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)

@@ -120,8 +120,9 @@ def issue_loads(
 
 
 @gluon.jit
-def issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr):
-    """Wait for K-step `consumer`'s tiles, issue its MMA, then retire the step before it."""
+def step_operands(consumer, ready, a_bufs, b_bufs, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr):
+    """Wait for K-step `consumer`'s tiles to land; return them as the MMA's [BLOCK_M, BLOCK_K] and
+    [BLOCK_K, BLOCK_N] shared-memory views."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]
     slot = consumer % NUM_BUFFERS
@@ -135,6 +136,13 @@ def issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR: gl.constexpr, B_K
     b = b_bufs.index(consumer % NUM_B_BUFFERS)
     if B_K_MAJOR:
         b = b.permute((1, 0))  # [BLOCK_N, BLOCK_K] tile -> [BLOCK_K, BLOCK_N] view; WGMMA reads it transposed
+    return a, b
+
+
+@gluon.jit
+def issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr):
+    """Wait for K-step `consumer`'s tiles, issue its MMA, then retire the step before it."""
+    a, b = step_operands(consumer, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
     mma = mma.issue_async_mma(a, b)
     mma = mma.wait_num_outstanding(1)
     return consumer + 1, mma

@@ -1,0 +1,283 @@
+"""The block-scaled fp8 rung: rung 9's warp-specialized persistent kernel with DeepSeek-V3's
+promotion, each K-step's scales loaded a step ahead.
+
+Block scales change every 128 elements of K (fp8/recipes.py), so each 128-wide K-step is its own
+MMA into a fresh accumulator, and its product is scaled by scale_a[m, kb] * scale_b[n // 128, kb]
+and added to an fp32 sum in registers (docs/fp8.md). fp8_tma's block path does that too, and ran
+at 0.50-0.57x torch's block-wise _scaled_mm on the H100: after each step's MMA its warps loaded
+that step's scales from global memory and waited for them, with nothing else to do, while the
+tensor cores idled. Here:
+
+  * the scales of step kb + 1 are loaded while step kb multiplies, so the promotion finds them
+    in registers;
+  * two warpgroups split the tile's 128 rows, and each waits for its own MMAs only, so while one
+    promotes the other's MMA keeps the tensor cores busy (DeepGEMM's schedule; CUTLASS's fp8
+    promotion also waits for each interval's MMAs before it adds);
+  * the tile is 128 x 256 (a quarter less L2 traffic per FLOP than 128 x 128: 995-1082 TFLOP/s
+    against 875-930). A warpgroup's 64 x 256 sum and an MMA accumulator beside it would take 256
+    registers a thread, more than there are, so each K-step is two MMAs of 64 x 128, one per
+    column half, each promoted into its half's sum as it retires, from the same A tile: three
+    fp32 tiles of 64 registers. Each half lies in one of the weight's 128 x 128 scale blocks, so
+    its scale_b is one number a step and the promotion one fused multiply-add an element;
+  * rung 9's shape (tma_warp_specialized.py): a load warp runs ahead through the ring (its
+    `_load_partition`, unchanged), each slot goes back once both MMAs reading it have retired,
+    and the programs are persistent, so the next tile's loads go out during this tile's epilogue.
+
+Tried and dropped: two accumulators taking turns, step kb + 1 issued before step kb is promoted.
+ptxas serializes every MMA of such a kernel (info C7514: "non wgmma instructions reading
+accumulator registers of a wgmma between start and end of the pipeline stage") even once the
+PTX reads only retired accumulators, so each MMA waited for the one before. `_promote` says how
+the same message came back from where LLVM put the promotion, and what keeps it away.
+
+tensor- and row-wise scales stay with fp8_tma (they apply once, to the finished tile).
+scaled_mm's "auto" takes this rung for block scales past M = 128 (fp8/api.py `_auto`);
+kernel="fp8_block" names it. tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py
+compiles it for sm_90 on the CPU and checks that ptxas neither spills nor serializes its MMAs.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
+
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue import Epilogue
+from tritongemm.epilogue.kernels import apply_gl
+from tritongemm.fast_launch import compile_launch
+from tritongemm.fp8.recipes import SCALE_BLOCK
+from tritongemm.hopper.descriptors import _descriptor, bind
+from tritongemm.hopper.fp8_tma import unsupported_reason
+from tritongemm.hopper.mma import wgmma_accumulator_layout
+from tritongemm.hopper.pipeline import (
+    _SMEM_SLACK_BYTES,
+    H100_SHARED_MEMORY_BYTES,
+    barriers_per_slot,
+    c_tile_bytes,
+    check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
+    operand_stage_bytes,
+    require_sm90,
+    step_operands,
+    store_tile_in_pieces,
+)
+from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
+from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS, _load_partition
+
+NAME = "fp8_block"
+# 128 x 256 on two warpgroups (above), 4 slots of 48 KB and a 32 KB bf16 C half: 224 of 227 KB.
+# Measured on the H100 (results/h100/probes/fp8-block-configs.csv): 995-1082 TFLOP/s at M >= 2048,
+# where 128 x 128 (5 slots) gave 806-858; 3 slots, GROUP_SIZE_M 4 or 16 no better.
+DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
+# Half the width, for grids the wide tile leaves short of one tile an SM.
+NARROW_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=128, num_stages=5)
+
+
+@gluon.jit
+def _promote(total, acc, scale):
+    """total + acc * scale, returned with acc through a wait (for nothing: no MMA is in flight) so
+    that the compiler can't sink the multiply-adds below the next MMA into acc. LLVM did: that kept
+    the old acc alive beside the new one, a copy ptxas answered by serializing the MMAs (C7514)."""
+    total = total + acc * scale
+    return warpgroup_mma_wait(0, (total, acc))
+
+
+@gluon.jit
+def _promoting_partition(
+    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+    Scheduler: gl.constexpr, ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr, STORE_PREACT: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """The consumer: per tile and K-step, the two column halves' MMAs one after the other, each
+    promoted into its fp32 sum once retired, with the scales loaded a step ahead; the step's slot
+    goes back to the load warp after the second. Then the epilogue, half by half."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
+    HALF_N: gl.constexpr = BLOCK_N // 2
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    M = c_desc.shape[0]
+    N = c_desc.shape[1]
+    k_steps = a_desc.shape[1] // BLOCK_K  # K is a multiple of 128 = BLOCK_K under block scales
+    layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, HALF_N, num_warps)
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    # The zeros are never read (every MMA here starts afresh): they give the registers a type.
+    acc = gl.zeros((BLOCK_M, HALF_N), dtype=gl.float32, layout=layout)
+    scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
+    consumer = 0  # K-steps taken by this program, over all its tiles: the load warp's count
+    for idx in range(scheduler.get_num_tiles()):
+        pid_m, pid_n = scheduler.get_tile(idx)
+        off_m = pid_m * BLOCK_M
+        off_n = pid_n * BLOCK_N
+        offs_m = off_m + rows
+        row_mask = offs_m < M
+        sa_ptrs = sa_ptr + offs_m * stride_sam
+        # Each half lies in one of the weight's 128 x 128 scale blocks (BLOCK_K is 128): one scale_b a step.
+        sb0_ptr = sb_ptr + (off_n // BLOCK_K) * stride_sbn
+        sb1_ptr = sb_ptr + ((off_n + HALF_N) // BLOCK_K) * stride_sbn
+        right_in = off_n + HALF_N < N  # else the right half lies past N, and so may its scale block
+        total0 = gl.zeros((BLOCK_M, HALF_N), dtype=gl.float32, layout=layout)
+        total1 = gl.zeros((BLOCK_M, HALF_N), dtype=gl.float32, layout=layout)
+        sa = gl.expand_dims(gl.load(sa_ptrs, mask=row_mask, other=0.0), 1)
+        sb0 = gl.load(sb0_ptr)
+        sb1 = gl.load(sb1_ptr, mask=right_in, other=0.0)
+        for kb in range(k_steps):
+            # 1. The left half's MMA, and the next step's scales while it runs (the last step
+            #    reloads its own); once it retires, its product goes into the left sum.
+            a, b = step_operands(consumer, ready, a_bufs, b_bufs, False, True)
+            acc = warpgroup_mma(a, b.slice(0, HALF_N, dim=1), acc, use_acc=False, is_async=True)
+            ahead = gl.minimum(kb + 1, k_steps - 1)
+            next_sa = gl.expand_dims(gl.load(sa_ptrs + ahead * stride_sak, mask=row_mask, other=0.0), 1)
+            next_sb0 = gl.load(sb0_ptr + ahead * stride_sbk)
+            next_sb1 = gl.load(sb1_ptr + ahead * stride_sbk, mask=right_in, other=0.0)
+            acc = warpgroup_mma_wait(0, (acc,))
+            total0, acc = _promote(total0, acc, sa * sb0)
+            # 2. The right half's, from the same A tile; then the slot goes back to the load warp.
+            acc = warpgroup_mma(a, b.slice(HALF_N, HALF_N, dim=1), acc, use_acc=False, is_async=True)
+            acc = warpgroup_mma_wait(0, (acc,))
+            mbarrier.arrive(empty.index(consumer % NUM_BUFFERS))
+            consumer += 1
+            total1, acc = _promote(total1, acc, sa * sb1)
+            sa = next_sa
+            sb0 = next_sb0
+            sb1 = next_sb1
+
+        # 3. Epilogue, half by half, while the load warp fills the ring for the next tile.
+        total0 = apply_gl(
+            total0, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
+            alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+        )  # fmt: skip
+        store_tile_in_pieces(total0, c_desc, c_smem, off_m, off_n)  # after the last store read c_smem
+        total1 = apply_gl(
+            total1, off_m, off_n + HALF_N, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
+            stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+        )  # fmt: skip
+        store_tile_in_pieces(total1, c_desc, c_smem, off_m, off_n + HALF_N)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def _fp8_block_kernel(
+    # TMA descriptors
+    a_desc,  # (M, K) fp8, block [BLOCK_M, 128]
+    b_desc,  # (N, K) fp8, the weight whose transpose is B, block [BLOCK_N, 128]
+    c_desc,  # (M, N) bf16 or fp16, block [BLOCK_M, BLOCK_N / 2]: a column half
+    # the fused epilogue (epilogue/), after the scales
+    bias_ptr,
+    residual_ptr,
+    preact_ptr,
+    stride_rm,
+    stride_rn,
+    stride_pm,
+    alpha,
+    # the block scales (fp32): scale_a (M, K/128) and scale_b (ceil(N/128), K/128), with these strides
+    sa_ptr,
+    sb_ptr,
+    stride_sam,
+    stride_sak,
+    stride_sbn,
+    stride_sbk,
+    # meta-parameters
+    Scheduler: gl.constexpr,  # a class from schedulers.py
+    NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)
+    ACTIVATION: gl.constexpr,
+    HAS_ALPHA: gl.constexpr,
+    HAS_BIAS: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    dtype: gl.constexpr = a_desc.dtype
+    gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
+    init_barriers(empty)  # count 1: the consumer's one `arrive` per lap
+
+    gl.warp_specialize(
+        [
+            (_promoting_partition, (
+                a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
+                bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, num_warps,
+            )),
+            (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True)),
+        ],
+        [1],  # the load warp
+        [LOAD_REGS],
+    )  # fmt: skip
+
+    invalidate_barriers(ready)
+    invalidate_barriers(empty)
+
+
+def smem_bytes(config: MatmulConfig, c_elem_bytes: int) -> int:
+    """The fp8 ring and C's staging buffer of half a tile, both live for the whole program (barriers aside)."""
+    return config.num_stages * operand_stage_bytes(config, 1) + c_tile_bytes(config, c_elem_bytes) // 2
+
+
+def check_config(config: MatmulConfig, c_elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> None:
+    """Raise ValueError, naming the rung, for a tile this kernel can't run."""
+    check_wgmma_tile(NAME, config)
+    if config.BLOCK_K != SCALE_BLOCK:
+        raise ValueError(f"{NAME}: one scale block a K-step: BLOCK_K must be {SCALE_BLOCK}, not {config.BLOCK_K}")
+    if config.BLOCK_N < 16 or config.BLOCK_N % 2 or SCALE_BLOCK % (config.BLOCK_N // 2):
+        raise ValueError(
+            f"{NAME}: each half of a tile's columns must lie in one of the weight's {SCALE_BLOCK}-wide scale "
+            f"blocks: BLOCK_N must be 16, 32, 64, 128 or 256, but got {config.BLOCK_N}"
+        )
+    if config.num_stages < 2:
+        raise ValueError(
+            f"{NAME}: num_stages (ring slots) must be >= 2, since one is read by the MMA in flight while the next "
+            f"loads; got {config.num_stages}"
+        )
+    need = smem_bytes(config, c_elem_bytes)
+    if need > smem_limit - _SMEM_SLACK_BYTES:
+        raise ValueError(
+            f"{NAME}: {config.short()} needs {need} bytes of shared memory (ring and C tile), more than the "
+            f"{smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); use fewer "
+            f"num_stages"
+        )
+
+
+def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=None, residual=None, *,
+         num_programs: int | None = None):  # fmt: skip
+    """`launch(a, b, c, scale_a, scale_b, bias, residual)` for block-scaled tensors of this geometry
+    (or one-element scales, K a multiple of 128),
+    checked and compiled once. Raises ValueError where the rung can't take them. `num_programs`
+    replaces the SM count (tests: several tiles per program)."""
+    require_sm90(NAME, c.device)
+    check_config(config, c.element_size())
+    reason = unsupported_reason(a, b, c, "block")
+    if reason is not None:
+        raise ValueError(f"{NAME}: {reason}")
+    M, K = a.shape
+    desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
+            _descriptor(c, (config.BLOCK_M, config.BLOCK_N // 2)))  # fmt: skip
+    # One element each (tensor-wise scales, or the block grid of M = 1, N <= 128, K = 128): read broadcast.
+    one_each = scale_a.numel() == 1 and scale_b.numel() == 1
+    scale_strides = (0, 0, 0, 0) if one_each else (*scale_a.stride(), *scale_b.stride())
+    fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
+    constexprs = dict(
+        Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
+        BARRIERS_PER_SLOT=barriers_per_slot(), LOAD_REGS=LOAD_REGISTERS,
+        num_warps=config.num_warps, **spec.constexprs(),
+    )  # fmt: skip
+    grid = (num_persistent_programs(config.num_tiles(M, c.shape[1]), c.device, num_programs),)
+    runtime = (*desc, *spec.pointers(bias, residual), *fixed)
+    compiled = compile_launch(_fp8_block_kernel, grid, runtime, constexprs, c.device)
+    # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
+    launch = compiled.with_descriptors(desc, bind)
+    residual_args = spec.fixed_args(residual)
+
+    def run(a, b, c, scale_a, scale_b, bias=None, residual=None):
+        launch(a, b, c, *spec.pointers(bias, residual), *residual_args, scale_a, scale_b, *scale_strides)
+
+    return run
