@@ -17,8 +17,8 @@ version of the idea, kept as the step before fp8_block.py, which hides the wait 
 torch's block-wise here, 0.87-0.96x there: docs/fp8.md).
 
 `scaled_mm`'s "auto" takes it for tensor- and row-wise scales past M = 128 (fp8/api.py `_auto`,
-with the timings that chose it), fp8_block for block scales; kernel="fp8_tma" names it. tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py
-compiles it for sm_90 on the CPU.
+with the timings that chose it), fp8_block for block scales; kernel="fp8_tma" names it.
+tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py compiles it for sm_90 on the CPU.
 """
 
 import torch
