@@ -333,77 +333,9 @@ def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe):
     args = [tensor("float8_e4m3fn"), tensor("float8_e4m3fn"), tensor("bfloat16"), tensor("float32"), tensor("float32"),
             M, N, K, K, 1, 1, K, N, 1, *scales[0], *scales[1], 0, 0, 0, 0, 0, 0, 1.0]  # fmt: skip
     meta = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9,
-                num_warps=8, num_stages=3, QUANTIZE_A=False, FP8_MAX=448.0, MANTISSA=3, MIN_EXP=-6,
-                **PLAIN.constexprs())  # fmt: skip
+                num_warps=8, num_stages=3, **PLAIN.constexprs())  # fmt: skip
     ptx = compile_call_ptx("tritongemm.fp8.kernels", "_scaled_mm_kernel", args, meta)
     assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"
-
-
-# ----------------------------------------------------------------------------------------------
-# quantized_mm: the input quantized inside the GEMM
-# ----------------------------------------------------------------------------------------------
-
-
-def quantized_operands(M, N, K, recipe, seed=""):
-    """x (M, K) bf16 and the weight quantized with `recipe` as an fp8 layer stores it: b (K, N), scale_b."""
-    x = rand(M, K, dtype=torch.bfloat16, seed=f"qx{seed}")
-    w = rand(N, K, seed=f"qw{seed}", scale=K**-0.5)
-    if recipe == "block":
-        wq, sw = quantize_fp8(w, "block", block=(128, 128))
-        return x, wq.T, sw
-    wq, sw = quantize_fp8(w, recipe)
-    return x, wq.T, sw.T if recipe == "row" else sw
-
-
-@pytest.mark.parametrize("shape", [(1, 72, 256), (5, 40, 384), (37, 136, 128), (130, 24, 512)], ids=str)
-@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
-def test_quantized_mm_is_quantize_fp8_then_scaled_mm(recipe, shape):
-    """The same values as the two launches it replaces (the quantization is quantize_fp8's,
-    inside the GEMM for row and block), and within fp8's bound of the fp64 product."""
-    from tritongemm.fp8 import quantized_mm
-
-    x, b, sb = quantized_operands(*shape, recipe, seed=recipe)
-    bias = rand(shape[1], seed="qbias")
-    y = quantized_mm(x, b, sb, recipe, bias=bias, activation="silu", out_dtype=torch.float32)
-    a, sa = quantize_fp8(x, recipe)
-    two = scaled_mm(a, b, sa, sb, bias=bias, activation="silu", out_dtype=torch.float32)
-    assert y.shape == shape[:2] and y.dtype == torch.float32
-    assert rel_error(y, two) <= 1e-6, f"{recipe} {shape}: {rel_error(y, two):.3e} from the two launches"
-    expected = reference_scaled_mm(a, b, sa, sb, bias=bias, activation="silu", out_dtype=torch.float64)
-    assert rel_error(y, expected) <= fp8_tolerance(torch.float32, shape[2])
-    assert quantized_mm(x, b, sb, recipe).dtype == torch.bfloat16  # x's dtype by default
-
-
-@pytest.mark.skipif(ON_GPU, reason="the CPU fuses every M; a GPU fuses M <= 128 (the two launches above)")
-@pytest.mark.parametrize("recipe", ["row", "block"])
-def test_quantized_mm_quantizes_inside_the_gemm(recipe, monkeypatch):
-    """Row and block: one launch, no quantize_fp8 on the way."""
-    import tritongemm.fp8.api as api
-
-    monkeypatch.setattr(api, "quantize_fp8", lambda *a, **k: pytest.fail("quantize_fp8 was called"))
-    x, b, sb = quantized_operands(9, 32, 256, recipe, seed="inside")
-    api.quantized_mm(x, b, sb, recipe)
-
-
-@pytest.mark.parametrize(
-    "call, error, message",
-    [
-        (lambda x, b, sb: ("row", x.float().to(torch.float64), b, sb), TypeError,
-         "quantized_mm: expected x of dtype bfloat16, float16 or float32, but got float64"),
-        (lambda x, b, sb: ("row", x, b.to(torch.bfloat16), sb), TypeError,
-         "quantized_mm: expected b of dtype float8_e4m3fn or float8_e5m2, but got torch.bfloat16"),
-        (lambda x, b, sb: ("rows", x, b, sb), ValueError, "quantized_mm: expected recipe to be one of"),
-        (lambda x, b, sb: ("row", x[None], b, sb), ValueError, "quantized_mm: expected x to be 2D"),
-        (lambda x, b, sb: ("row", x, b, sb[:, :8]), ValueError, "scale_b of shape"),
-    ],
-    ids=["x-dtype", "b-dtype", "recipe", "x-3d", "scale-shape"],
-)  # fmt: skip
-def test_quantized_mm_refuses_bad_input_naming_it(call, error, message):
-    from tritongemm.fp8 import quantized_mm
-
-    recipe, x, b, sb = call(*quantized_operands(4, 16, 128, "row", seed="bad"))
-    with pytest.raises(error, match=re.escape(message)):
-        quantized_mm(x, b, sb, recipe)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -8,12 +8,10 @@ epilogue) and `quantize_fp8`, for the tensor-, row- and block-wise scaling recip
 
 Hopper's fp8 MMA does twice the work per cycle of bf16. The family's first rung is a
 `triton.language` kernel (kernels.py), which the CPU runs under the interpreter; the Gluon WGMMA
-rungs share the bf16 rungs' building blocks (hopper/fp8_tma.py, hopper/fp8_block.py).
-`quantized_mm` is what an fp8 layer runs: its unquantized input quantized inside the GEMM where
-the recipe allows.
+rungs that share the bf16 rungs' building blocks are the next.
 """
 
-from tritongemm.fp8.api import quantize_fp8, quantized_mm, scaled_mm
+from tritongemm.fp8.api import quantize_fp8, scaled_mm
 from tritongemm.fp8.recipes import RECIPES, reference_quantize, reference_scaled_mm
 
-__all__ = ["quantize_fp8", "quantized_mm", "scaled_mm", "RECIPES", "reference_quantize", "reference_scaled_mm"]
+__all__ = ["quantize_fp8", "scaled_mm", "RECIPES", "reference_quantize", "reference_scaled_mm"]

@@ -212,7 +212,7 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     meta = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
                 GROUP_SIZE_M=config.GROUP_SIZE_M, RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK,
                 ALIGN=alignment_hints(a, b, c), num_warps=config.num_warps, num_stages=config.num_stages,
-                **_quantizing(False, b.dtype), **spec.constexprs())  # fmt: skip
+                **spec.constexprs())  # fmt: skip
     grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
     runtime = (a, b, c, scale_a, scale_b, *sizes, *spec.pointers(bias, residual), *fixed)
     launch = compile_launch(_scaled_mm_kernel, grid, runtime, meta, a.device)
@@ -223,96 +223,6 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
         return c
 
     return tl_call
-
-
-def quantized_mm(
-    x: torch.Tensor,
-    b: torch.Tensor,
-    scale_b: torch.Tensor,
-    recipe: str,
-    *,
-    bias: torch.Tensor | None = None,
-    activation: str | None = None,
-    out_dtype: torch.dtype | None = None,
-) -> torch.Tensor:
-    """`scaled_mm(*quantize_fp8(x, recipe, dtype=b.dtype), b, scale_b, ...)` for an unquantized x,
-    in one launch where the recipe allows: what an fp8 layer does with its input each call.
-
-    Args:
-        x: (M, K) bfloat16, float16 or float32 activations, quantized per token ("row"), in 1 x 128
-            blocks ("block") or as a whole ("tensor"), into b's fp8 format.
-        b, scale_b: the quantized weight's transpose (K, N) and its scales, as scaled_mm takes them.
-        bias, activation: scaled_mm's epilogue; out_dtype: the output's dtype (default: x's).
-
-    The row and block recipes quantize x inside the `triton.language` GEMM as it loads each tile
-    (the block recipe's 1 x 128 blocks are a K-step's rows; the row recipe reads each row's absmax
-    first), the very values quantize_fp8 gives: at M <= 128 on a GPU (the rung `auto` takes
-    there, whose programs each read all of their rows of x, cheap while x is small) and at any M
-    on the CPU. Elsewhere, and for the tensor recipe (its one absmax needs all of x before any
-    cast), it is the two launches, quantize_fp8 and then scaled_mm.
-    """
-    out_dtype = x.dtype if out_dtype is None else out_dtype
-    key = _key("quantized_mm", recipe, activation, out_dtype, x, b, scale_b, bias)
-    call = None if key is None else PLANS.find_key(key)
-    if call is None:
-        call = _plan_quantized_mm(x, b, scale_b, recipe, bias, activation, out_dtype)
-        if key is not None:
-            PLANS.remember(key, call)
-    return call(x, b, scale_b, bias)
-
-
-def _plan_quantized_mm(x, b, scale_b, recipe, bias, activation, out_dtype):
-    """`call(x, b, scale_b, bias) -> y` for tensors like these, checked and compiled once."""
-    group = check_quantize(x, recipe, None, b.dtype, "quantized_mm", "b of dtype")
-    if x.dim() != 2:
-        raise ValueError(f"quantized_mm: expected x to be 2D, but got shape {tuple(x.shape)}")
-    M, K = x.shape
-    fused = recipe != "tensor" and (x.device.type != "cuda" or M <= _SMALL_M)
-    if not fused:
-
-        def two_launches(x, b, scale_b, bias):
-            x_fp8, x_scale = quantize_fp8(x, recipe, dtype=b.dtype)
-            return scaled_mm(x_fp8, b, x_scale, scale_b, bias=bias, out_dtype=out_dtype, activation=activation)
-
-        return two_launches
-    # scaled_mm's checks and choice, on stand-ins for the quantized x and its scales.
-    a = torch.empty((M, K), dtype=b.dtype, device=x.device)
-    scale_a = torch.empty(scale_shape((M, K), recipe, group), dtype=torch.float32, device=x.device)
-    check_scaled_mm(a, b, scale_a, scale_b, bias, None, activation, 1.0, out_dtype)
-    if M * b.shape[1] == 0 or K == 0:
-        return lambda x, b, scale_b, bias: scaled_mm(*quantize_fp8(x, recipe, dtype=b.dtype), b, scale_b, bias=bias,
-                                                     out_dtype=out_dtype, activation=activation)  # fmt: skip
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.fp8.kernels import _scaled_mm_kernel
-    from tritongemm.ladder._host import alignment_hints
-
-    N = b.shape[1]
-    c = torch.empty((M, N), dtype=out_dtype, device=x.device)
-    spec = Epilogue(activation, 1.0, bias is not None, False)
-    _, config = _auto(a, b, c, recipe)
-    config = _config(config, recipe, M, N, K, x.device, "fp8_grouped")
-    sb_strides = scale_b.stride() if recipe == "block" else (scale_b.stride(1), 0)
-    sizes = (M, N, K, *x.stride(), *b.stride(), *c.stride(), 0, 0, *sb_strides)
-    meta = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
-                GROUP_SIZE_M=config.GROUP_SIZE_M, RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK,
-                ALIGN=alignment_hints(x, b, c), num_warps=config.num_warps, num_stages=config.num_stages,
-                **_quantizing(True, b.dtype), **spec.constexprs())  # fmt: skip
-    grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
-    fixed = spec.fixed_args(None)
-    runtime = (x, b, c, scale_b, scale_b, *sizes, *spec.pointers(bias, None), *fixed)  # scale_a's slot: not read
-    launch = compile_launch(_scaled_mm_kernel, grid, runtime, meta, x.device)
-
-    def fused_call(x, b, scale_b, bias):
-        c = x.new_empty((M, N), dtype=out_dtype)
-        launch(x, b, c, scale_b, scale_b, *sizes, *spec.pointers(bias, None), *fixed)
-        return c
-
-    return fused_call
-
-
-def _quantizing(quantize_a: bool, dtype: torch.dtype) -> dict:
-    """The `tl` GEMM's constexprs for quantizing A on the way in (quantized_mm), into fp8 `dtype`."""
-    return dict(QUANTIZE_A=quantize_a, FP8_MAX=fp8_max(dtype), **fp8_format(dtype))
 
 
 def _empty_scaled_mm(M, N, out_dtype, activation, a, b, scale_a, scale_b, bias, residual) -> torch.Tensor:

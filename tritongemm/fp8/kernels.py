@@ -67,7 +67,7 @@ def _quantize_kernel(
             amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), 1))
         if GROUP_R > 1:  # a weight block: one scale for its rows
             amax = tl.zeros((BLOCK_R,), dtype=tl.float32) + tl.max(amax, 0)
-    scale = _row_scale(amax, FP8_MAX)
+    scale = tl.math.div_rn(tl.maximum(amax, 1e-12), FP8_MAX)
     s_ptrs = scale_ptr + (offs_r // GROUP_R) * stride_sr + tl.program_id(1) * stride_sc
     tl.store(s_ptrs, scale, mask=rows_in)  # the rows of a shared group store the same value
     # 2. The cast.
@@ -75,23 +75,10 @@ def _quantize_kernel(
         offs_c = col0 + c + tl.arange(0, BLOCK_C)
         mask = rows_in[:, None] & (offs_c[None, :] < C)
         x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask, other=0.0)
-        y = _to_fp8(x, scale, FP8_MAX, MANTISSA, MIN_EXP, q_ptr.dtype.element_ty)
-        tl.store(q_ptr + offs_r[:, None] * stride_qr + offs_c[None, :] * stride_qc, y, mask=mask)
-
-
-@triton.jit
-def _row_scale(amax, FP8_MAX: tl.constexpr):
-    """The dequantization scale of rows whose absmax is `amax`, floored so that an all-zero group
-    quantizes to zeros, not NaN."""
-    return tl.math.div_rn(tl.maximum(amax, 1e-12), FP8_MAX)
-
-
-@triton.jit
-def _to_fp8(x, scale, FP8_MAX: tl.constexpr, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr, dtype: tl.constexpr):
-    """A (rows, columns) tile x / scale (scale one per row), clamped to the fp8 range, rounded to
-    nearest even, in fp8 `dtype`."""
-    y = tl.math.div_rn(x.to(tl.float32), scale[:, None])
-    return _round_to_fp8(tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP).to(dtype)
+        y = tl.math.div_rn(x.to(tl.float32), scale[:, None])
+        y = _round_to_fp8(tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP)
+        tl.store(q_ptr + offs_r[:, None] * stride_qr + offs_c[None, :] * stride_qc, y.to(q_ptr.dtype.element_ty),
+                 mask=mask)  # fmt: skip
 
 
 @triton.jit
@@ -116,9 +103,8 @@ def _round_to_fp8(y, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr):
 @triton.jit
 def _scaled_mm_kernel(
     # pointers
-    a_ptr, b_ptr, c_ptr,  # A (M, K) fp8 (or, with QUANTIZE_A, bf16 / fp16 / fp32), B (K, N) fp8, C (M, N)
-    sa_ptr, sb_ptr,  # the scales: one each; (M, 1) and (1, N); (M, K/128) and (ceil(N/128), K/128); with
-    # QUANTIZE_A sa_ptr is not read (the kernel computes A's scales)
+    a_ptr, b_ptr, c_ptr,  # A (M, K) fp8, B (K, N) fp8, C (M, N)
+    sa_ptr, sb_ptr,  # the scales: one each; (M, 1) and (1, N); (M, K/128) and (ceil(N/128), K/128)
     # sizes
     M, N, K,
     # strides (elements)
@@ -136,9 +122,6 @@ def _scaled_mm_kernel(
     ALIGN: tl.constexpr,  # _host.alignment_hints
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     STORE_PREACT: tl.constexpr,
-    # A given unquantized: quantized here with the row or block recipe (per token, or 1 x 128), into
-    # B's fp8 format, exactly as quantize_fp8 would (_quantized_a_tile)
-    QUANTIZE_A: tl.constexpr, FP8_MAX: tl.constexpr, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr,
 ):
     # fmt: on
     # 1. Which output tile am I? The grouped order (ladder/grouped.py).
@@ -160,35 +143,13 @@ def _scaled_mm_kernel(
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for kb in range(0, tl.cdiv(K, BLOCK_K)):  # K % 128 == 0: no K mask
             a = tl.load(a_ptrs, mask=m_in[:, None], other=0.0)
-            if QUANTIZE_A:  # the tile's rows are the 1 x 128 blocks: their scales are this step's
-                sa = _row_scale(tl.max(tl.abs(a.to(tl.float32)), 1), FP8_MAX)
-                a = _to_fp8(a, sa, FP8_MAX, MANTISSA, MIN_EXP, b_ptr.dtype.element_ty)
-            else:
-                sa = tl.load(sa_ptrs + kb * stride_sak, mask=m_in, other=0.0)
             b = tl.load(b_ptrs, mask=n_in[None, :], other=0.0)
             partial = tl.dot(a, b)
+            sa = tl.load(sa_ptrs + kb * stride_sak, mask=m_in, other=0.0)
             sb = tl.load(sb_ptrs + kb * stride_sbk, mask=n_in, other=0.0)
             acc += partial * sa[:, None] * sb[None, :]
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
-    elif QUANTIZE_A:  # the row recipe: each row's absmax over all of K first, then the tiles cast on the way in
-        offs_k = tl.arange(0, BLOCK_K)
-        amax = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            mask = m_in[:, None] & (k + offs_k[None, :] < K)
-            x = tl.load(a_ptr + offs_m[:, None] * stride_am + (k + offs_k[None, :]) * stride_ak, mask=mask, other=0.0)
-            amax = tl.maximum(amax, tl.max(tl.abs(x.to(tl.float32)), 1))
-        sa = _row_scale(amax, FP8_MAX)
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k in range(0, K, BLOCK_K):
-            k_in = k + offs_k < K
-            x = tl.load(a_ptr + offs_m[:, None] * stride_am + (k + offs_k[None, :]) * stride_ak,
-                        mask=m_in[:, None] & k_in[None, :], other=0.0)  # fmt: skip
-            b = tl.load(b_ptr + (k + offs_k[:, None]) * stride_bk + offs_n[None, :] * stride_bn,
-                        mask=k_in[:, None] & n_in[None, :], other=0.0)  # fmt: skip
-            acc = tl.dot(_to_fp8(x, sa, FP8_MAX, MANTISSA, MIN_EXP, b_ptr.dtype.element_ty), b, acc)
-        sb = tl.load(sb_ptr + offs_n * stride_sbn, mask=n_in, other=0.0)
-        acc = acc * sa[:, None] * sb[None, :]  # scale_tl's order
     else:
         acc = dot_tile(a_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                        BLOCK_M, BLOCK_N, BLOCK_K, True, "tf32", ALIGN)  # fmt: skip

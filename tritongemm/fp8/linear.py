@@ -1,7 +1,6 @@
 """`Fp8Linear`: an inference-only `nn.Linear` whose weight is stored in fp8 with its scales, and
-whose input is quantized on the fly: each call is `quantized_mm`, the input quantized inside the
-GEMM where the recipe allows (else `quantize_fp8`, then `scaled_mm`), with the bias and
-activation in its epilogue, the output in x's dtype. `tritongemm.patch(model, fp8=...)`
+whose input is quantized on the fly: each call is `quantize_fp8(x)`, then `scaled_mm` with the
+bias and activation in its epilogue, the output in x's dtype. `tritongemm.patch(model, fp8=...)`
 puts it in place of a model's `nn.Linear` modules.
 
 Activations and weights follow one recipe: "row" (per token and per output channel), "block" (1 x
@@ -14,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from tritongemm.epilogue import ACTIVATIONS
-from tritongemm.fp8.api import quantize_fp8, quantized_mm
+from tritongemm.fp8.api import quantize_fp8, scaled_mm
 from tritongemm.fp8.recipes import RECIPES, SCALE_BLOCK
 
 # The dtypes an Fp8Linear takes in and gives back (its output is in the input's dtype).
@@ -67,8 +66,9 @@ class Fp8Linear(torch.nn.Module):
         if x.dtype not in IO_DTYPES:
             raise TypeError(f"Fp8Linear: expected x of dtype bfloat16, float16 or float32, but got {x.dtype}")
         *lead, K = x.shape
-        y = quantized_mm(x.reshape(-1, K), self.weight_fp8.T, self.weight_scale, self.recipe, bias=self.bias,
-                         activation=self.activation)  # fmt: skip
+        x_fp8, x_scale = quantize_fp8(x.reshape(-1, K), self.recipe)
+        y = scaled_mm(x_fp8, self.weight_fp8.T, x_scale, self.weight_scale, bias=self.bias, out_dtype=x.dtype,
+                      activation=self.activation)  # fmt: skip
         return y.view(*lead, self.out_features)
 
     def extra_repr(self) -> str:

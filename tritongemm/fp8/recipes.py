@@ -58,20 +58,19 @@ def group_shape(recipe: str, shape: tuple[int, int], block: tuple[int, int] | No
     return block
 
 
-def check_quantize(
-    x, recipe: str, block, dtype, op: str = "quantize_fp8", dtype_name: str = "dtype"
-) -> tuple[int, int]:
-    """quantize_fp8's arguments (or those of `op`, which quantizes x into `dtype_name`'s fp8 format);
-    returns the (rows, columns) one scale covers."""
-    _check_dense(op, "x", x)
+def check_quantize(x, recipe: str, block, dtype) -> tuple[int, int]:
+    """quantize_fp8's arguments; returns the (rows, columns) one scale covers."""
+    _check_dense("quantize_fp8", "x", x)
     if recipe not in RECIPES:
-        raise ValueError(f"{op}: expected recipe to be one of {RECIPES}, but got {recipe!r}")
+        raise ValueError(f"quantize_fp8: expected recipe to be one of {RECIPES}, but got {recipe!r}")
     if x.dtype not in EPILOGUE_DTYPES:
-        raise TypeError(f"{op}: expected x of dtype bfloat16, float16 or float32, but got {_dtype_name(x.dtype)}")
+        raise TypeError(
+            f"quantize_fp8: expected x of dtype bfloat16, float16 or float32, but got {_dtype_name(x.dtype)}"
+        )
     if dtype not in FP8_DTYPES:
-        raise TypeError(f"{op}: expected {dtype_name} float8_e4m3fn or float8_e5m2, but got {dtype}")
+        raise TypeError(f"quantize_fp8: expected dtype float8_e4m3fn or float8_e5m2, but got {dtype}")
     if x.dim() < 1:
-        raise ValueError(f"{op}: expected x to have 1 or more dimensions, (..., K), but got a scalar")
+        raise ValueError("quantize_fp8: expected x to have 1 or more dimensions, (..., K), but got a scalar")
     if recipe == "block" and block is None:
         block = (1, SCALE_BLOCK)
     if recipe != "block":
