@@ -44,6 +44,8 @@ QUANTIZE_CASES = [
     ("row", None, (5, 300)),
     ("row", None, (2, 3, 129)),
     ("row", None, (7, 1)),
+    ("row", None, (1, 4500)),  # one row: a program of one row, 4096 columns a step
+    ("row", None, (3, 2500)),
     ("block", None, (3, 7, 256)),
     ("block", (1, 128), (9, 200)),
     ("block", (128, 128), (200, 384)),
