@@ -19,7 +19,7 @@ import torch
 
 from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.hopper import MID_TILE, TILES
-from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes
+from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes, whole_c_config
 from tritongemm.hopper.tma_warp_specialized import smem_bytes as warp_specialized_smem_bytes
 
 KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k", "tma_warp_specialized",
@@ -43,30 +43,33 @@ CASES += [(0, False, 1, name, False) for name in FUSED]
 CASES += [(0, False, 1, None, True), (0, True, 1, None, True), (len(TILES) - 1, True, 1, None, True)]
 CASES += [(0, True, 1, "silu", True)]
 INSTRUCTIONS = ("cp.async.bulk.tensor", "mbarrier.try_wait", "wgmma.mma_async")
+# Blackwell's: the MMA into tensor memory, its commit to an mbarrier, the load of the tile out of it.
+SM100_INSTRUCTIONS = ("cp.async.bulk.tensor", "mbarrier.try_wait", "tcgen05.mma", "tcgen05.commit", "tcgen05.ld")
 
 
-def tile_config(kernel: str, tile: int, b_k_major: bool = False):
+def tile_config(kernel: str, tile: int, b_k_major: bool = False, capability: int = 90):
     """The config a case compiles: TILES[tile], with 3 buffers for the warp-specialized rung's big
     tile, whose C tile lives next to the ring (4 buffers and C: 256 KB > 227 KB); ping-pong's
     consumers are one warpgroup each, so it compiles MID_TILE in the big tile's place. Their
     K-major cases compile their short-K defaults instead, whose C goes out in half tiles
-    (tma_warp_specialized.c_pieces): 4 buffers on the big tile, 6 on ping-pong's."""
+    (tma_warp_specialized.c_pieces): 4 buffers on the big tile, 6 on ping-pong's. For sm_100 the
+    ring is cut until C's whole tile fits beside it, as on Blackwell (pipeline.whole_c_config)."""
     config = TILES[tile]
     if kernel == "tma_ping_pong" and config.num_warps == 8:
-        return MID_TILE.with_(num_stages=6) if b_k_major else MID_TILE
-    if kernel == "tma_warp_specialized" and config.BLOCK_N == 256:
-        return config if b_k_major else config.with_(num_stages=3)
-    return config
+        config = MID_TILE.with_(num_stages=6) if b_k_major else MID_TILE
+    elif kernel == "tma_warp_specialized" and config.BLOCK_N == 256 and not b_k_major:
+        config = config.with_(num_stages=3)
+    return whole_c_config(config, 2) if capability == 100 else config
 
 
-def compile_kernel(kernel: str) -> list[dict]:
-    """The results of `_compile_all(kernel)`, run in a fresh process with the plain compiler (no
-    interpreter, no ConSan instrumentation) and a cache of its own."""
+def compile_kernel(kernel: str, capability: int = 90) -> list[dict]:
+    """The results of `_compile_all(kernel, capability)`, run in a fresh process with the plain
+    compiler (no interpreter, no ConSan instrumentation) and a cache of its own."""
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_INSTRUMENTATION_MODE")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(tests), env.get("PYTHONPATH")]))
     code = f"import json, sys; sys.path.insert(0, {tests!r}); import test_gluon_compile; "
-    code += f"print(json.dumps(test_gluon_compile._compile_all({kernel!r})))"
+    code += f"print(json.dumps(test_gluon_compile._compile_all({kernel!r}, {capability})))"
     with tempfile.TemporaryDirectory() as cache:
         env["TRITON_CACHE_DIR"] = cache
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
@@ -77,6 +80,8 @@ def compile_kernel(kernel: str) -> list[dict]:
 class _Sm90Target:
     """What JITFunction.run asks the driver while compiling (warmup: nothing is launched)."""
 
+    capability = 90
+
     def get_current_device(self):
         return 0
 
@@ -86,13 +91,17 @@ class _Sm90Target:
     def get_current_target(self):
         from triton.backends.compiler import GPUTarget
 
-        return GPUTarget("cuda", 90, 32)
+        return GPUTarget("cuda", self.capability, 32)
 
 
-def _compile_all(kernel: str) -> list[dict]:
+class _Sm100Target(_Sm90Target):
+    capability = 100
+
+
+def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
     from triton.runtime.driver import driver
 
-    driver.set_active(_Sm90Target())
+    driver.set_active(_Sm100Target() if capability == 100 else _Sm90Target())
     if kernel == "fp8_tma":
         return _compile_fp8_tma()
     if kernel == "fp8_block":
@@ -107,11 +116,14 @@ def _compile_all(kernel: str) -> list[dict]:
         tma_warp_specialized,
     )
     from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.mma import WGMMA
     from tritongemm.hopper.schedulers import scheduler_for
+    from tritongemm.hopper.tcgen05 import TCGen05MMA
 
+    mma = TCGen05MMA if capability == 100 else WGMMA
     results = []
     for tile, b_k_major, per_slot, fused, a_m_major in CASES:
-        config = tile_config(kernel, tile, b_k_major)
+        config = tile_config(kernel, tile, b_k_major, capability)
         M, N, K = 1000, 1504, 704  # rows of 16-byte multiples, as TMA needs
         a = torch.empty(K, M, dtype=torch.float16).T if a_m_major else torch.empty(M, K, dtype=torch.float16)
         b = torch.empty(N, K, dtype=torch.float16).T if b_k_major else torch.empty(K, N, dtype=torch.float16)
@@ -123,14 +135,14 @@ def _compile_all(kernel: str) -> list[dict]:
             plan = pipeline.plan_ring(config, 2)
             desc = make_descriptors(a, b, c, *tiles, epi_split=plan.epi_split)
             fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
-            extra = dict(Scheduler=scheduler, STEAL_B=plan.steal_b)
+            extra = dict(MMA=mma, Scheduler=scheduler, STEAL_B=plan.steal_b)
         elif kernel in WARP_SPECIALIZED:
             pieces = tma_warp_specialized.c_pieces(config, 2, WARP_SPECIALIZED[kernel])
             desc = make_descriptors(a, b, c, *tiles, epi_split=pieces)
             fn = tma_warp_specialized._tma_warp_specialized_kernel
             registers = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
                              CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
-            extra = dict(Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], **registers)
+            extra = dict(MMA=mma, Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], **registers)
         else:
             desc = make_descriptors(a, b, c, *tiles)
             persistent = kernel == "tma_persistent"
@@ -147,7 +159,9 @@ def _compile_all(kernel: str) -> list[dict]:
         compiled = fn.warmup(*args, **desc.layout_constexprs(), **common, **extra, grid=(1,))
         ptx = compiled.asm["ptx"]
         # Warp specialization's register reallocation: the load warp gives registers to the MMA warps.
-        instructions = INSTRUCTIONS + (("setmaxnreg",) if kernel in WARP_SPECIALIZED else ())
+        instructions = (SM100_INSTRUCTIONS if capability == 100 else INSTRUCTIONS) + (
+            ("setmaxnreg",) if kernel in WARP_SPECIALIZED else ()
+        )
         results.append(
             dict(
                 case=[tile, b_k_major, per_slot, fused, a_m_major],
@@ -155,7 +169,7 @@ def _compile_all(kernel: str) -> list[dict]:
                 b_k_major=desc.b_k_major,
                 shared=compiled.metadata.shared,
                 missing=[name for name in instructions if name not in ptx],
-                **_ptxas(ptx),
+                **_ptxas(ptx, capability),
             )
         )
     return results
@@ -269,9 +283,9 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // 16) * 16
 
 
-def _ptxas(ptx: str) -> dict:
-    """What ptxas reports for this PTX on sm_90a: bytes of register spill stores, and whether it
-    serialized the WGMMAs (info C7514: each one then waits for the one before)."""
+def _ptxas(ptx: str, capability: int = 90) -> dict:
+    """What ptxas reports for this PTX on sm_90a (or sm_100a): bytes of register spill stores,
+    and whether it serialized the WGMMAs (info C7514: each one then waits for the one before)."""
     import re
 
     from triton.backends.nvidia.compiler import get_ptxas
@@ -279,7 +293,8 @@ def _ptxas(ptx: str) -> dict:
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
         source.write(ptx)
         source.flush()
-        done = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", source.name, "-o", os.devnull],
+        done = subprocess.run([get_ptxas(capability).path, f"-arch=sm_{capability}a", "-v", source.name, "-o",
+                               os.devnull],
                               capture_output=True, text=True, check=True)  # fmt: skip
     report = done.stdout + done.stderr
     spilled = sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report))
@@ -313,6 +328,29 @@ def test_gluon_kernel_compiles_for_sm90(kernel):
             planned = warp_specialized_smem_bytes(config, 2, WARP_SPECIALIZED[kernel])
         else:
             planned = sequential_smem_bytes(config, 2)
+        assert planned <= result["shared"] <= planned + _SMEM_SLACK_BYTES, f"{label}: {result['shared']} bytes"
+
+
+# The rungs written against mma.py's interface alone, which take Blackwell's tcgen05 implementation.
+SM100_KERNELS = ("tma_persistent_pipelined", "tma_warp_specialized")
+
+
+@pytest.mark.parametrize("kernel", SM100_KERNELS, ids=lambda kernel: f"sm100-{kernel}")
+def test_blackwell_kernel_compiles_for_sm100(kernel):
+    """The same cases as on sm_90 (every default tile, B K-major, A M-major, ConSan's ring, fused
+    epilogues), compiled for sm_100a with hopper/tcgen05.py's MMA: TMA, mbarriers, tcgen05 MMAs
+    into tensor memory committed to a barrier and the tile loaded out of it, no spills on a plain
+    GEMM, the shared memory the plan counts. Compiled only: no Blackwell GPU has run them."""
+    for result in compile_kernel(kernel, capability=100):
+        tile, b_k_major, per_slot, fused, a_m_major = result["case"]
+        config = tile_config(kernel, tile, b_k_major, capability=100)
+        label = f"{kernel} sm_100a {config.short()} a_m_major={a_m_major} b_k_major={b_k_major} epilogue={fused}"
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert fused is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes of spill stores"
+        if kernel == "tma_persistent_pipelined":
+            planned = plan_ring(config, 2).smem_bytes
+        else:
+            planned = warp_specialized_smem_bytes(config, 2, 1)
         assert planned <= result["shared"] <= planned + _SMEM_SLACK_BYTES, f"{label}: {result['shared']} bytes"
 
 

@@ -408,3 +408,67 @@ def test_the_sanitizer_workload_builds_its_cases_for_every_kernel():
             cases = list(module.cases(info.name, info, quick))
             assert cases and all(len(case) == 4 for case in cases), info.name
     assert len(list(module.grouped_cases(quick=False))) == 4 and len(list(module.grouped_cases(quick=True))) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Blackwell: the MMA implementation per GPU, and what the rungs that take tcgen05 plan there
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def gpu_of(monkeypatch):
+    """Make device_info answer for a GPU of the given capability (no GPU needed)."""
+    from tritongemm import device_info
+
+    def as_gpu(capability, sms=148):
+        monkeypatch.setattr(device_info, "capability", lambda device: capability)
+        monkeypatch.setattr(device_info, "sm_count", lambda device: sms)
+
+    return as_gpu
+
+
+def test_each_gpu_gets_its_mma(gpu_of):
+    from tritongemm.hopper.mma import WGMMA, mma_for
+    from tritongemm.hopper.tcgen05 import TCGen05MMA
+
+    cuda = torch.device("cuda")
+    gpu_of((9, 0))
+    assert mma_for("k", cuda) is WGMMA
+    for blackwell in ((10, 0), (10, 3)):
+        gpu_of(blackwell)
+        assert mma_for("k", cuda) is TCGen05MMA
+    for other in ((8, 0), (12, 0)):
+        gpu_of(other)
+        expected = f"k: needs an sm_90 .* or sm_100 .* but cuda is sm_{other[0]}{other[1]}"
+        with pytest.raises(RuntimeError, match=expected):
+            mma_for("k", cuda)
+
+
+def test_the_rungs_that_take_tcgen05_run_on_blackwell_and_say_they_never_did(gpu_of):
+    cuda = torch.device("cuda")
+    gpu_of((10, 0))
+    for name in ("tma_persistent_pipelined", "tma_warp_specialized"):
+        info = registry.get(name)
+        assert info.available_on(cuda)
+        assert "compiled for sm_100, never run: no Blackwell GPU was available" in info.describe()["gpu"]
+    for name in ("tma_pipelined", "tma_persistent", "split_k", "tma_ping_pong"):
+        assert registry.get(name).unavailable_reason(cuda) == "needs compute capability sm_90 only, this GPU is sm_100"
+    gpu_of((12, 0))  # consumer Blackwell: no tcgen05
+    assert not registry.get("tma_persistent_pipelined").available_on(cuda)
+
+
+def test_on_blackwell_the_ring_gives_way_to_a_whole_c_tile(gpu_of):
+    """tcgen05's epilogue can't cut C into column pieces (pipeline.whole_c_config): the default
+    configs there cut the ring instead, and the planners refuse a config that would need pieces."""
+    from tritongemm.hopper.pipeline import whole_c_config
+
+    assert whole_c_config(BIG_TILE, 2) == BIG_TILE.with_(num_stages=3)  # 3 x 48 KB + 64 KB
+    assert whole_c_config(MID_TILE, 2) == MID_TILE  # 4 x 32 KB + 32 KB fit already
+    with pytest.raises(ValueError, match="not even 2 ring slots"):
+        whole_c_config(BIG_TILE.with_(BLOCK_K=256), 2)
+    cuda = torch.device("cuda")
+    info = registry.get("tma_persistent_pipelined")
+    gpu_of((9, 0), sms=132)
+    assert info.default_config(torch.bfloat16, 8192, 8192, 8192, cuda) == BIG_TILE  # 4 slots, C in B's
+    gpu_of((10, 0))
+    assert info.default_config(torch.bfloat16, 8192, 8192, 8192, cuda) == BIG_TILE.with_(num_stages=3)

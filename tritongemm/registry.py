@@ -64,6 +64,8 @@ class KernelInfo:
     # Not yet verified on a GPU, or verified but not yet faster than the rungs below it: kernel= by
     # name runs it; "auto", `tritongemm tune` and the benchmarks' default kernel lists leave it out.
     experimental: bool = False
+    # What `gpu` in describe() adds about capabilities it compiles for but has never run on.
+    never_run_on: str = ""
 
     def available_on(self, device: torch.device) -> bool:
         return self.unavailable_reason(device) is None
@@ -108,7 +110,7 @@ class KernelInfo:
             "interpreter_dtypes": [str(d).removeprefix("torch.") for d in self.dtypes if d in INTERPRETER_DTYPES]
             if self.interpretable
             else [],
-            "gpu": self.capability_range(),
+            "gpu": self.capability_range() + (f" ({self.never_run_on})" if self.never_run_on else ""),
             "experimental": self.experimental,
         }
 

@@ -17,6 +17,7 @@ from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined, tma_warp_specialized
 from tritongemm.hopper.descriptors import aligned_copy_fits, plan_operands, tma_unsupported_reason
+from tritongemm.hopper.pipeline import whole_c_config
 from tritongemm.registry import KernelInfo, register
 
 # Tiles, largest first. Kernel-only bf16 TFLOP/s of tma_persistent_pipelined on the H100 (CUDA
@@ -155,8 +156,17 @@ RULES = {
 
 
 def _registry_hook(rule):
-    """A rule as the registry's default_config hook, (dtype, M, N, K, device) -> config."""
-    return lambda dtype, M, N, K, device: rule(M, N, K, _num_sms(device))
+    """A rule as the registry's default_config hook, (dtype, M, N, K, device) -> config. On
+    Blackwell (tcgen05) a ring cut until C's whole tile fits beside it (pipeline.whole_c_config):
+    the rules were measured on the H100, and tcgen05's epilogue can't store C in pieces."""
+
+    def hook(dtype, M, N, K, device):
+        config = rule(M, N, K, _num_sms(device))
+        if torch.device(device).type == "cuda" and device_info.capability(device)[0] == 10:
+            config = whole_c_config(config, dtype.itemsize)
+        return config
+
+    return hook
 
 
 _COMMON = dict(
@@ -169,6 +179,14 @@ _COMMON = dict(
     plan_operands=plan_operands,
     aligned_copy_fits=aligned_copy_fits,
     any_out_dtype=False,  # C in the operands' dtype: the shared-memory plans are sized for it
+)
+
+# The rungs written against mma.py's interface alone: WGMMA on sm_90, tcgen05 on sm_100 and sm_103
+# (Blackwell's datacenter parts; hopper/tcgen05.py: compiled for sm_100 in CI, never run).
+_HOPPER_AND_BLACKWELL = dict(
+    min_capability=(9, 0),
+    max_capability=(10, 3),
+    never_run_on="compiled for sm_100, never run: no Blackwell GPU was available",
 )
 
 register(
@@ -198,7 +216,7 @@ register(
         idea="next tile's loads issued during this tile's drain; TMA store overlaps the next tile",
         launch=tma_persistent_pipelined.launch,
         plan=tma_persistent_pipelined.plan,
-        **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config)),
+        **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config), **_HOPPER_AND_BLACKWELL),
     )
 )
 register(
@@ -220,7 +238,7 @@ register(
         launch=tma_warp_specialized.launch,
         plan=tma_warp_specialized.plan,
         experimental=True,  # right on the H100, not yet faster than rung 6 (docs/warp-specialization.md)
-        **_COMMON | dict(default_config=_registry_hook(warp_specialized_config)),
+        **_COMMON | dict(default_config=_registry_hook(warp_specialized_config), **_HOPPER_AND_BLACKWELL),
     )
 )
 register(

@@ -6,6 +6,11 @@ but may not be read until `warpgroup_mma_wait` says the instruction retired. The
 ever need four things from it, so that is the whole interface: start a fresh accumulator, issue
 one K-step, wait until at most N steps are in flight, and take the finished tile (which also
 re-arms the accumulator for the next tile without touching the registers).
+
+Blackwell has the same four steps on other instructions: tcgen05.py's `TCGen05MMA` (tensor
+memory, commits and mbarriers; compiled for sm_100, never run). The rungs written against the
+interface alone, tma_persistent_pipelined and tma_warp_specialized, take the implementation as
+the constexpr `MMA`, chosen per GPU by `mma_for`.
 """
 
 # No `from __future__ import annotations` here: aggregates type-check their fields against the
@@ -19,6 +24,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 from triton.language.core import _aggregate as aggregate
+
+from tritongemm import device_info
 
 # One wgmma.mma_async instruction covers 16 rows of the tile per warp and 32 bytes of K.
 _WGMMA_INSTR_M = 16
@@ -105,3 +112,20 @@ class WGMMA:
     def take_result(self):
         """The finished tile (call wait_num_outstanding(0) first) and the state for the next tile."""
         return self.acc, WGMMA(self.acc, gl.to_tensor(False))
+
+
+def mma_for(kernel: str, device):
+    """The MMA implementation for `device`: WGMMA on sm_90 (Hopper), TCGen05MMA on sm_100 and
+    sm_103 (Blackwell datacenter parts: compiled, never run); a RuntimeError naming `kernel`
+    elsewhere."""
+    major, minor = device_info.capability(device)
+    if (major, minor) == (9, 0):
+        return WGMMA
+    if major == 10:
+        from tritongemm.hopper.tcgen05 import TCGen05MMA
+
+        return TCGen05MMA
+    raise RuntimeError(
+        f"{kernel}: needs an sm_90 (Hopper: WGMMA) or sm_100 (Blackwell: tcgen05) GPU, but {device} is "
+        f"sm_{major}{minor}"
+    )

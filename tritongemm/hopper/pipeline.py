@@ -275,6 +275,26 @@ def check_wgmma_tile(kernel: str, config: MatmulConfig) -> None:
         raise ValueError(f"{kernel}: BLOCK_N must be <= 256 (the widest WGMMA), but got {config.BLOCK_N}")
 
 
+def check_tcgen05_tile(kernel: str, config: MatmulConfig) -> None:
+    """The tiles these rungs give tcgen05 (Blackwell): one CTA's MMA spans 64 or 128 rows (256
+    take a CTA pair, not done here) and at most 256 columns, which with one fp32 column each fit
+    tensor memory's 512; num_warps only sizes the epilogue's TMEM load."""
+    if config.num_warps not in (4, 8):
+        raise ValueError(f"{kernel}: num_warps must be 4 or 8, but got {config.num_warps}")
+    if config.BLOCK_M not in (64, 128):
+        raise ValueError(f"{kernel}: BLOCK_M must be 64 or 128 for one CTA's tcgen05 MMA, but got {config.BLOCK_M}")
+    if config.BLOCK_N > 256:
+        raise ValueError(f"{kernel}: BLOCK_N must be <= 256 (the widest tcgen05 MMA), but got {config.BLOCK_N}")
+
+
+def check_mma_tile(kernel: str, config: MatmulConfig, mma) -> None:
+    """check_wgmma_tile or check_tcgen05_tile, as `mma` (mma.mma_for's choice) is."""
+    if mma.__name__ == "TCGen05MMA":
+        check_tcgen05_tile(kernel, config)
+    else:
+        check_wgmma_tile(kernel, config)
+
+
 # ----------------------------------------------------------------------------------------------
 # Host side: what the ring costs in shared memory
 # ----------------------------------------------------------------------------------------------
@@ -332,6 +352,20 @@ def check_sequential_fits(
             f"{smem_limit} a block may have (less {_SMEM_SLACK_BYTES} for barriers and alignment); "
             f"use fewer num_stages or a smaller BLOCK_K"
         )
+
+
+def whole_c_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> MatmulConfig:
+    """`config` with its ring cut, where need be, until C's whole tile fits beside it (it is
+    unchanged where it already does). For tcgen05 (Blackwell): its epilogue can't cut a tile into
+    column pieces in registers, since the load out of tensor memory spreads each row's columns
+    over both warpgroups of an 8-warp tile, and splitting them is a cross-warp move."""
+    budget = smem_limit - _SMEM_SLACK_BYTES
+    stages = config.num_stages
+    while stages > 2 and stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes) > budget:
+        stages -= 1
+    if stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes) > budget:
+        raise ValueError(f"{config.short()}: not even 2 ring slots leave room for a whole C tile; use a smaller tile")
+    return config.with_(num_stages=stages)
 
 
 @functools.cache  # a function of a frozen config: asked on every launch of rung 6

@@ -12,6 +12,9 @@ do not fit (128x256x64 fp16 with 4 buffers: 4 x 48 KB + 64 KB > 227 KB), C is st
 slots instead (`STEAL_B`, see pipeline.py): at the epilogue exactly the B slots the next loads
 will fill are free, so the ring gets EPI_SPLIT - 1 extra B slots and the next tile waits for the
 store just before its first new load.
+
+The tensor-core step is the constexpr `MMA` (mma.py's interface): WGMMA on Hopper, tcgen05 on
+Blackwell, where C is always staged whole (docs/blackwell.md; compiled for sm_100, never run).
 """
 
 import torch
@@ -22,18 +25,18 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
-from tritongemm.hopper.mma import WGMMA
+from tritongemm.hopper.mma import WGMMA, mma_for
 from tritongemm.hopper.pipeline import (
     barriers_per_slot,
-    check_wgmma_tile,
+    check_mma_tile,
     init_barriers,
     invalidate_barriers,
     issue_loads,
     issue_mma,
     plan_ring,
-    require_sm90,
     store_tile,
     store_tile_in_b_slots,
+    whole_c_config,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
@@ -54,6 +57,7 @@ def _tma_persistent_pipelined_kernel(
     stride_pm,
     alpha,
     # meta-parameters
+    MMA: gl.constexpr,  # the tensor-core step: mma.WGMMA (Hopper) or tcgen05.TCGen05MMA (Blackwell)
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
@@ -86,7 +90,7 @@ def _tma_persistent_pipelined_kernel(
     init_barriers(ready)
     producer = 0
     consumer = 0
-    mma = WGMMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
+    mma = MMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
     scheduler = Scheduler.initialize(c_desc.shape[0], c_desc.shape[1], BLOCK_M, BLOCK_N)
     num_tiles = scheduler.get_num_tiles()
 
@@ -162,15 +166,21 @@ def plan(
     their tiles in `config.scheduler` order, checked and compiled once (descriptors.planned_launch,
     whose keywords `epilogue` passes on: the fused epilogue's spec, bias and residual).
     `num_programs` replaces the SM count (tests: several tiles per program)."""
-    require_sm90("tma_persistent_pipelined", c.device)
-    check_wgmma_tile("tma_persistent_pipelined", config)
+    mma = mma_for("tma_persistent_pipelined", c.device)
+    check_mma_tile("tma_persistent_pipelined", config, mma)
     M, N = c.shape
     ring = plan_ring(config, a.element_size())
+    if ring.steal_b and mma is not WGMMA:
+        fitting = whole_c_config(config, a.element_size()).num_stages
+        raise ValueError(
+            f"tma_persistent_pipelined: {config.short()} stages C in B's slots, in column pieces, which tcgen05's "
+            f"epilogue can't cut (pipeline.whole_c_config); use num_stages <= {fitting}"
+        )
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=ring.epi_split)
     num_tiles = config.num_tiles(M, N)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
     constexprs = dict(
-        Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+        MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         STEAL_B=ring.steal_b, **desc.layout_constexprs(),
         num_warps=config.num_warps,

@@ -45,6 +45,10 @@ can't tell a barrier's phase from the one two laps later, so a consumer must not
 for its tile before the other consumer has passed its last wait on the tile before (else it could
 take a slot still holding that tile's data): the two `turns` barriers hand the ring over, one
 arrival a tile.
+
+The tensor-core step is the constexpr `MMA` (mma.py's interface): WGMMA on Hopper, tcgen05 on
+Blackwell for one consumer, C stored whole there (docs/blackwell.md; compiled for sm_100, never
+run). Ping-pong stays Hopper's.
 """
 
 import torch
@@ -55,13 +59,13 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
-from tritongemm.hopper.mma import WGMMA
+from tritongemm.hopper.mma import WGMMA, mma_for
 from tritongemm.hopper.pipeline import (
     _SMEM_SLACK_BYTES,
     H100_SHARED_MEMORY_BYTES,
     barriers_per_slot,
     c_tile_bytes,
-    check_wgmma_tile,
+    check_mma_tile,
     init_barriers,
     invalidate_barriers,
     issue_loads,
@@ -69,6 +73,7 @@ from tritongemm.hopper.pipeline import (
     operand_stage_bytes,
     require_sm90,
     store_tile_in_pieces,
+    whole_c_config,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
@@ -124,7 +129,7 @@ def _load_partition(
 def _mma_partition(
     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty, turns,
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-    Scheduler: gl.constexpr, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
+    MMA: gl.constexpr, Scheduler: gl.constexpr, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
@@ -138,7 +143,7 @@ def _mma_partition(
     N = c_desc.shape[1]
     K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     k_steps = gl.cdiv(K, BLOCK_K)
-    mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
+    mma = MMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
     scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
     for idx in range(CONSUMER, scheduler.get_num_tiles(), CONSUMERS):
         pid_m, pid_n = scheduler.get_tile(idx)
@@ -192,6 +197,7 @@ def _tma_warp_specialized_kernel(
     stride_pm,
     alpha,
     # meta-parameters
+    MMA: gl.constexpr,  # the tensor-core step: mma.WGMMA (Hopper) or tcgen05.TCGen05MMA (Blackwell)
     Scheduler: gl.constexpr,  # a class from schedulers.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
@@ -231,7 +237,7 @@ def _tma_warp_specialized_kernel(
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+                    MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
                     0, 1, num_warps,
                 )),
                 (_load_partition, (
@@ -247,13 +253,13 @@ def _tma_warp_specialized_kernel(
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+                    MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
                     0, 2, num_warps,
                 )),
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+                    MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
                     1, 2, num_warps,
                 )),
                 (_load_partition, (
@@ -288,12 +294,12 @@ def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
 
 
 def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES,
-                 consumers: int = 1) -> None:  # fmt: skip
-    """Raise ValueError when WGMMA can't compute the tile or the ring and C (in halves, if need
-    be) don't fit in shared memory; in ping-pong (two consumers), also when a consumer is not one
-    warpgroup."""
+                 consumers: int = 1, mma=WGMMA) -> None:  # fmt: skip
+    """Raise ValueError when the MMA (WGMMA unless `mma` says otherwise) can't compute the tile or
+    the ring and C (in halves, if need be) don't fit in shared memory; in ping-pong (two
+    consumers), also when a consumer is not one warpgroup."""
     name = NAME if consumers == 1 else PING_PONG_NAME
-    check_wgmma_tile(name, config)
+    check_mma_tile(name, config, mma)
     if consumers > 1 and config.num_warps != 4:
         raise ValueError(
             f"{name}: each of its two consumers is one warpgroup, so num_warps must be 4; got {config.num_warps}"
@@ -331,16 +337,24 @@ def plan(
     (descriptors.planned_launch, whose keywords `epilogue` passes on). `num_programs` replaces the
     SM count (tests: several tiles per program); `consumers=2` is ping-pong (tma_ping_pong)."""
     name = NAME if consumers == 1 else PING_PONG_NAME
-    require_sm90(name, c.device)
-    check_config(config, a.element_size(), consumers=consumers)
+    if consumers > 1:  # ping-pong's two accumulators: Hopper's registers only, so far
+        require_sm90(name, c.device)
+    mma = mma_for(name, c.device)
+    check_config(config, a.element_size(), consumers=consumers, mma=mma)
     if a.shape[1] == 0:  # matmul never launches for K = 0; a tile's release would have no load to match
         raise ValueError(f"{name}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     M, N = c.shape
     pieces = c_pieces(config, a.element_size(), consumers)
+    if pieces > 1 and mma is not WGMMA:
+        fitting = whole_c_config(config, a.element_size()).num_stages
+        raise ValueError(
+            f"{name}: {config.short()} stores C in two column pieces, which tcgen05's epilogue can't cut "
+            f"(pipeline.whole_c_config); use num_stages <= {fitting}"
+        )
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=pieces)
     grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
     constexprs = dict(
-        Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+        MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), **desc.layout_constexprs(),
         LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, num_warps=config.num_warps,
     )  # fmt: skip
