@@ -5,8 +5,12 @@ The gate and up projections read the same x, so their weights side by side make 
 N axis holds [gate; up]; its epilogue computes act(g) * u from the two fp32 tiles and writes that
 once (`grouped_mm`'s gated pair, over a single group: grouped/kernels.py), so the M x 2I product
 never reaches memory and the elementwise kernels disappear. The down projection is
-`tritongemm.linear`, which takes the block's residual add in its store. Autograd recomputes the
-pair in the backward (grouped/api.py `grouped_grads`).
+`tritongemm.linear`, which takes the block's residual add in its store. The backward recomputes
+the pair (the same gated kernel, fp32 out, without the gating), and the gradients of x and of the
+joined weight are two dense GEMMs through `tritongemm.matmul` (`_GatedPair`): the one group's
+rows are all the rows, which grouped_mm's own backward can't know without reading offs on the
+device, so it took them through the K-group kernels (grouped/api.py `grouped_grads`), which are
+not persistent. Under torch.compile the operator's backward serves, as before.
 
 The module holds one (2I, H) weight, `gate_up_weight`, and shows its halves as views
 (`gate_weight`, `up_weight`); its state_dict has transformers' keys (`gate_proj.weight`,
@@ -20,7 +24,7 @@ import math
 import torch
 
 from tritongemm import fused
-from tritongemm.grouped.api import GLU_ACTIVATIONS, grouped_mm_of_counts
+from tritongemm.grouped.api import GLU_ACTIVATIONS, _glu_backward, direct, grouped_mm_of_counts
 
 
 class GatedMLP(torch.nn.Module):
@@ -72,9 +76,14 @@ class GatedMLP(torch.nn.Module):
         lead, hidden = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, hidden)
         # [gate; up] as grouped_mm's b over one group: (1, H, 2I), a view of the (2I, H) weight.
-        b = self.gate_up_weight.t().unsqueeze(0)
-        h = grouped_mm_of_counts(rows, b, _one_group(rows.shape[0], rows.device), None, self.activation,
-                                 offs_from_counts=True)  # fmt: skip
+        weight = self.gate_up_weight
+        learning = torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad)
+        if learning and not torch.compiler.is_compiling():
+            h = _GatedPair.apply(rows, weight, self.activation)
+        else:
+            b = weight.t().unsqueeze(0)
+            h = grouped_mm_of_counts(rows, b, _one_group(rows.shape[0], rows.device), None, self.activation,
+                                     offs_from_counts=True)  # fmt: skip
         if residual is not None:
             residual = residual.reshape(-1, residual.shape[-1])
         y = fused.linear(h, self.down_proj.weight, self.down_proj.bias, residual=residual, kernel=self.down_proj.kernel)
@@ -83,6 +92,30 @@ class GatedMLP(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"hidden_size={self.hidden_size}, intermediate_size={self.intermediate_size}, "
                 f"activation={self.activation!r}")  # fmt: skip
+
+
+class _GatedPair(torch.autograd.Function):
+    """h = act(x @ gate.T) * (x @ up.T), the weight [gate; up] (2I, H): forward the gated kernel,
+    backward the pair recomputed in fp32 and two dense GEMMs, d[gate; up] @ W for dx and
+    d[gate; up]^T @ x for dW (a transposed A: the weight-gradient layout, `tn`)."""
+
+    @staticmethod
+    def forward(ctx, rows, weight, activation):
+        ctx.save_for_backward(rows, weight)
+        ctx.activation = activation
+        return direct(rows, weight.t().unsqueeze(0), _one_group(rows.shape[0], rows.device), None, activation)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        from tritongemm.api import matmul
+
+        rows, weight = ctx.saved_tensors
+        pair = direct(rows, weight.t().unsqueeze(0), _one_group(rows.shape[0], rows.device), torch.float32, None)
+        d_pair = _glu_backward(grad, pair, ctx.activation).to(rows.dtype)
+        grad_rows = matmul(d_pair, weight) if ctx.needs_input_grad[0] else None
+        grad_weight = matmul(d_pair.t(), rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
+        return grad_rows, grad_weight, None
 
 
 def _one_group(rows: int, device: torch.device) -> torch.Tensor:
