@@ -42,10 +42,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warp
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.epilogue.kernels import apply_gl
-from tritongemm.fast_launch import compile_launch
 from tritongemm.fp8.recipes import SCALE_BLOCK
-from tritongemm.hopper.descriptors import _descriptor, bind
-from tritongemm.hopper.fp8_tma import unsupported_reason
+from tritongemm.hopper.descriptors import _descriptor
+from tritongemm.hopper.fp8_tma import planned_scaled_launch, unsupported_reason
 from tritongemm.hopper.mma import wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
     _SMEM_SLACK_BYTES,
@@ -264,20 +263,11 @@ def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=N
     # One element each (tensor-wise scales, or the block grid of M = 1, N <= 128, K = 128): read broadcast.
     one_each = scale_a.numel() == 1 and scale_b.numel() == 1
     scale_strides = (0, 0, 0, 0) if one_each else (*scale_a.stride(), *scale_b.stride())
-    fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
         BARRIERS_PER_SLOT=barriers_per_slot(), LOAD_REGS=LOAD_REGISTERS,
         num_warps=config.num_warps, **spec.constexprs(),
     )  # fmt: skip
     grid = (num_persistent_programs(config.num_tiles(M, c.shape[1]), c.device, num_programs),)
-    runtime = (*desc, *spec.pointers(bias, residual), *fixed)
-    compiled = compile_launch(_fp8_block_kernel, grid, runtime, constexprs, c.device)
-    # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
-    launch = compiled.with_descriptors(desc, bind)
-    residual_args = spec.fixed_args(residual)
-
-    def run(a, b, c, scale_a, scale_b, bias=None, residual=None):
-        launch(a, b, c, *spec.pointers(bias, residual), *residual_args, scale_a, scale_b, *scale_strides)
-
-    return run
+    return planned_scaled_launch(_fp8_block_kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides,
+                                 bias, residual)  # fmt: skip

@@ -199,11 +199,20 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
             f"{NAME}: block-wise scales take one K block a step: BLOCK_K must be 128, not {config.BLOCK_K}"
         )
     scale_strides = (*scale_a.stride(), *scale_b.stride()) if recipe == "block" else (0, 0, 0, 0)
-    fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
     constexprs = dict(NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), RECIPE=recipe,
                       num_warps=config.num_warps, **spec.constexprs())  # fmt: skip
+    grid = (config.num_tiles(*c.shape),)
+    return planned_scaled_launch(_fp8_tma_kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides,
+                                 bias, residual)  # fmt: skip
+
+
+def planned_scaled_launch(kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides, bias, residual):
+    """`run(a, b, c, scale_a, scale_b, bias, residual)` for an fp8 Gluon kernel that takes (a_desc,
+    b_desc, c_desc, *the epilogue's arguments, scale_a, scale_b, *their four strides), compiled once:
+    each call moves the plan's descriptors onto its tensors (fast_launch), nothing else."""
+    fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
     runtime = (*desc, *spec.pointers(bias, residual), *fixed)
-    compiled = compile_launch(_fp8_tma_kernel, (config.num_tiles(*c.shape),), runtime, constexprs, c.device)
+    compiled = compile_launch(kernel, grid, runtime, constexprs, scale_a.device)
     # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
     launch = compiled.with_descriptors(desc, bind)
     residual_args = spec.fixed_args(residual)

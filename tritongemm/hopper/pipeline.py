@@ -289,10 +289,25 @@ def check_tcgen05_tile(kernel: str, config: MatmulConfig) -> None:
 
 def check_mma_tile(kernel: str, config: MatmulConfig, mma) -> None:
     """check_wgmma_tile or check_tcgen05_tile, as `mma` (mma.mma_for's choice) is."""
-    if mma.__name__ == "TCGen05MMA":
-        check_tcgen05_tile(kernel, config)
-    else:
+    from tritongemm.hopper.mma import WGMMA
+
+    if mma is WGMMA:
         check_wgmma_tile(kernel, config)
+    else:
+        check_tcgen05_tile(kernel, config)
+
+
+def refuse_c_pieces_for_tcgen05(kernel: str, config: MatmulConfig, elem_bytes: int, mma) -> None:
+    """Raise for a plan that stores C in column pieces under tcgen05, whose epilogue can't cut them
+    (whole_c_config), naming the largest ring that keeps C whole. The caller knows it would."""
+    from tritongemm.hopper.mma import WGMMA
+
+    if mma is not WGMMA:
+        fitting = whole_c_config(config, elem_bytes).num_stages
+        raise ValueError(
+            f"{kernel}: {config.short()} stores C in column pieces, which tcgen05's epilogue can't cut "
+            f"(pipeline.whole_c_config); use num_stages <= {fitting}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------

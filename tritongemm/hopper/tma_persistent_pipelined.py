@@ -25,7 +25,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
-from tritongemm.hopper.mma import WGMMA, mma_for
+from tritongemm.hopper.mma import mma_for
 from tritongemm.hopper.pipeline import (
     barriers_per_slot,
     check_mma_tile,
@@ -34,9 +34,9 @@ from tritongemm.hopper.pipeline import (
     issue_loads,
     issue_mma,
     plan_ring,
+    refuse_c_pieces_for_tcgen05,
     store_tile,
     store_tile_in_b_slots,
-    whole_c_config,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
@@ -170,12 +170,8 @@ def plan(
     check_mma_tile("tma_persistent_pipelined", config, mma)
     M, N = c.shape
     ring = plan_ring(config, a.element_size())
-    if ring.steal_b and mma is not WGMMA:
-        fitting = whole_c_config(config, a.element_size()).num_stages
-        raise ValueError(
-            f"tma_persistent_pipelined: {config.short()} stages C in B's slots, in column pieces, which tcgen05's "
-            f"epilogue can't cut (pipeline.whole_c_config); use num_stages <= {fitting}"
-        )
+    if ring.steal_b:  # C in B's slots, in column pieces
+        refuse_c_pieces_for_tcgen05("tma_persistent_pipelined", config, a.element_size(), mma)
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=ring.epi_split)
     num_tiles = config.num_tiles(M, N)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)

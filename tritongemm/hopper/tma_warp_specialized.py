@@ -71,9 +71,9 @@ from tritongemm.hopper.pipeline import (
     issue_loads,
     issue_mma,
     operand_stage_bytes,
+    refuse_c_pieces_for_tcgen05,
     require_sm90,
     store_tile_in_pieces,
-    whole_c_config,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
@@ -345,12 +345,8 @@ def plan(
         raise ValueError(f"{name}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     M, N = c.shape
     pieces = c_pieces(config, a.element_size(), consumers)
-    if pieces > 1 and mma is not WGMMA:
-        fitting = whole_c_config(config, a.element_size()).num_stages
-        raise ValueError(
-            f"{name}: {config.short()} stores C in two column pieces, which tcgen05's epilogue can't cut "
-            f"(pipeline.whole_c_config); use num_stages <= {fitting}"
-        )
+    if pieces > 1:
+        refuse_c_pieces_for_tcgen05(name, config, a.element_size(), mma)
     desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=pieces)
     grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
     constexprs = dict(
