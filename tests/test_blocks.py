@@ -7,11 +7,12 @@ import zlib
 import pytest
 import torch
 import torch.nn.functional as F
-from cases import DEVICE, DTYPES, ON_GPU
+from cases import DEVICE, DTYPES, ON_GPU, ON_HOPPER
 
 import tritongemm
 from tritongemm.blocks import GatedMLP
 from tritongemm.blocks.fuse import why_not_fused
+from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.epilogue import activate_torch
 from tritongemm.reference import rel_error, tolerance
 
@@ -70,6 +71,46 @@ def test_gated_mlp_gradients_match_torch():
     assert rel_error(x.grad, x64.grad) <= bound
     assert rel_error(mlp.gate_up_weight.grad, params[0].grad) <= bound
     assert rel_error(mlp.down_proj.weight.grad, params[1].grad) <= bound
+
+
+@pytest.mark.skipif(
+    not ON_HOPPER, reason="rung 9's gated epilogue is Gluon: an sm_90 GPU (test_gluon_compile compiles it)"
+)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gated_mlp_on_rung_9s_gated_epilogue(dtype):
+    """kernel="tma_warp_specialized": the pair through rung 9 (blocks/gated_pair.py), forward and
+    gradients against the block in fp64; odd rows, an intermediate size off every tile."""
+    H, inner = 256, 600
+    mlp = GatedMLP(H, inner, "silu", device=DEVICE, dtype=dtype, kernel="tma_warp_specialized")
+    with torch.no_grad():
+        mlp.gate_up_weight.mul_(4)  # unit-scale pairs, so that SiLU bends
+    x = rand(3, 37, H, dtype=dtype, seed="ws").requires_grad_()
+    weights = rand(3, 37, H, dtype=dtype, seed="ws-w")
+    y = mlp(x)
+    (y * weights).sum().backward()
+    x64 = x.detach().double().requires_grad_()
+    params = [p.detach().double().requires_grad_() for p in (mlp.gate_up_weight, mlp.down_proj.weight)]
+    gate, up = params[0].chunk(2)
+    expected = unfused(x64, gate, up, params[1], "silu")
+    (expected * weights.double()).sum().backward()
+    bound = 2 * tolerance(dtype, max(H, inner))
+    assert rel_error(y, expected) <= bound
+    for got, want in ((x.grad, x64.grad), (mlp.gate_up_weight.grad, params[0].grad)):
+        assert rel_error(got, want) <= 2 * bound
+    with torch.no_grad():
+        assert rel_error(mlp(x), expected) <= bound  # the inference path, no autograd
+
+
+@pytest.mark.skipif(ON_GPU, reason="the CPU's refusal")
+def test_rung_9s_gated_pair_has_no_interpreter_path():
+    mlp = GatedMLP(16, 8, "silu", kernel="tma_warp_specialized")
+    with torch.no_grad(), pytest.raises(ValueError, match="'tma_warp_specialized' has no interpreter path"):
+        mlp(rand(2, 16))
+
+
+def test_gated_pair_names_its_kernels():
+    with pytest.raises(ValueError, match=r"expected kernel to be one of \('auto', 'tma_warp_specialized'\)"):
+        gated_pair(rand(2, 16), rand(16, 16), "silu", kernel="grouped")
 
 
 def test_from_mlp_and_the_state_dict_keep_transformers_keys():

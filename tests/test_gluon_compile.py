@@ -10,6 +10,7 @@ Each kernel compiles in a fresh process: the stand-in driver must not reach the 
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -106,6 +107,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_fp8_tma()
     if kernel == "fp8_block":
         return _compile_fp8_block()
+    if kernel == "gated":
+        return _compile_gated()
 
     from tritongemm.hopper import (
         pipeline,
@@ -142,7 +145,7 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
             fn = tma_warp_specialized._tma_warp_specialized_kernel
             registers = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
                              CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
-            extra = dict(MMA=mma, Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], **registers)
+            extra = dict(MMA=mma, Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], GLU="none", **registers)
         else:
             desc = make_descriptors(a, b, c, *tiles)
             persistent = kernel == "tma_persistent"
@@ -279,6 +282,58 @@ def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
+# Rung 9's gated pair (blocks/gated_pair.py): (tile, activation, a_m_major). The big tile is
+# gated_config's (4 slots: C's tile is half the MMA's width), then the smaller tiles, one with A
+# M-major.
+GATED_CASES = [(0, "silu", False), (1, "gelu", False), (3, "gelu_tanh", True)]
+
+
+def _compile_gated() -> list[dict]:
+    from tritongemm.hopper import TILES, tma_warp_specialized
+    from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.mma import WGMMA
+    from tritongemm.hopper.schedulers import scheduler_for
+
+    results = []
+    for tile, activation, a_m_major in GATED_CASES:
+        config = TILES[tile]
+        M, N, K = 1000, 1504, 704  # C (M, N); the weight [gate; up] (2N, K)
+        a = torch.empty(K, M, dtype=torch.bfloat16).T if a_m_major else torch.empty(M, K, dtype=torch.bfloat16)
+        weight, c = torch.empty(2 * N, K, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
+        pieces = tma_warp_specialized.c_pieces(config, 2, gated=True)
+        desc = make_descriptors(a, weight.T, c, config.BLOCK_M, config.BLOCK_N // 2, config.BLOCK_K, epi_split=pieces)
+        compiled = tma_warp_specialized._tma_warp_specialized_kernel.warmup(
+            desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None),
+            MMA=WGMMA, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
+            BARRIERS_PER_SLOT=1, **desc.layout_constexprs(), LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
+            CONSUMERS=1, CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS, GLU=activation,
+            num_warps=config.num_warps, **PLAIN.constexprs(), grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        instructions = (*INSTRUCTIONS, "setmaxnreg")
+        # The load warp's three copies a K-step: A's tile, the gate's box, the up projection's.
+        copies = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx))
+        results.append(dict(case=[tile, activation, a_m_major], shared=compiled.metadata.shared, pieces=pieces,
+                            missing=[name for name in instructions if name not in ptx], copies=copies,
+                            planned=tma_warp_specialized.smem_bytes(config, 2, gated=True), **_ptxas(ptx)))  # fmt: skip
+    return results
+
+
+def test_the_gated_pair_compiles_for_sm90():
+    """Rung 9's gated epilogue (act(gate) * up, blocks/gated_pair.py), which no GPU has run yet:
+    warp-specialized TMA + mbarriers + WGMMA, three TMA loads a K-step (A, the gate's rows, the up
+    projection's), no spills and no serialized WGMMAs, C staged whole (half the MMA's width) beside
+    the ring, and the shared memory its plan counts."""
+    for result in compile_kernel("gated"):
+        label = "gated " + " ".join(map(str, result["case"]))
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert result["copies"] == 3, f"{label}: {result['copies']} TMA loads in the PTX, expected 3"
+        assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
+        assert result["pieces"] == 1, label
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+
+
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 16) * 16
 
@@ -286,8 +341,6 @@ def _aligned(nbytes: int) -> int:
 def _ptxas(ptx: str, capability: int = 90) -> dict:
     """What ptxas reports for this PTX on sm_90a (or sm_100a): bytes of register spill stores,
     and whether it serialized the WGMMAs (info C7514: each one then waits for the one before)."""
-    import re
-
     from triton.backends.nvidia.compiler import get_ptxas
 
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:

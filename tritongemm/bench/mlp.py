@@ -22,7 +22,9 @@ import torch.nn.functional as F
 
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 
-PROVIDERS = ("torch", "torch.compile", "tritongemm")
+# tritongemm-ws: GatedMLP(kernel="tma_warp_specialized"), the gated pair on rung 9's gated
+# epilogue and the down projection on rung 9 (blocks/gated_pair.py); a GPU's row only.
+PROVIDERS = ("torch", "torch.compile", "tritongemm", "tritongemm-ws")
 DIRECTIONS = ("forward", "forward+backward")
 MODELS = {"llama-3-8b": (4096, 14336), "qwen2-7b": (3584, 18944)}  # hidden size, MLP width
 TOKENS = (1, 16, 128, 2048, 8192)
@@ -111,6 +113,10 @@ def _providers(problem: MlpProblem, x, gate, up, down, on_gpu: bool) -> dict:
         blocks["torch.compile"] = functools.partial(compiled, gate=weights[0], up=weights[1], down=weights[2])
     blocks["tritongemm"] = fused
     params = {"torch": weights, "torch.compile": weights, "tritongemm": list(fused.parameters())}
+    if on_gpu:  # the same parameters, other kernels
+        ws = GatedMLP(problem.hidden, problem.intermediate, "silu", device="meta", kernel="tma_warp_specialized")
+        ws.gate_up_weight, ws.down_proj.weight = fused.gate_up_weight, fused.down_proj.weight
+        blocks["tritongemm-ws"], params["tritongemm-ws"] = ws, params["tritongemm"]
     if not training:
         return {name: functools.partial(_forward, block, x) for name, block in blocks.items()}
     grad = torch.ones_like(x)
@@ -170,12 +176,13 @@ def summary(rows: list[MlpRow]) -> list[str]:
             ("forward+backward", "graph", lambda t: t >= 2048, "ratio_to_torch", 1.05),
             ("forward", "eager", lambda t: t <= 16, "ratio_to_torch", 1.3))  # fmt: skip
     lines = []
-    for direction, timing, keep, column, bar in bars:
-        ratios = [getattr(r, column) for r in rows if r.provider == "tritongemm" and r.direction == direction
-                  and r.timing == timing and keep(r.tokens) and getattr(r, column)]  # fmt: skip
-        if ratios:
-            lines.append(f"{direction:16s} {timing:5s} {column}: lowest {min(ratios):.3f}, highest {max(ratios):.3f} "
-                         f"(bar {bar}, {len(ratios)} rows)")  # fmt: skip
+    for provider in PROVIDERS[2:]:
+        for direction, timing, keep, column, bar in bars:
+            ratios = [getattr(r, column) for r in rows if r.provider == provider and r.direction == direction
+                      and r.timing == timing and keep(r.tokens) and getattr(r, column)]  # fmt: skip
+            if ratios:
+                lines.append(f"{provider:13s} {direction:16s} {timing:5s} {column}: lowest {min(ratios):.3f}, "
+                             f"highest {max(ratios):.3f} (bar {bar}, {len(ratios)} rows)")  # fmt: skip
     return lines
 
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 import torch
 
 from tritongemm.blocks.gated_mlp import GatedMLP
-from tritongemm.epilogue import activation_of
-from tritongemm.grouped.api import GLU_ACTIVATIONS
+from tritongemm.epilogue import GLU_ACTIVATIONS, activation_of
 
 # transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
 GATED_MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP",

@@ -3,8 +3,8 @@ GEMMs instead of three GEMMs and two elementwise kernels.
 
 The gate and up projections read the same x, so their weights side by side make one GEMM whose
 N axis holds [gate; up]; its epilogue computes act(g) * u from the two fp32 tiles and writes that
-once (`grouped_mm`'s gated pair, over a single group: grouped/kernels.py), so the M x 2I product
-never reaches memory and the elementwise kernels disappear. The down projection is
+once (gated_pair.py: `grouped_mm`'s row-group kernel over a single group, or rung 9's gated
+epilogue), so the M x 2I product never reaches memory and the elementwise kernels disappear. The down projection is
 `tritongemm.linear`, which takes the block's residual add in its store. The backward recomputes
 the pair (the same gated kernel, fp32 out, without the gating), and the gradients of x and of the
 joined weight are two dense GEMMs through `tritongemm.matmul` (`_GatedPair`): the one group's
@@ -24,13 +24,17 @@ import math
 import torch
 
 from tritongemm import fused
-from tritongemm.grouped.api import GLU_ACTIVATIONS, _glu_backward, direct, grouped_mm_of_counts
+from tritongemm.blocks.gated_pair import GATED_RUNG, gated_pair, one_group
+from tritongemm.epilogue import GLU_ACTIVATIONS
+from tritongemm.grouped.api import _glu_backward, direct, grouped_mm_of_counts
 
 
 class GatedMLP(torch.nn.Module):
     """y = down(act(x @ gate.T) * (x @ up.T)) (+ residual), for x of shape (..., hidden_size);
     `activation` "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU). No biases: the gated MLPs of
-    Llama, Qwen2, Mistral and Gemma have none."""
+    Llama, Qwen2, Mistral and Gemma have none. `kernel` is the down projection's (as
+    tritongemm.nn.Linear takes it); "tma_warp_specialized" also runs the gated pair on rung 9's
+    gated epilogue (gated_pair.py), any other value on the row-group kernel."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, activation: str = "silu", *, device=None,
                  dtype=None, kernel: str = "auto") -> None:  # fmt: skip
@@ -40,6 +44,7 @@ class GatedMLP(torch.nn.Module):
         from tritongemm.nn import Linear
 
         self.hidden_size, self.intermediate_size, self.activation = hidden_size, intermediate_size, activation
+        self.pair_kernel = GATED_RUNG if kernel == GATED_RUNG else "auto"
         self.gate_up_weight = torch.nn.Parameter(torch.empty(2 * intermediate_size, hidden_size, device=device,
                                                              dtype=dtype))  # fmt: skip
         self.down_proj = Linear(intermediate_size, hidden_size, bias=False, device=device, dtype=dtype, kernel=kernel)
@@ -75,15 +80,16 @@ class GatedMLP(torch.nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         lead, hidden = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, hidden)
-        # [gate; up] as grouped_mm's b over one group: (1, H, 2I), a view of the (2I, H) weight.
         weight = self.gate_up_weight
-        learning = torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad)
-        if learning and not torch.compiler.is_compiling():
-            h = _GatedPair.apply(rows, weight, self.activation)
-        else:
+        if torch.compiler.is_compiling():  # the operator, with its fake and its backward
+            # [gate; up] as grouped_mm's b over one group: (1, H, 2I), a view of the (2I, H) weight.
             b = weight.t().unsqueeze(0)
-            h = grouped_mm_of_counts(rows, b, _one_group(rows.shape[0], rows.device), None, self.activation,
+            h = grouped_mm_of_counts(rows, b, one_group(rows.shape[0], rows.device), None, self.activation,
                                      offs_from_counts=True)  # fmt: skip
+        elif torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad):
+            h = _GatedPair.apply(rows, weight, self.activation, self.pair_kernel)
+        else:
+            h = gated_pair(rows, weight, self.activation, self.pair_kernel)
         if residual is not None:
             residual = residual.reshape(-1, residual.shape[-1])
         y = fused.linear(h, self.down_proj.weight, self.down_proj.bias, residual=residual, kernel=self.down_proj.kernel)
@@ -100,10 +106,10 @@ class _GatedPair(torch.autograd.Function):
     d[gate; up]^T @ x for dW (a transposed A: the weight-gradient layout, `tn`)."""
 
     @staticmethod
-    def forward(ctx, rows, weight, activation):
+    def forward(ctx, rows, weight, activation, kernel):
         ctx.save_for_backward(rows, weight)
         ctx.activation = activation
-        return direct(rows, weight.t().unsqueeze(0), _one_group(rows.shape[0], rows.device), None, activation)
+        return gated_pair(rows, weight, activation, kernel)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -111,17 +117,11 @@ class _GatedPair(torch.autograd.Function):
         from tritongemm.api import matmul
 
         rows, weight = ctx.saved_tensors
-        pair = direct(rows, weight.t().unsqueeze(0), _one_group(rows.shape[0], rows.device), torch.float32, None)
+        pair = direct(rows, weight.t().unsqueeze(0), one_group(rows.shape[0], rows.device), torch.float32, None)
         d_pair = _glu_backward(grad, pair, ctx.activation).to(rows.dtype)
         grad_rows = matmul(d_pair, weight) if ctx.needs_input_grad[0] else None
         grad_weight = matmul(d_pair.t(), rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
-        return grad_rows, grad_weight, None
-
-
-def _one_group(rows: int, device: torch.device) -> torch.Tensor:
-    """offs for one group of `rows` rows. A new tensor each call (one fill kernel): a kept one
-    could be evicted while a captured CUDA graph still reads it."""
-    return torch.full((1,), rows, dtype=torch.int32, device=device)
+        return grad_rows, grad_weight, None, None
 
 
 def _split_gate_up(module: GatedMLP, state_dict: dict, prefix: str, local_metadata) -> None:

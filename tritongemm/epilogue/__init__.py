@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import torch
 
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
+# A gated pair's (GLU: SwiGLU, GeGLU): act(gate) * up.
+GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 
 
 # torch's and transformers' activation modules, by class name, as the kernels' epilogue names them.

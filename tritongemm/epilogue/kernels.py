@@ -122,6 +122,18 @@ def apply_gl(
 
 
 @gluon.jit
+def gated_gl(acc, ACTIVATION: gl.constexpr):
+    """A gated pair's epilogue, act(gate) * up, on an fp32 accumulator whose left half holds the
+    gate projection's columns and its right half the up projection's, for the same outputs
+    (pipeline.issue_loads loads B so): [BLOCK_M, BLOCK_N] in, [BLOCK_M, BLOCK_N / 2] out. The
+    halves are a register renaming of the WGMMA accumulator, as in pipeline.store_tile_in_pieces."""
+    BLOCK_M: gl.constexpr = acc.shape[0]
+    HALF_N: gl.constexpr = acc.shape[1] // 2
+    gate, up = gl.split(gl.permute(gl.reshape(acc, [BLOCK_M, 2, HALF_N]), (0, 2, 1)))
+    return _activate_gl(gate, ACTIVATION) * up
+
+
+@gluon.jit
 def scale_gl(acc, off_m, off_n, M, N, sa_ptr, sb_ptr, ROW_SCALES: gl.constexpr):
     """scale_tl on the accumulator of the tile at (off_m, off_n), its scales loaded straight into
     the accumulator's row and column layouts; row-wise scales contiguous."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from tritongemm.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
+from tritongemm.epilogue import GLU_ACTIVATIONS
 from tritongemm.plan import PLANS, _allow_tf32, tensor_facts
 
 # The GPU's tiles, by the groups' mean size (rows / groups), from scripts/grouped_configs.py on
@@ -30,9 +31,6 @@ _GPU_TILES = {
 _LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
 _CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
 _CPU_PROGRAMS = 4  # the interpreter's "SMs" for the persistent grid
-
-
-GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,

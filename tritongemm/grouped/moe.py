@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.grouped.api import GLU_ACTIVATIONS, grouped_mm_of_counts
+from tritongemm.epilogue import GLU_ACTIVATIONS
+from tritongemm.grouped.api import grouped_mm_of_counts
 
 NAME = "tritongemm"
 

@@ -207,7 +207,7 @@ def _fp8_block_kernel(
                 sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
                 Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, num_warps,
             )),
-            (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True)),
+            (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False)),
         ],
         [1],  # the load warp
         [LOAD_REGS],

@@ -91,11 +91,17 @@ def issue_loads(
     A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
     pred=True,
+    up_rows=0,
 ):
-    """Request the A and B tiles of K-step `producer` (at column k) into its ring slot."""
+    """Request the A and B tiles of K-step `producer` (at column k) into its ring slot.
+
+    A B slot twice as tall as b_desc's box holds a gated pair (rung 9's GLU): the box of B's
+    columns from off_n (the gate projection's weight rows) above the box `up_rows` further on (the
+    up projection's), so one MMA yields both halves of the tile side by side."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
     B_OWN_BARRIER: gl.constexpr = _b_has_own_barrier(ready, NUM_BUFFERS)
+    B_BOXES: gl.constexpr = b_bufs.shape[1] // b_desc.block_type.shape[0]  # 2 for a gated pair, else 1
     # Barriers belong to K-steps, not buffers: step i completes on barrier i % NUM_BUFFERS (and
     # NUM_BUFFERS + that for B), wherever its B tile lands in a ring with stolen slots.
     slot = producer % NUM_BUFFERS
@@ -103,16 +109,21 @@ def issue_loads(
     if B_OWN_BARRIER:
         b_bar = ready.index(NUM_BUFFERS + slot)
         mbarrier.expect(a_bar, a_desc.block_type.nbytes, pred=pred)
-        mbarrier.expect(b_bar, b_desc.block_type.nbytes, pred=pred)
+        mbarrier.expect(b_bar, B_BOXES * b_desc.block_type.nbytes, pred=pred)
     else:
         b_bar = a_bar
-        mbarrier.expect(a_bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes, pred=pred)
+        mbarrier.expect(a_bar, a_desc.block_type.nbytes + B_BOXES * b_desc.block_type.nbytes, pred=pred)
     if A_M_MAJOR:
         tma_load(a_desc, [k, off_m], a_bar, a_bufs.index(slot), pred)
     else:
         tma_load(a_desc, [off_m, k], a_bar, a_bufs.index(slot), pred)
     b_slot = b_bufs.index(producer % NUM_B_BUFFERS)
-    if B_K_MAJOR:
+    if B_BOXES == 2:
+        gl.static_assert(B_K_MAJOR, "a gated pair's weight halves are rows of an (N, K) weight: B K-major")
+        BOX_N: gl.constexpr = b_desc.block_type.shape[0]
+        tma_load(b_desc, [off_n, k], b_bar, b_slot.slice(0, BOX_N), pred)
+        tma_load(b_desc, [up_rows + off_n, k], b_bar, b_slot.slice(BOX_N, BOX_N), pred)
+    elif B_K_MAJOR:
         tma_load(b_desc, [off_n, k], b_bar, b_slot, pred)
     else:
         tma_load(b_desc, [k, off_n], b_bar, b_slot, pred)

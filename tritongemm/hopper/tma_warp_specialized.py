@@ -57,7 +57,8 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue.kernels import apply_gl
+from tritongemm.epilogue import GLU_ACTIVATIONS
+from tritongemm.epilogue.kernels import apply_gl, gated_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA, mma_for
 from tritongemm.hopper.pipeline import (
@@ -103,25 +104,31 @@ def _load_partition(
     Scheduler: gl.constexpr,
     A_M_MAJOR: gl.constexpr,
     B_K_MAJOR: gl.constexpr,
+    GATED: gl.constexpr,
 ):
-    """The load warp: every K-step of every tile of this program, in the MMA partition's order."""
+    """The load warp: every K-step of every tile of this program, in the MMA partition's order.
+    GATED: each B slot holds a gated pair (pipeline.issue_loads), the gate's weight rows at the
+    tile's output columns and the up projection's C's width further on."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_bufs.shape[1] if B_K_MAJOR else b_bufs.shape[2]  # the MMA's N
+    TILE_N: gl.constexpr = BLOCK_N // 2 if GATED else BLOCK_N  # C's columns per tile
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
-    scheduler = Scheduler.initialize(c_desc.shape[0], c_desc.shape[1], BLOCK_M, BLOCK_N)
+    N = c_desc.shape[1]
+    scheduler = Scheduler.initialize(c_desc.shape[0], N, BLOCK_M, TILE_N)
     producer = 0
     for idx in range(scheduler.get_num_tiles()):
         pid_m, pid_n = scheduler.get_tile(idx)
         off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
+        off_n = pid_n * TILE_N
         for k in range(0, K, BLOCK_K):
             # The slot's previous lap released (module docstring: lap 0 passes at once).
             lap_phase = (producer // NUM_BUFFERS) & 1
             mbarrier.wait(empty.index(producer % NUM_BUFFERS), lap_phase ^ 1)
+            # A gated pair's up rows start C's width on: the weight is [gate; up], (2N, K).
             producer = issue_loads(
-                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR
+                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, True, N
             )
 
 
@@ -131,24 +138,27 @@ def _mma_partition(
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     MMA: gl.constexpr, Scheduler: gl.constexpr, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-    STORE_PREACT: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
+    STORE_PREACT: gl.constexpr, GLU: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """A consumer: wait for a slot, multiply, release the slot; per tile, the epilogue. Consumer c
-    of CONSUMERS takes the program's tiles c, c + CONSUMERS, ... (ping-pong when there are two)."""
+    of CONSUMERS takes the program's tiles c, c + CONSUMERS, ... (ping-pong when there are two).
+    GLU (an activation's name, else "none"): the tile is a gated pair's, stored as act(gate) * up."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_bufs.shape[1] if B_K_MAJOR else b_bufs.shape[2]  # the MMA's N
+    TILE_N: gl.constexpr = BLOCK_N // 2 if GLU != "none" else BLOCK_N  # C's columns per tile
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     M = c_desc.shape[0]
     N = c_desc.shape[1]
     K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
     k_steps = gl.cdiv(K, BLOCK_K)
     mma = MMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
-    scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
+    scheduler = Scheduler.initialize(M, N, BLOCK_M, TILE_N)
     for idx in range(CONSUMER, scheduler.get_num_tiles(), CONSUMERS):
         pid_m, pid_n = scheduler.get_tile(idx)
         off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
+        off_n = pid_n * TILE_N
         consumer = idx * k_steps  # the tile's first K-step, in the load warp's count over all tiles
         if CONSUMERS > 1:
             # 0. My turn: the consumer of tile idx - 1 has passed its last wait on the ring, so
@@ -173,10 +183,13 @@ def _mma_partition(
         # 3. Epilogue, while the load warp fills the ring for the next tile (and, in ping-pong,
         #    the other consumer multiplies it).
         acc, mma = mma.take_result()
-        acc = apply_gl(
-            acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-            ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-        )  # fmt: skip
+        if GLU != "none":
+            acc = gated_gl(acc, GLU)
+        else:
+            acc = apply_gl(
+                acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+            )  # fmt: skip
         store_tile_in_pieces(acc, c_desc, c_smem, off_m, off_n)  # after my previous tile's store read c_smem
     tma.store_wait(pendings=0)
 
@@ -211,15 +224,21 @@ def _tma_warp_specialized_kernel(
     HAS_BIAS: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr,
+    GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ W[:N].T) * (A @ W[N:2N].T)
     num_warps: gl.constexpr,
 ):
     dtype: gl.constexpr = a_desc.dtype
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
 
     # Shared by the partitions for the whole program: the ring, its barriers, C's staging tile
-    # (one per consumer) and the consumers' turns.
+    # (one per consumer) and the consumers' turns. A gated pair's B slot holds two of b_desc's
+    # boxes, the gate's rows above the up projection's.
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
+    if GLU != "none":
+        B_BOX: gl.constexpr = b_desc.block_type.shape
+        b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, 2 * B_BOX[0], B_BOX[1]], b_desc.layout)
+    else:
+        b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
@@ -238,10 +257,11 @@ def _tma_warp_specialized_kernel(
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
                     MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-                    0, 1, num_warps,
+                    GLU, 0, 1, num_warps,
                 )),
                 (_load_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, A_M_MAJOR, B_K_MAJOR,
+                    GLU != "none",
                 )),
             ],
             [1],  # warps of each worker partition
@@ -254,16 +274,17 @@ def _tma_warp_specialized_kernel(
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
                     MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-                    0, 2, num_warps,
+                    GLU, 0, 2, num_warps,
                 )),
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, turns,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
                     MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-                    1, 2, num_warps,
+                    GLU, 1, 2, num_warps,
                 )),
                 (_load_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, A_M_MAJOR, B_K_MAJOR,
+                    GLU != "none",
                 )),
             ],
             [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
@@ -277,24 +298,30 @@ def _tma_warp_specialized_kernel(
 
 
 def c_pieces(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
-             smem_limit: int = H100_SHARED_MEMORY_BYTES) -> int:  # fmt: skip
+             smem_limit: int = H100_SHARED_MEMORY_BYTES, gated: bool = False) -> int:  # fmt: skip
     """Into how many column pieces C's staging buffer cuts a tile: 1 (a whole C tile per consumer)
-    when that fits beside the ring, else 2 (a half-tile buffer, stored one half after the other)."""
+    when that fits beside the ring, else 2 (a half-tile buffer, stored one half after the other).
+    A gated pair's C tile is half the MMA's width (act(gate) * up)."""
     ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
-    whole = ring + consumers * c_tile_bytes(config, elem_bytes)
-    return 1 if whole <= smem_limit - _SMEM_SLACK_BYTES or config.BLOCK_N < 32 else 2
+    whole = ring + consumers * _c_tile_bytes(config, elem_bytes, gated)
+    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
+    return 1 if whole <= smem_limit - _SMEM_SLACK_BYTES or tile_n < 32 else 2
+
+
+def _c_tile_bytes(config: MatmulConfig, elem_bytes: int, gated: bool) -> int:
+    return c_tile_bytes(config, elem_bytes) // (2 if gated else 1)
 
 
 def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
-               smem_limit: int = H100_SHARED_MEMORY_BYTES) -> int:  # fmt: skip
+               smem_limit: int = H100_SHARED_MEMORY_BYTES, gated: bool = False) -> int:  # fmt: skip
     """The ring plus C's staging buffer of each consumer, all live for the whole program (barriers aside)."""
-    pieces = c_pieces(config, elem_bytes, consumers, smem_limit)
+    pieces = c_pieces(config, elem_bytes, consumers, smem_limit, gated)
     ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
-    return ring + consumers * c_tile_bytes(config, elem_bytes) // pieces
+    return ring + consumers * _c_tile_bytes(config, elem_bytes, gated) // pieces
 
 
 def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES,
-                 consumers: int = 1, mma=WGMMA) -> None:  # fmt: skip
+                 consumers: int = 1, mma=WGMMA, gated: bool = False) -> None:  # fmt: skip
     """Raise ValueError when the MMA (WGMMA unless `mma` says otherwise) can't compute the tile or
     the ring and C (in halves, if need be) don't fit in shared memory; in ping-pong (two
     consumers), also when a consumer is not one warpgroup."""
@@ -310,9 +337,9 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
             f"the next loads; got {config.num_stages}"
         )
     budget = smem_limit - _SMEM_SLACK_BYTES
-    need = smem_bytes(config, elem_bytes, consumers, smem_limit)
+    need = smem_bytes(config, elem_bytes, consumers, smem_limit, gated)
     if need > budget:
-        c_halves = consumers * c_tile_bytes(config, elem_bytes) // 2
+        c_halves = consumers * _c_tile_bytes(config, elem_bytes, gated) // 2
         fitting = (budget - c_halves) // operand_stage_bytes(config, elem_bytes)
         hint = f"num_stages <= {fitting}" if fitting >= 2 else "a smaller tile"
         raise ValueError(
@@ -320,6 +347,30 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
             f"buffer(s) of half a tile), more than the {smem_limit} a block may have (less {_SMEM_SLACK_BYTES} "
             f"for barriers and alignment); use {hint}"
         )
+
+
+def _check_gated(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, glu: str, consumers: int,
+                 epilogue: dict) -> None:  # fmt: skip
+    """Raise ValueError for a gated pair this rung can't compute: b must be (K, 2N) for C (M, N),
+    the transpose of an (2N, K) weight [gate; up]; one consumer on WGMMA; no other epilogue."""
+    if glu not in GLU_ACTIVATIONS:
+        raise ValueError(f"{NAME}: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")
+    if consumers != 1:
+        raise ValueError(f"{PING_PONG_NAME}: a gated pair runs on one consumer (tma_warp_specialized)")
+    if epilogue:
+        raise ValueError(f"{NAME}: a gated pair's epilogue is act(gate) * up alone, but got also {sorted(epilogue)}")
+    if b.shape[1] != 2 * c.shape[1]:
+        raise ValueError(
+            f"{NAME}: a gated pair's b holds [gate; up], twice C's {c.shape[1]} columns, but has {b.shape[1]}"
+        )
+    if b.stride(0) != 1:
+        raise ValueError(
+            f"{NAME}: a gated pair reads each half's rows of the (2N, K) weight whose transpose b is; b "
+            f"must be K-major (b.stride(0) == 1), but has strides {tuple(b.stride())}"
+        )
+    if config.BLOCK_N < 32:
+        raise ValueError(f"{NAME}: a gated pair needs BLOCK_N >= 32 (two halves of 16 columns), got {config.short()}")
+    require_sm90(NAME, c.device)  # tcgen05's accumulator spreads a row over warpgroups: no register split
 
 
 def plan(
@@ -330,35 +381,47 @@ def plan(
     *,
     num_programs: int | None = None,
     consumers: int = 1,
+    glu: str | None = None,
     **epilogue,
 ):
     """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) warp-specialized programs
     over their tiles in `config.scheduler` order, checked and compiled once
     (descriptors.planned_launch, whose keywords `epilogue` passes on). `num_programs` replaces the
-    SM count (tests: several tiles per program); `consumers=2` is ping-pong (tma_ping_pong)."""
+    SM count (tests: several tiles per program); `consumers=2` is ping-pong (tma_ping_pong).
+
+    `glu` ("silu", "gelu" or "gelu_tanh"): a gated pair, C = act(A @ B[:, :N]) * (A @ B[:, N:])
+    for C (M, N) and b the transpose of a (2N, K) weight [gate; up]. Each tile's MMA covers
+    config.BLOCK_N of B's columns, half the gate's and half the up's, and stores BLOCK_N / 2
+    columns of C: the (M, 2N) product never reaches memory."""
     name = NAME if consumers == 1 else PING_PONG_NAME
+    gated = glu is not None
+    if gated:
+        _check_gated(a, b, c, config, glu, consumers, epilogue)
     if consumers > 1:  # ping-pong's two accumulators: Hopper's registers only, so far
         require_sm90(name, c.device)
     mma = mma_for(name, c.device)
-    check_config(config, a.element_size(), consumers=consumers, mma=mma)
+    check_config(config, a.element_size(), consumers=consumers, mma=mma, gated=gated)
     if a.shape[1] == 0:  # matmul never launches for K = 0; a tile's release would have no load to match
         raise ValueError(f"{name}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     M, N = c.shape
-    pieces = c_pieces(config, a.element_size(), consumers)
+    pieces = c_pieces(config, a.element_size(), consumers, gated=gated)
     if pieces > 1:
         refuse_c_pieces_for_tcgen05(name, config, a.element_size(), mma)
-    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=pieces)
-    grid = (num_persistent_programs(config.num_tiles(M, N), c.device, num_programs),)
+    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N  # C's columns per tile; a gated B box's rows
+    desc = make_descriptors(a, b, c, config.BLOCK_M, tile_n, config.BLOCK_K, epi_split=pieces)
+    tiles = -(-M // config.BLOCK_M) * -(-N // tile_n)
+    grid = (num_persistent_programs(tiles, c.device, num_programs),)
     constexprs = dict(
         MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), **desc.layout_constexprs(),
-        LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, num_warps=config.num_warps,
+        LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, GLU=glu or "none",
+        num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_warp_specialized_kernel, grid, desc, constexprs, c, **epilogue)
 
 
 def launch(
     a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None,
-    consumers: int = 1,
+    consumers: int = 1, glu: str | None = None,
 ) -> None:  # fmt: skip
-    plan(a, b, c, config, num_programs=num_programs, consumers=consumers)(a, b, c)
+    plan(a, b, c, config, num_programs=num_programs, consumers=consumers, glu=glu)(a, b, c)

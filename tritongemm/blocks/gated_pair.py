@@ -1,0 +1,94 @@
+"""A gated pair in one GEMM: h = act(x @ gate.T) * (x @ up.T) for a weight [gate; up] of shape
+(2I, H), written once as (M, I). `GatedMLP` runs its gate and up projections through here.
+
+Two kernels compute it:
+  * rung 9 (`tma_warp_specialized`, Hopper, 16-bit operands TMA can read in place): each tile's
+    B slot holds the gate's rows above the up projection's (pipeline.issue_loads), one WGMMA
+    yields both halves side by side, and the epilogue stores act(gate) * up (epilogue/kernels.py
+    `gated_gl`). Compiled for sm_90 in CI; NOT YET RUN on a GPU, so "auto" does not take it:
+    ask for it with kernel="tma_warp_specialized" until the H100 has checked and measured it;
+  * grouped_mm's row-group kernel over one group (grouped/kernels.py, `tl`: any GPU, the
+    interpreter), two accumulators per tile. What "auto" runs.
+
+A plan per problem (every fact it reads in its key), built once and kept in plan.PLANS with the
+other plans; later calls allocate the output and launch.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.plan import PLANS, tensor_facts
+
+GATED_RUNG = "tma_warp_specialized"
+KERNELS = ("auto", GATED_RUNG)
+
+
+def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str = "auto") -> torch.Tensor:
+    """act(rows @ weight[:I].T) * (rows @ weight[I:].T): rows (M, H), weight (2I, H) -> (M, I) in
+    rows' dtype. `kernel`: "auto" (the row-group kernel, for now) or "tma_warp_specialized" (rung
+    9's gated epilogue; raises where it can't run). The caller checks shapes and dtypes (GatedMLP
+    does)."""
+    key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight))
+    call = PLANS.find_key(key)
+    if call is None:
+        call = _plan(rows, weight, activation, kernel)
+        PLANS.remember(key, call)
+    return call(rows, weight)
+
+
+def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str):
+    """`call(rows, weight) -> h` for operands like these."""
+    if kernel not in KERNELS:
+        raise ValueError(f"gated_pair: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    if kernel == GATED_RUNG:
+        return _rung9_plan(rows, weight, activation)
+    return _grouped_plan(activation)
+
+
+def _grouped_plan(activation: str):
+    from tritongemm.grouped.api import direct
+
+    def call(rows, weight):
+        return direct(rows, weight.t().unsqueeze(0), one_group(rows.shape[0], rows.device), None, activation)
+
+    return call
+
+
+def _rung9_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
+    from tritongemm import checks, registry
+    from tritongemm.hopper import gated_config
+    from tritongemm.hopper.descriptors import empty_output, tma_unsupported_reason
+    from tritongemm.hopper.tma_warp_specialized import plan
+    from tritongemm.ladder._host import sm_count
+
+    info = registry.get(GATED_RUNG)
+    checks.check_device(info, rows.device)
+    checks.check_kernel_dtype(info, rows.dtype, rows.device)
+    (M, K), N = rows.shape, weight.shape[0] // 2
+    if M == 0 or N == 0 or K == 0:  # nothing to launch: act(0) * 0 is 0
+        return lambda rows, weight: rows.new_zeros((M, N))
+    if not weight.is_contiguous():
+        raise ValueError(
+            f"gated_pair: {GATED_RUNG} reads the weight's rows in place; expected a contiguous (2I, H) weight, "
+            f"but got strides {tuple(weight.stride())}"
+        )
+    reason = tma_unsupported_reason(rows, weight.T)
+    if reason is not None:
+        raise ValueError(f"gated_pair: {GATED_RUNG} can't read the operands in place: {reason}")
+    config = gated_config(M, N, K, sm_count(rows.device))
+    c = empty_output(M, N, rows.dtype, rows.device)  # this call's, to plan on
+    launch = plan(rows, weight.T, c, config, glu=activation)
+
+    def call(rows, weight):
+        c = empty_output(M, N, rows.dtype, rows.device)
+        launch(rows, weight.T, c)
+        return c
+
+    return call
+
+
+def one_group(rows: int, device: torch.device) -> torch.Tensor:
+    """grouped_mm's offs for one group of `rows` rows. A new tensor each call (one fill kernel): a
+    kept one could be evicted while a captured CUDA graph still reads it."""
+    return torch.full((1,), rows, dtype=torch.int32, device=device)
