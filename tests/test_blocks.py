@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from cases import DEVICE, DTYPES, ON_GPU, ON_HOPPER
 
 import tritongemm
-from tritongemm.blocks import GatedMLP
+from tritongemm.blocks import GatedMLP, QKVProjection
 from tritongemm.blocks.fuse import why_not_fused
 from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.epilogue import activate_torch
@@ -148,6 +148,90 @@ def test_why_not_fused_names_the_reason():
     assert "not a class known" in why_not_fused(MyMLP(8, 8))
 
 
+class LlamaAttention(torch.nn.Module):
+    """transformers' attention projections, as a stand-in named like it: q, k, v of one input."""
+
+    def __init__(self, hidden, q_out, kv_out, bias=False):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(hidden, q_out, bias=bias)
+        self.k_proj = torch.nn.Linear(hidden, kv_out, bias=bias)
+        self.v_proj = torch.nn.Linear(hidden, kv_out, bias=bias)
+
+    def forward(self, x):
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
+
+def _unfused_qkv(attention, x):
+    return [F.linear(x.double(), w.double(), None if b is None else b.double()) for w, b in attention]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_qkv_projection_is_one_gemm_for_one_input(bias):
+    attention = LlamaAttention(32, 48, 16, bias=bias).to(DEVICE)
+    weights = [(p.weight.detach().clone(), None if p.bias is None else p.bias.detach().clone())
+               for p in (attention.q_proj, attention.k_proj, attention.v_proj)]  # fmt: skip
+    fused, left = tritongemm.blocks.fuse_qkv(attention_parent := torch.nn.ModuleDict({"self_attn": attention}))
+    assert fused == ["self_attn"] and not left and isinstance(attention.q_proj, QKVProjection)
+    x = rand(3, 5, 32, seed="qkv")
+    with _count_linear_calls() as launches:
+        outputs = attention(x)
+    assert launches.count == 1 and attention.q_proj._kept is None
+    for got, want in zip(outputs, _unfused_qkv(weights, x)):
+        assert got.shape == want.shape and rel_error(got, want) <= tolerance(torch.float32, 32)
+    # Another order, another input, an input modified in place between the calls: each still right.
+    x2 = rand(3, 5, 32, seed="qkv2")
+    want = _unfused_qkv(weights, x2)
+    with _count_linear_calls() as launches:
+        k2, q, v2 = attention.k_proj(x2), attention.q_proj(x), attention.v_proj(x2)
+        x2.mul_(2)
+        k3 = attention.k_proj(x2)
+    # One input's outputs are kept at a time: x2's, then x's (x2's v dropped), x2's again for v2;
+    # x2 changed in place: a new one for k3.
+    assert launches.count == 4
+    assert rel_error(k2, want[1]) <= 1e-5 and rel_error(v2, want[2]) <= 1e-5
+    assert rel_error(q, _unfused_qkv(weights, x)[0]) <= 1e-5
+    assert rel_error(k3, _unfused_qkv(weights, x2)[1]) <= 1e-5
+    assert attention.q_proj.weight.shape == (48, 32) and attention.v_proj.weight.shape == (16, 32)
+    assert (attention.k_proj.bias is None) == (not bias)
+    assert sorted(attention_parent.state_dict()) == sorted(
+        f"self_attn.{p}.{t}"
+        for p in ("q_proj", "k_proj", "v_proj")
+        for t in (("weight", "bias") if bias else ("weight",))
+    )
+
+
+def test_qkv_projection_in_inference_mode_and_under_compile():
+    attention = LlamaAttention(16, 32, 8).to(DEVICE)
+    weights = [(p.weight.detach().clone(), None) for p in (attention.q_proj, attention.k_proj, attention.v_proj)]
+    tritongemm.blocks.fuse_qkv(torch.nn.ModuleDict({"a": attention}))
+    x = rand(4, 16, seed="inference")
+    with torch.inference_mode(), _count_linear_calls() as launches:
+        outputs = attention(x)
+    assert launches.count == 1
+    compiled = torch.compile(attention, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    for got, want in zip(compiled(x), _unfused_qkv(weights, x)):
+        assert rel_error(got, want) <= tolerance(torch.float32, 16)
+    for got, want in zip(outputs, _unfused_qkv(weights, x)):
+        assert rel_error(got, want) <= tolerance(torch.float32, 16)
+
+
+def test_why_not_qkv_names_the_reason():
+    from tritongemm.blocks.fuse import why_not_qkv
+
+    assert why_not_qkv(LlamaAttention(8, 8, 4)) is None
+    mixed = LlamaAttention(8, 8, 4)
+    mixed.k_proj = torch.nn.Linear(8, 4, bias=True)
+    assert "some of q_proj, k_proj and v_proj have a bias" in why_not_qkv(mixed)
+    half = LlamaAttention(8, 8, 4)
+    half.v_proj.half()
+    assert "differ in in_features, dtype or device" in why_not_qkv(half)
+
+    class CrossAttention(LlamaAttention):
+        pass
+
+    assert "not a class known" in why_not_qkv(CrossAttention(8, 8, 4))
+
+
 def test_patch_fuse_refuses_fp8():
     with pytest.raises(ValueError, match="fuse=True"):
         tritongemm.patch(torch.nn.Sequential(LlamaMLP(8, 8)), fuse=True, fp8="row")
@@ -159,6 +243,25 @@ TINY = {  # transformers architectures whose MLP is gated, at a few dozen featur
     "GemmaForCausalLM": "GemmaConfig",  # GeGLU (tanh)
     "MistralForCausalLM": "MistralConfig",
 }
+
+
+class _count_linear_calls:
+    """Counts tritongemm.fused.linear calls within a `with` block (each a GEMM launch)."""
+
+    def __enter__(self):
+        import tritongemm.fused as fused_module
+
+        self.count, self._module, self._linear = 0, fused_module, fused_module.linear
+
+        def counting(*args, **kwargs):
+            self.count += 1
+            return self._linear(*args, **kwargs)
+
+        fused_module.linear = counting
+        return self
+
+    def __exit__(self, *exc):
+        self._module.linear = self._linear
 
 
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")
@@ -179,21 +282,34 @@ def test_patch_fuse_on_transformers_models(architecture):
     out.loss.backward()
     ref_logits = out.logits.detach()
     ref_grad = model.model.layers[0].mlp.down_proj.weight.grad.clone()
+    attention = model.model.layers[0].self_attn
+    ref_qkv_grad = torch.cat([getattr(attention, p).weight.grad for p in ("q_proj", "k_proj", "v_proj")])
     model.zero_grad()
 
     tritongemm.patch(model, fuse=True)
     report = model.tritongemm_patch_report
     assert report.fused == ["model.layers.0.mlp", "model.layers.1.mlp"] and not report.not_fused
+    assert report.fused_qkv == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
     assert all(isinstance(layer.mlp, GatedMLP) for layer in model.model.layers)
-    assert "fused 2 gated MLPs" in str(report)
-    out = model(ids, labels=ids)
+    assert all(isinstance(layer.self_attn.q_proj, QKVProjection) for layer in model.model.layers)
+    assert "fused 2 gated MLPs into GatedMLP and 2 attention q/k/v projections" in str(report)
+    joined = model.model.layers[0].self_attn.q_proj
+    calls = []
+    joined.register_forward_hook(lambda *_: calls.append("q"))
+    launches = _count_linear_calls()
+    with launches:
+        out = model(ids, labels=ids)
     out.loss.backward()
     assert rel_error(out.logits, ref_logits.double()) <= 1e-5
     assert rel_error(model.model.layers[0].mlp.down_proj.weight.grad, ref_grad.double()) <= 1e-4
+    assert rel_error(joined.qkv_weight.grad, ref_qkv_grad.double()) <= 1e-4
+    # per layer: the q/k/v GEMM, o_proj, the gated pair's (not a linear) and down_proj; and lm_head
+    assert launches.count == 2 * 3 + 1 and calls == ["q"]
+    assert joined._kept is None  # k and v took theirs: nothing is held after the forward
     assert sorted(model.state_dict()) == sorted(keys)  # the same keys (down_proj first within an MLP now)
     model.load_state_dict(model.state_dict())
     tritongemm.patch(model, fuse=True)
-    assert model.tritongemm_patch_report.fused == []
+    assert model.tritongemm_patch_report.fused == [] and model.tritongemm_patch_report.fused_qkv == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32], ids=str)

@@ -92,8 +92,10 @@ class PatchReport:
     # A transformers MoE model's experts: "tritongemm" where patch selected that implementation,
     # else why not (None: the model has no experts interface).
     experts: str | None = None
-    # fuse=True: the gated MLPs put in place as GatedMLP, and those left with the reason.
+    # fuse=True: the gated MLPs put in place as GatedMLP, the attention modules whose q, k and v
+    # projections became one GEMM (QKVProjection), and those left of either kind with the reason.
     fused: list[str] = field(default_factory=list)
+    fused_qkv: list[str] = field(default_factory=list)
     not_fused: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
@@ -103,8 +105,9 @@ class PatchReport:
             text += "; left: " + ", ".join(f"{name or '<root>'} ({why})" for name, why in self.skipped.items())
         if self.experts is not None:
             text += f"; experts: {self.experts}"
-        if self.fused or self.not_fused:
+        if self.fused or self.fused_qkv or self.not_fused:
             text += f"; fused {len(self.fused)} gated MLPs into GatedMLP"
+            text += f" and {len(self.fused_qkv)} attention q/k/v projections into one GEMM each"
             if self.not_fused:
                 text += "; not fused: " + ", ".join(f"{name} ({why})" for name, why in self.not_fused.items())
         return text
@@ -124,8 +127,9 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     `fuse=True` first puts a `tritongemm.blocks.GatedMLP` in place of each of transformers' gated
     MLPs (Llama, Qwen2/3, Mistral, Gemma, ...; blocks/fuse.py says which): the gate and up
     projections as one GEMM with act(g) * u in its epilogue (their weights copied once into one;
-    the state_dict keeps transformers' keys), then the down projection. The report's `fused` and
-    `not_fused` say which and why; attention's q/k/v projections and the residual adds are not
+    the state_dict keeps transformers' keys), then the down projection; and joins each of their
+    attention modules' q, k and v projections into one GEMM (`QKVProjection`, blocks/qkv.py). The
+    report's `fused`, `fused_qkv` and `not_fused` say which and why; the residual adds are not
     fused yet.
 
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
@@ -147,9 +151,12 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     served = _served_dtypes(kernel)
     report = PatchReport()
     if fuse:
-        from tritongemm.blocks import fuse_mlps
+        from tritongemm.blocks import fuse_mlps, fuse_qkv
 
-        report.fused, report.not_fused = fuse_mlps(model, kernel, refuse=lambda linear: _why_not(linear, served))
+        refuse = lambda linear: _why_not(linear, served)  # noqa: E731
+        report.fused, report.not_fused = fuse_mlps(model, kernel, refuse=refuse)
+        report.fused_qkv, left = fuse_qkv(model, kernel, refuse=refuse)
+        report.not_fused.update(left)
     seen = {}  # id(nn.Linear) -> its replacement (None: left), so a module shared by two parents stays shared
     for name, module in list(model.named_modules(remove_duplicate=False)):  # every path to a shared module
         if not name or not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):

@@ -1,7 +1,9 @@
 """Fused transformer blocks: several of a block's GEMMs and the elementwise work between them in
-fewer kernels (gated_mlp.py), and `fuse_mlps`, which puts them in a transformers model's place."""
+fewer kernels (gated_mlp.py, qkv.py), and `fuse_mlps` and `fuse_qkv`, which put them in a
+transformers model's place."""
 
-from tritongemm.blocks.fuse import fuse_mlps
+from tritongemm.blocks.fuse import fuse_mlps, fuse_qkv
 from tritongemm.blocks.gated_mlp import GatedMLP
+from tritongemm.blocks.qkv import QKVProjection
 
-__all__ = ["GatedMLP", "fuse_mlps"]
+__all__ = ["GatedMLP", "QKVProjection", "fuse_mlps", "fuse_qkv"]

@@ -1,10 +1,11 @@
-"""`fuse_mlps`: transformers' gated MLPs (Llama, Qwen2, Qwen3, Mistral, Gemma and their kin) put
-in place as `GatedMLP`s, what `tritongemm.patch(model, fuse=True)` runs first.
+"""`fuse_mlps` and `fuse_qkv`: transformers' gated MLPs put in place as `GatedMLP`s, and their
+attention's q, k and v projections as one GEMM (`QKVProjection`); what `tritongemm.patch(model,
+fuse=True)` runs first.
 
-A module is fused only where its forward is known to be `down_proj(act_fn(gate_proj(x)) *
-up_proj(x))`: its class is one of transformers' that compute exactly that (by name, so nothing
-imports transformers), its three projections are plain linears without bias, and its activation
-is one the epilogue computes. Everything else is left, with the reason, for the report.
+A module is fused only where its forward is known to compute what the fused one does: its class
+is one of transformers' that do (by name, so nothing imports transformers), its projections are
+plain linears (for an MLP without bias), and, for an MLP, its activation is one the epilogue
+computes. Everything else is left, with the reason, for the report.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import torch
 
 from tritongemm.blocks.gated_mlp import GatedMLP
+from tritongemm.blocks.qkv import NAMES as QKV_NAMES
+from tritongemm.blocks.qkv import QKVProjection
 from tritongemm.epilogue import GLU_ACTIVATIONS, activation_of
 
 # transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
@@ -67,5 +70,59 @@ def fuse_mlps(model: torch.nn.Module, kernel: str = "auto", refuse=None) -> tupl
             continue
         parent, _, child = name.rpartition(".")
         setattr(model.get_submodule(parent), child, replacement)
+        fused.append(name)
+    return fused, left
+
+
+# transformers' attention classes whose forward calls q_proj, k_proj and v_proj on the same
+# hidden states, in that order (what QKVProjection's one GEMM serves; any other call still gets
+# its own GEMM, only the joined one is then wasted).
+QKV_ATTENTION_CLASSES = frozenset({"LlamaAttention", "MistralAttention", "Qwen2Attention", "Qwen3Attention",
+                                   "GemmaAttention", "Gemma2Attention", "Gemma3Attention", "Olmo2Attention",
+                                   "GraniteAttention", "Qwen2MoeAttention", "Qwen3MoeAttention",
+                                   "MixtralAttention"})  # fmt: skip
+
+
+def why_not_qkv(module: torch.nn.Module) -> str | None:
+    """Why `module`, an attention module by its attributes, keeps its three projections (None: they
+    can be one GEMM)."""
+    name = type(module).__name__
+    if name not in QKV_ATTENTION_CLASSES:
+        return f"{name}: not a class known to project one input by q_proj, k_proj and v_proj"
+    from tritongemm.nn import Linear
+
+    linears = [getattr(module, proj) for proj in QKV_NAMES]
+    for proj, linear in zip(QKV_NAMES, linears):
+        if type(linear) not in (torch.nn.Linear, Linear):
+            return f"{proj} is {type(linear).__name__}"
+        if any((linear._forward_hooks, linear._forward_pre_hooks)) or "forward" in linear.__dict__:
+            return f"{proj}'s forward is replaced or hooked"
+        if type(linear.weight.data) is not torch.Tensor:
+            return f"{proj} holds {type(linear.weight.data).__name__} weights"
+        if getattr(linear, "activation", None) is not None:
+            return f"{proj} has an activation of its own"
+    q = linears[0]
+    if any((linear.bias is None) != (q.bias is None) for linear in linears):
+        return "some of q_proj, k_proj and v_proj have a bias and some not"
+    facts = {(linear.in_features, linear.weight.dtype, linear.weight.device) for linear in linears}
+    if len(facts) > 1:
+        return f"q_proj, k_proj and v_proj differ in in_features, dtype or device: {sorted(map(str, facts))}"
+    return None
+
+
+def fuse_qkv(model: torch.nn.Module, kernel: str = "auto", refuse=None) -> tuple[list[str], dict[str, str]]:
+    """Put, in place, a `QKVProjection` (the three weights copied once into one) in q_proj's
+    place of every attention module whose projections can be one GEMM, and its shared views in
+    k_proj's and v_proj's. `refuse` as fuse_mlps'. Returns (the attention modules fused, {name: why
+    not} for those left)."""
+    fused, left = [], {}
+    for name, module in list(model.named_modules()):  # a module shared by two parents: once
+        if not name or not all(hasattr(module, p) for p in QKV_NAMES) or isinstance(module.q_proj, QKVProjection):
+            continue
+        reason = why_not_qkv(module) or (refuse and refuse(module.q_proj))
+        if reason is not None:
+            left[name] = reason
+            continue
+        QKVProjection.install(module, kernel)
         fused.append(name)
     return fused, left
