@@ -73,15 +73,14 @@ def test_gated_mlp_gradients_match_torch():
     assert rel_error(mlp.down_proj.weight.grad, params[1].grad) <= bound
 
 
-@pytest.mark.skipif(
-    not ON_HOPPER, reason="rung 9's gated epilogue is Gluon: an sm_90 GPU (test_gluon_compile compiles it)"
-)
+@pytest.mark.skipif(not ON_HOPPER, reason="the rungs' gated epilogue is Gluon: it needs an sm_90 GPU")
+@pytest.mark.parametrize("kernel", ["tma_persistent_pipelined", "tma_warp_specialized"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
-def test_gated_mlp_on_rung_9s_gated_epilogue(dtype):
-    """kernel="tma_warp_specialized": the pair through rung 9 (blocks/gated_pair.py), forward and
+def test_gated_mlp_on_a_rungs_gated_epilogue(kernel, dtype):
+    """The pair through rung 6's or 9's gated epilogue (blocks/gated_pair.py), forward and
     gradients against the block in fp64; odd rows, an intermediate size off every tile."""
     H, inner = 256, 600
-    mlp = GatedMLP(H, inner, "silu", device=DEVICE, dtype=dtype, kernel="tma_warp_specialized")
+    mlp = GatedMLP(H, inner, "silu", device=DEVICE, dtype=dtype, kernel=kernel)
     with torch.no_grad():
         mlp.gate_up_weight.mul_(4)  # unit-scale pairs, so that SiLU bends
     x = rand(3, 37, H, dtype=dtype, seed="ws").requires_grad_()
@@ -102,14 +101,14 @@ def test_gated_mlp_on_rung_9s_gated_epilogue(dtype):
 
 
 @pytest.mark.skipif(ON_GPU, reason="the CPU's refusal")
-def test_rung_9s_gated_pair_has_no_interpreter_path():
+def test_the_rungs_gated_pair_has_no_interpreter_path():
     mlp = GatedMLP(16, 8, "silu", kernel="tma_warp_specialized")
     with torch.no_grad(), pytest.raises(ValueError, match="'tma_warp_specialized' has no interpreter path"):
         mlp(rand(2, 16))
 
 
 def test_gated_pair_names_its_kernels():
-    with pytest.raises(ValueError, match=r"expected kernel to be one of \('auto', 'tma_warp_specialized'\)"):
+    with pytest.raises(ValueError, match=r"expected kernel to be one of \('auto', 'tma_persistent_pipelined', 'tma_w"):
         gated_pair(rand(2, 16), rand(16, 16), "silu", kernel="grouped")
 
 

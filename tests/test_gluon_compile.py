@@ -138,7 +138,7 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
             plan = pipeline.plan_ring(config, 2)
             desc = make_descriptors(a, b, c, *tiles, epi_split=plan.epi_split)
             fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
-            extra = dict(MMA=mma, Scheduler=scheduler, STEAL_B=plan.steal_b)
+            extra = dict(MMA=mma, Scheduler=scheduler, STEAL_B=plan.steal_b, GLU="none")
         elif kernel in WARP_SPECIALIZED:
             pieces = tma_warp_specialized.c_pieces(config, 2, WARP_SPECIALIZED[kernel])
             desc = make_descriptors(a, b, c, *tiles, epi_split=pieces)
@@ -282,56 +282,77 @@ def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
-# Rung 9's gated pair (blocks/gated_pair.py): (tile, activation, a_m_major). The big tile is
-# gated_config's (4 slots: C's tile is half the MMA's width), then the smaller tiles, one with A
-# M-major.
-GATED_CASES = [(0, "silu", False), (1, "gelu", False), (3, "gelu_tanh", True)]
+# The gated pair on rungs 6 and 9 (blocks/gated_pair.py): (rung, tile, activation, a_m_major).
+# The big tile is gated_config's (4 slots: C's tile is half the MMA's width, in a buffer of its
+# own), then smaller tiles, one with A M-major; rung 6's deep ring on the mid tile.
+GATED_CASES = [(rung, *case) for rung in ("tma_persistent_pipelined", "tma_warp_specialized")
+               for case in ((0, "silu", False), (1, "gelu", False), (3, "gelu_tanh", True))]  # fmt: skip
+GATED_CASES += [("tma_persistent_pipelined", 4, "silu", False)]  # 4: MID_TILE with 6 slots
 
 
 def _compile_gated() -> list[dict]:
-    from tritongemm.hopper import TILES, tma_warp_specialized
+    from tritongemm.hopper import MID_TILE, TILES, pipeline, tma_persistent_pipelined, tma_warp_specialized
     from tritongemm.hopper.descriptors import make_descriptors
     from tritongemm.hopper.mma import WGMMA
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
-    for tile, activation, a_m_major in GATED_CASES:
-        config = TILES[tile]
+    for rung, tile, activation, a_m_major in GATED_CASES:
+        config = TILES[tile] if tile < len(TILES) else MID_TILE.with_(num_stages=6)
         M, N, K = 1000, 1504, 704  # C (M, N); the weight [gate; up] (2N, K)
         a = torch.empty(K, M, dtype=torch.bfloat16).T if a_m_major else torch.empty(M, K, dtype=torch.bfloat16)
         weight, c = torch.empty(2 * N, K, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
-        pieces = tma_warp_specialized.c_pieces(config, 2, gated=True)
-        desc = make_descriptors(a, weight.T, c, config.BLOCK_M, config.BLOCK_N // 2, config.BLOCK_K, epi_split=pieces)
-        compiled = tma_warp_specialized._tma_warp_specialized_kernel.warmup(
-            desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None),
-            MMA=WGMMA, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
-            BARRIERS_PER_SLOT=1, **desc.layout_constexprs(), LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
-            CONSUMERS=1, CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS, GLU=activation,
-            num_warps=config.num_warps, **PLAIN.constexprs(), grid=(1,),
-        )  # fmt: skip
-        ptx = compiled.asm["ptx"]
-        instructions = (*INSTRUCTIONS, "setmaxnreg")
-        # The load warp's three copies a K-step: A's tile, the gate's box, the up projection's.
-        copies = len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx))
-        results.append(dict(case=[tile, activation, a_m_major], shared=compiled.metadata.shared, pieces=pieces,
-                            missing=[name for name in instructions if name not in ptx], copies=copies,
-                            planned=tma_warp_specialized.smem_bytes(config, 2, gated=True), **_ptxas(ptx)))  # fmt: skip
+        common = dict(MMA=WGMMA, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+                      NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, num_warps=config.num_warps,
+                      **PLAIN.constexprs())  # fmt: skip
+        # Each case also compiles the plain GEMM on the whole weight, C (M, 2N): the pair's loads
+        # must be its loads with a second B box beside each B box.
+        copies = []
+        for glu in (activation, "none"):
+            gated = glu != "none"
+            b = weight.T
+            if rung == "tma_warp_specialized":
+                pieces = tma_warp_specialized.c_pieces(config, 2, gated=gated)
+                planned = tma_warp_specialized.smem_bytes(config, 2, gated=gated)
+                fn = tma_warp_specialized._tma_warp_specialized_kernel
+                extra = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS, CONSUMERS=1,
+                             CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
+            else:
+                ring = pipeline.plan_ring(config, 2, gated=gated)
+                pieces, planned = ring.epi_split, ring.smem_bytes
+                fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
+                extra = dict(STEAL_B=ring.steal_b)
+            tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
+            out = c if gated else torch.empty(M, 2 * N, dtype=torch.bfloat16)
+            desc = make_descriptors(a, b, out, config.BLOCK_M, tile_n, config.BLOCK_K, epi_split=pieces)
+            compiled = fn.warmup(desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None),
+                                 **desc.layout_constexprs(), **common, **extra, GLU=glu, grid=(1,))  # fmt: skip
+            ptx = compiled.asm["ptx"]
+            copies.append(len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)))
+            if gated:
+                instructions = (*INSTRUCTIONS, "setmaxnreg") if rung == "tma_warp_specialized" else INSTRUCTIONS
+                result = dict(case=[rung, tile, activation, a_m_major], shared=compiled.metadata.shared,
+                              pieces=pieces, missing=[name for name in instructions if name not in ptx],
+                              planned=planned, **_ptxas(ptx))  # fmt: skip
+        results.append(dict(result, copies=copies))
     return results
 
 
 def test_the_gated_pair_compiles_for_sm90():
-    """Rung 9's gated epilogue (act(gate) * up, blocks/gated_pair.py), which no GPU has run yet:
-    warp-specialized TMA + mbarriers + WGMMA, three TMA loads a K-step (A, the gate's rows, the up
-    projection's), no spills and no serialized WGMMAs, C staged whole (half the MMA's width) beside
-    the ring, and the shared memory its plan counts."""
+    """Rungs 6 and 9's gated epilogue (act(gate) * up, blocks/gated_pair.py), which no GPU has run
+    yet: TMA + mbarriers + WGMMA (setmaxnreg on rung 9), three TMA loads where the plain GEMM has
+    two (A's tile, the gate's box and the up projection's), no spills and no serialized WGMMAs, C
+    staged whole (half the MMA's width) in a buffer of its own, and the shared memory its plan
+    counts."""
     for result in compile_kernel("gated"):
         label = "gated " + " ".join(map(str, result["case"]))
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
-        assert result["copies"] == 3, f"{label}: {result['copies']} TMA loads in the PTX, expected 3"
         assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
         assert result["pieces"] == 1, label
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+        gated, plain = result["copies"]
+        assert plain > 0 and 2 * gated == 3 * plain, f"{label}: {gated} TMA loads, the plain GEMM {plain}"
 
 
 def _aligned(nbytes: int) -> int:

@@ -27,10 +27,8 @@ from tritongemm.hopper import (
     TINY_TILE,
     WARP_SPECIALIZED_BIG_TILE,
     WARP_SPECIALIZED_TILES,
-    gated_config,
 )
 from tritongemm.hopper import tma_warp_specialized as ws
-from tritongemm.hopper import warp_specialized_config as ws_config
 from tritongemm.hopper.pipeline import H100_SHARED_MEMORY_BYTES
 
 KERNEL = "tma_warp_specialized"
@@ -196,12 +194,13 @@ FEW_PROGRAMS = [
 ]
 
 
-def run_isolated(spec: dict) -> None:
-    """Run `_run_case(spec)` in a fresh Python process; fail on its error or after CASE_TIMEOUT_S."""
+def run_isolated(spec: dict, module: str = "test_warp_specialized") -> None:
+    """Run `module._run_case(spec)` in a fresh Python process; fail on its error or after
+    CASE_TIMEOUT_S."""
     tests = os.path.dirname(os.path.abspath(__file__))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [tests, os.path.dirname(tests), env.get("PYTHONPATH")]))
-    code = f"import json, test_warp_specialized as t; t._run_case(json.loads({json.dumps(spec)!r}))"
+    code = f"import json, {module} as t; t._run_case(json.loads({json.dumps(spec)!r}))"
     try:
         done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                               timeout=CASE_TIMEOUT_S)  # fmt: skip
@@ -233,9 +232,6 @@ def _run_case(spec: dict) -> None:
         residual = torch.randn(case.M, case.N, device=x.device, dtype=dtype)
         y = tritongemm.linear(x, w, bias, activation="gelu", residual=residual, alpha=0.5, kernel=kernel, config=config)
         err = rel_error(y, reference_linear(x, w, bias, "gelu", residual, 0.5))
-    elif spec.get("glu"):
-        _run_gated_case(case, dtype, spec["glu"], spec.get("num_programs"))
-        return
     elif spec.get("num_programs"):
         a, b = make_operands(case, dtype, kernel)
         a, b, c = registry.get(kernel).plan_operands(a, b, None, dtype)(a, b, None)
@@ -337,105 +333,3 @@ def test_k_zero_is_refused_before_any_launch(monkeypatch):
     a, b, c = torch.empty(64, 0, dtype=torch.float16), torch.empty(0, 64, dtype=torch.float16), torch.empty(64, 64)
     with pytest.raises(ValueError, match="K must be >= 1"):
         ws.plan(a, b, c, MID_TILE)
-
-
-# ---------------------------------------------------------------------------------------------
-# The gated pair (glu=): C = act(A @ gate.T) * (A @ up.T) for a weight [gate; up] (2N, K), each
-# tile's B slot the gate's rows above the up projection's (blocks/gated_pair.py)
-# ---------------------------------------------------------------------------------------------
-
-
-def test_a_gated_pair_stages_half_the_mma_width_of_c():
-    # 4 x 48 KB of ring and a 128 x 128 C tile (32 KB): the big tile keeps 4 slots and C whole
-    assert ws.c_pieces(BIG_TILE, 2, gated=True) == 1
-    assert ws.smem_bytes(BIG_TILE, 2, gated=True) == 4 * 49152 + 32768
-    ws.check_config(BIG_TILE, 2, gated=True)
-    assert ws.smem_bytes(MID_TILE, 2, gated=True) == 4 * 32768 + 16384
-
-
-def test_gated_config_is_rung_9s_rule_on_twice_the_width():
-    assert gated_config(8192, 14336, 4096, 132) == BIG_TILE  # 4 slots where rung 9's plain rule takes 3
-    assert gated_config(8192, 14336, 512, 132) == BIG_TILE
-    for M, N in ((1, 64), (256, 1024), (1000, 1504), (2048, 18944)):
-        config = gated_config(M, N, 4096, 132)
-        assert config.BLOCK_N == 256 or config == ws_config(M, 2 * N, 4096, 132)
-        ws.check_config(config, 2, gated=True)
-
-
-def _gated_operands(M, N, K, config=MID_TILE):
-    a = torch.empty(M, K, dtype=torch.float16)
-    weight = torch.empty(2 * N, K, dtype=torch.float16)
-    return a, weight.T, torch.empty(M, N, dtype=torch.float16)
-
-
-def test_gated_plan_launches_c_tiles_of_half_the_mma_width(planned):
-    (grid,), meta = ws.plan(*_gated_operands(1000, 1504, 704), BIG_TILE, glu="silu")
-    assert grid == 8 * 12 and meta["GLU"] == "silu" and meta["B_K_MAJOR"]  # 128 x 128 C tiles
-    assert planned(1000, 1504, 704, BIG_TILE)[1]["GLU"] == "none"
-
-
-@pytest.mark.parametrize(
-    "change, message",
-    [
-        (dict(glu="relu"), "expected glu to be one of"),
-        (dict(consumers=2), "a gated pair runs on one consumer"),
-        (dict(bias=torch.empty(8)), r"epilogue is act\(gate\) \* up alone, but got also \['bias'\]"),
-        (dict(c=torch.empty(64, 48, dtype=torch.float16)), "twice C's 48 columns, but has 128"),
-        (dict(b=torch.empty(64, 128, dtype=torch.float16)), r"b must be K-major .* strides \(128, 1\)"),
-        (dict(config=MatmulConfig(64, 16, 64, num_warps=4, num_stages=2)), "BLOCK_N >= 32"),
-    ],
-)
-def test_a_gated_pair_it_cannot_compute_is_refused(planned, change, message):
-    a, b, c = _gated_operands(64, 64, 64)
-    args = dict(a=a, b=b, c=c, config=MID_TILE, glu="silu") | change
-    with pytest.raises(ValueError, match=message):
-        ws.plan(args.pop("a"), args.pop("b"), args.pop("c"), args.pop("config"), **args)
-
-
-# (case, activation, programs): C's N = case.N, the weight (2N, K). Partial tiles on every axis
-# (the last tile's gate box then reads the first up rows: those columns are clipped at the store),
-# C rows that need padding (N = 100: 200 bytes), one row, A M-major, several tiles a program.
-GATED_CASES = [
-    (Case(1000, 1504, 704), "silu", None),  # gated_config: the big tile, 4 slots
-    (Case(1000, 1500, 704, config=BIG_TILE), "gelu", None),
-    (Case(65, 100, 72, config=MID_TILE), "gelu_tanh", None),
-    (Case(1, 4096, 256), "silu", None),
-    (Case(300, 200, 16, config=TINY_TILE.with_(num_stages=2)), "silu", None),  # one K-step a tile
-    (Case(1000, 1504, 704, "tn", config=MID_TILE), "silu", None),  # A M-major
-    (Case(1000, 1500, 704, config=BIG_TILE), "silu", 5),
-    (Case(257, 300, 136, config=SMALL_TILE.with_(num_stages=3)), "gelu", 2),
-]
-
-
-def _run_gated_case(case: Case, dtype: torch.dtype, activation: str, num_programs: int | None) -> None:
-    """A gated pair on rung 9 (in the child process): through gated_pair, or with several tiles
-    per program through the launcher; C poisoned with NaN; against the pair in fp64."""
-    from tritongemm.blocks.gated_pair import gated_pair
-    from tritongemm.epilogue import activate_torch
-    from tritongemm.hopper.descriptors import empty_output
-    from tritongemm.reference import rel_error, tolerance
-
-    M, N, K = case.M, case.N, case.K
-    x = torch.randn(K, M, device="cuda", dtype=dtype).T if case.layout[0] == "t" else torch.randn(M, K, device="cuda")
-    x = x.to(dtype)
-    weight = (torch.randn(2 * N, K, device="cuda") * K**-0.5).to(dtype)  # unit-scale pairs, so the activation bends
-    if num_programs is None and case.config is None:
-        h = gated_pair(x, weight, activation, "tma_warp_specialized")
-    else:
-        h = empty_output(M, N, dtype, x.device)
-        h.fill_(float("nan"))
-        ws.launch(x, weight.T, h, case.config, num_programs=num_programs, glu=activation)
-    torch.cuda.synchronize()
-    pair = x.double() @ weight.double().T
-    expected = activate_torch(pair[:, :N], activation) * pair[:, N:]
-    bound = 2 * tolerance(dtype, K)  # two products, rounded once
-    err = rel_error(h, expected)
-    assert h.shape == (M, N) and torch.isfinite(h).all(), f"{case}: NaN left in C"
-    assert err <= bound, f"{case} {activation}: relative error {err:.3e} > {bound:.3e}"
-
-
-@gpu
-@pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("case, activation, num_programs", GATED_CASES, ids=str)
-def test_gated_pair(case, activation, num_programs, dtype):
-    run_isolated(_case_spec(case, dtype, glu=activation, num_programs=num_programs))

@@ -22,9 +22,10 @@ import torch.nn.functional as F
 
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 
-# tritongemm-ws: GatedMLP(kernel="tma_warp_specialized"), the gated pair on rung 9's gated
-# epilogue and the down projection on rung 9 (blocks/gated_pair.py); a GPU's row only.
-PROVIDERS = ("torch", "torch.compile", "tritongemm", "tritongemm-ws")
+# tritongemm-rung6 and -rung9: GatedMLP(kernel=...) with the gated pair on that rung's gated
+# epilogue and the down projection on that rung (blocks/gated_pair.py); a GPU's rows only.
+GATED_RUNGS = {"tritongemm-rung6": "tma_persistent_pipelined", "tritongemm-rung9": "tma_warp_specialized"}
+PROVIDERS = ("torch", "torch.compile", "tritongemm", *GATED_RUNGS)
 DIRECTIONS = ("forward", "forward+backward")
 MODELS = {"llama-3-8b": (4096, 14336), "qwen2-7b": (3584, 18944)}  # hidden size, MLP width
 TOKENS = (1, 16, 128, 2048, 8192)
@@ -113,10 +114,10 @@ def _providers(problem: MlpProblem, x, gate, up, down, on_gpu: bool) -> dict:
         blocks["torch.compile"] = functools.partial(compiled, gate=weights[0], up=weights[1], down=weights[2])
     blocks["tritongemm"] = fused
     params = {"torch": weights, "torch.compile": weights, "tritongemm": list(fused.parameters())}
-    if on_gpu:  # the same parameters, other kernels
-        ws = GatedMLP(problem.hidden, problem.intermediate, "silu", device="meta", kernel="tma_warp_specialized")
-        ws.gate_up_weight, ws.down_proj.weight = fused.gate_up_weight, fused.down_proj.weight
-        blocks["tritongemm-ws"], params["tritongemm-ws"] = ws, params["tritongemm"]
+    for name, kernel in GATED_RUNGS.items() if on_gpu else ():  # the same parameters, other kernels
+        block = GatedMLP(problem.hidden, problem.intermediate, "silu", device="meta", kernel=kernel)
+        block.gate_up_weight, block.down_proj.weight = fused.gate_up_weight, fused.down_proj.weight
+        blocks[name], params[name] = block, params["tritongemm"]
     if not training:
         return {name: functools.partial(_forward, block, x) for name, block in blocks.items()}
     grad = torch.ones_like(x)

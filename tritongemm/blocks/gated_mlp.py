@@ -3,7 +3,7 @@ GEMMs instead of three GEMMs and two elementwise kernels.
 
 The gate and up projections read the same x, so their weights side by side make one GEMM whose
 N axis holds [gate; up]; its epilogue computes act(g) * u from the two fp32 tiles and writes that
-once (gated_pair.py: `grouped_mm`'s row-group kernel over a single group, or rung 9's gated
+once (gated_pair.py: `grouped_mm`'s row-group kernel over a single group, or rung 6's or 9's gated
 epilogue), so the M x 2I product never reaches memory and the elementwise kernels disappear. The down projection is
 `tritongemm.linear`, which takes the block's residual add in its store. The backward recomputes
 the pair (the same gated kernel, fp32 out, without the gating), and the gradients of x and of the
@@ -24,7 +24,7 @@ import math
 import torch
 
 from tritongemm import fused
-from tritongemm.blocks.gated_pair import GATED_RUNG, gated_pair, one_group
+from tritongemm.blocks.gated_pair import GATED_RUNGS, gated_pair, one_group
 from tritongemm.epilogue import GLU_ACTIVATIONS
 from tritongemm.grouped.api import _glu_backward, direct, grouped_mm_of_counts
 
@@ -33,8 +33,9 @@ class GatedMLP(torch.nn.Module):
     """y = down(act(x @ gate.T) * (x @ up.T)) (+ residual), for x of shape (..., hidden_size);
     `activation` "silu" (SwiGLU), "gelu" or "gelu_tanh" (GeGLU). No biases: the gated MLPs of
     Llama, Qwen2, Mistral and Gemma have none. `kernel` is the down projection's (as
-    tritongemm.nn.Linear takes it); "tma_warp_specialized" also runs the gated pair on rung 9's
-    gated epilogue (gated_pair.py), any other value on the row-group kernel."""
+    tritongemm.nn.Linear takes it); "tma_persistent_pipelined" or "tma_warp_specialized" also runs
+    the gated pair on that rung's gated epilogue (gated_pair.py), any other value on the row-group
+    kernel."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, activation: str = "silu", *, device=None,
                  dtype=None, kernel: str = "auto") -> None:  # fmt: skip
@@ -44,7 +45,7 @@ class GatedMLP(torch.nn.Module):
         from tritongemm.nn import Linear
 
         self.hidden_size, self.intermediate_size, self.activation = hidden_size, intermediate_size, activation
-        self.pair_kernel = GATED_RUNG if kernel == GATED_RUNG else "auto"
+        self.pair_kernel = kernel if kernel in GATED_RUNGS else "auto"
         self.gate_up_weight = torch.nn.Parameter(torch.empty(2 * intermediate_size, hidden_size, device=device,
                                                              dtype=dtype))  # fmt: skip
         self.down_proj = Linear(intermediate_size, hidden_size, bias=False, device=device, dtype=dtype, kernel=kernel)

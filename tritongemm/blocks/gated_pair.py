@@ -1,12 +1,13 @@
 """A gated pair in one GEMM: h = act(x @ gate.T) * (x @ up.T) for a weight [gate; up] of shape
 (2I, H), written once as (M, I). `GatedMLP` runs its gate and up projections through here.
 
-Two kernels compute it:
-  * rung 9 (`tma_warp_specialized`, Hopper, 16-bit operands TMA can read in place): each tile's
-    B slot holds the gate's rows above the up projection's (pipeline.issue_loads), one WGMMA
-    yields both halves side by side, and the epilogue stores act(gate) * up (epilogue/kernels.py
-    `gated_gl`). Compiled for sm_90 in CI; NOT YET RUN on a GPU, so "auto" does not take it:
-    ask for it with kernel="tma_warp_specialized" until the H100 has checked and measured it;
+The kernels that compute it:
+  * rungs 6 and 9 (`tma_persistent_pipelined`, `tma_warp_specialized`; Hopper, 16-bit operands
+    TMA can read in place): each tile's B slot holds the gate's rows above the up projection's
+    (pipeline.issue_loads), one WGMMA yields both halves side by side, and the epilogue stores
+    act(gate) * up (epilogue/kernels.py `gated_gl`). Compiled for sm_90 in CI; NOT YET RUN on a
+    GPU, so "auto" does not take them: ask for one by name until the H100 has checked and
+    measured them;
   * grouped_mm's row-group kernel over one group (grouped/kernels.py, `tl`: any GPU, the
     interpreter), two accumulators per tile. What "auto" runs.
 
@@ -20,15 +21,15 @@ import torch
 
 from tritongemm.plan import PLANS, tensor_facts
 
-GATED_RUNG = "tma_warp_specialized"
-KERNELS = ("auto", GATED_RUNG)
+GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
+KERNELS = ("auto", *GATED_RUNGS)
 
 
 def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str = "auto") -> torch.Tensor:
     """act(rows @ weight[:I].T) * (rows @ weight[I:].T): rows (M, H), weight (2I, H) -> (M, I) in
-    rows' dtype. `kernel`: "auto" (the row-group kernel, for now) or "tma_warp_specialized" (rung
-    9's gated epilogue; raises where it can't run). The caller checks shapes and dtypes (GatedMLP
-    does)."""
+    rows' dtype. `kernel`: "auto" (the row-group kernel, for now), or "tma_persistent_pipelined"
+    or "tma_warp_specialized" (rung 6's or 9's gated epilogue; raises where it can't run). The
+    caller checks shapes and dtypes (GatedMLP does)."""
     key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight))
     call = PLANS.find_key(key)
     if call is None:
@@ -41,8 +42,8 @@ def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str
     """`call(rows, weight) -> h` for operands like these."""
     if kernel not in KERNELS:
         raise ValueError(f"gated_pair: expected kernel to be one of {KERNELS}, but got {kernel!r}")
-    if kernel == GATED_RUNG:
-        return _rung9_plan(rows, weight, activation)
+    if kernel in GATED_RUNGS:
+        return _rung_plan(kernel, rows, weight, activation)
     return _grouped_plan(activation)
 
 
@@ -55,14 +56,13 @@ def _grouped_plan(activation: str):
     return call
 
 
-def _rung9_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
+def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation: str):
     from tritongemm import checks, registry
     from tritongemm.hopper import gated_config
     from tritongemm.hopper.descriptors import empty_output, tma_unsupported_reason
-    from tritongemm.hopper.tma_warp_specialized import plan
     from tritongemm.ladder._host import sm_count
 
-    info = registry.get(GATED_RUNG)
+    info = registry.get(kernel)
     checks.check_device(info, rows.device)
     checks.check_kernel_dtype(info, rows.dtype, rows.device)
     (M, K), N = rows.shape, weight.shape[0] // 2
@@ -70,15 +70,15 @@ def _rung9_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
         return lambda rows, weight: rows.new_zeros((M, N))
     if not weight.is_contiguous():
         raise ValueError(
-            f"gated_pair: {GATED_RUNG} reads the weight's rows in place; expected a contiguous (2I, H) weight, "
+            f"gated_pair: {kernel} reads the weight's rows in place; expected a contiguous (2I, H) weight, "
             f"but got strides {tuple(weight.stride())}"
         )
     reason = tma_unsupported_reason(rows, weight.T)
     if reason is not None:
-        raise ValueError(f"gated_pair: {GATED_RUNG} can't read the operands in place: {reason}")
-    config = gated_config(M, N, K, sm_count(rows.device))
+        raise ValueError(f"gated_pair: {kernel} can't read the operands in place: {reason}")
+    config = gated_config(kernel, M, N, K, sm_count(rows.device))
     c = empty_output(M, N, rows.dtype, rows.device)  # this call's, to plan on
-    launch = plan(rows, weight.T, c, config, glu=activation)
+    launch = info.plan(rows, weight.T, c, config, glu=activation)
 
     def call(rows, weight):
         c = empty_output(M, N, rows.dtype, rows.device)

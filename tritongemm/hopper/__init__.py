@@ -138,14 +138,6 @@ def warp_specialized_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfi
     return WARP_SPECIALIZED_SHORT_K_TILE if short_k else config
 
 
-def gated_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
-    """Rung 9's default for a gated pair with C (M, N) (pure): its rule on the MMA's M x 2N, whose
-    tiles are C's; on the big tile with 4 slots, since C's tile is half the MMA's width (4 x 48 KB
-    + 32 KB fits 227 KB). From the plain GEMM's measurements: the gated kernel is not yet measured."""
-    config = warp_specialized_config(M, 2 * N, K, num_sms)
-    return BIG_TILE if config.BLOCK_N == BIG_TILE.BLOCK_N else config
-
-
 def ping_pong_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
     """Rung 11's default (pure)."""
     config = choose_config(M, N, num_sms, PING_PONG_TILES)
@@ -161,6 +153,15 @@ RULES = {
     "tma_warp_specialized": warp_specialized_config,
     "tma_ping_pong": ping_pong_config,
 }
+
+
+def gated_config(kernel: str, M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
+    """Rung 6's or 9's default for a gated pair with C (M, N) (pure): the rung's rule on the MMA's
+    M x 2N, whose tiles are C's; on the big tile with 4 slots, since C's tile is half the MMA's
+    width (4 x 48 KB + 32 KB fits 227 KB, C in a buffer of its own). From the plain GEMM's
+    measurements: the gated kernels are not yet measured."""
+    config = RULES[kernel](M, 2 * N, K, num_sms)
+    return BIG_TILE if config.BLOCK_N == BIG_TILE.BLOCK_N else config
 
 
 def _registry_hook(rule):

@@ -265,6 +265,31 @@ def barriers_per_slot() -> int:
     return 2 if triton.knobs.compilation.instrumentation_mode == "consan" else 1
 
 
+def check_gated_pair(kernel: str, a, b, c, config: MatmulConfig, glu: str, epilogue: dict) -> None:
+    """Raise ValueError for a gated pair a rung can't compute (`glu`, issue_loads' pair): b must be
+    (K, 2N) for C (M, N), the transpose of a (2N, K) weight [gate; up]; no other epilogue; WGMMA,
+    whose accumulator's column halves are a register renaming (tcgen05's spreads a row over
+    warpgroups)."""
+    from tritongemm.epilogue import GLU_ACTIVATIONS
+
+    if glu not in GLU_ACTIVATIONS:
+        raise ValueError(f"{kernel}: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")
+    if epilogue:
+        raise ValueError(f"{kernel}: a gated pair's epilogue is act(gate) * up alone, but got also {sorted(epilogue)}")
+    if b.shape[1] != 2 * c.shape[1]:
+        raise ValueError(
+            f"{kernel}: a gated pair's b holds [gate; up], twice C's {c.shape[1]} columns, but has {b.shape[1]}"
+        )
+    if b.stride(0) != 1:
+        raise ValueError(
+            f"{kernel}: a gated pair reads each half's rows of the (2N, K) weight whose transpose b is; b "
+            f"must be K-major (b.stride(0) == 1), but has strides {tuple(b.stride())}"
+        )
+    if config.BLOCK_N < 32:
+        raise ValueError(f"{kernel}: a gated pair needs BLOCK_N >= 32 (two halves of 16 columns), got {config.short()}")
+    require_sm90(kernel, c.device)
+
+
 def require_sm90(kernel: str, device: torch.device) -> None:
     """WGMMA exists on sm_90 alone (Blackwell has tcgen05 instead): say so before the compiler
     fails obscurely."""
@@ -395,16 +420,25 @@ def whole_c_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100
 
 
 @functools.cache  # a function of a frozen config: asked on every launch of rung 6
-def plan_ring(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> RingPlan:
-    """Own C buffer if it fits next to the ring, else steal B slots; raise if neither fits."""
+def plan_ring(
+    config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES, gated: bool = False
+) -> RingPlan:
+    """Own C buffer if it fits next to the ring, else steal B slots; raise if neither fits. A
+    gated pair's C tile is half the MMA's width, and always has its own buffer."""
     if config.num_stages < 2:
         raise ValueError(f"tma_persistent_pipelined: num_stages must be >= 2, got {config.num_stages}")
     budget = smem_limit - _SMEM_SLACK_BYTES
     stages = config.num_stages
     b_slot = config.BLOCK_N * config.BLOCK_K * elem_bytes
-    own = stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes)
+    own = stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes) // (2 if gated else 1)
     if own <= budget:
         return RingPlan(num_b_buffers=stages, steal_b=False, epi_split=1, smem_bytes=own)
+    if gated:
+        raise ValueError(
+            f"tma_persistent_pipelined: a gated pair on {config.short()} needs {own} bytes of shared memory (the "
+            f"ring and half a C tile) but a block may have {smem_limit} (less {_SMEM_SLACK_BYTES}); use fewer "
+            f"num_stages"
+        )
     # One C piece [BLOCK_M, BLOCK_N / split] must fit a B slot [BLOCK_K, BLOCK_N].
     split = max(1, config.BLOCK_M // config.BLOCK_K)
     stolen = stages * operand_stage_bytes(config, elem_bytes) + (split - 1) * b_slot

@@ -23,11 +23,12 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue.kernels import apply_gl
+from tritongemm.epilogue.kernels import apply_gl, gated_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import mma_for
 from tritongemm.hopper.pipeline import (
     barriers_per_slot,
+    check_gated_pair,
     check_mma_tile,
     init_barriers,
     invalidate_barriers,
@@ -69,21 +70,32 @@ def _tma_persistent_pipelined_kernel(
     HAS_BIAS: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr,
+    GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ W[:N].T) * (A @ W[N:2N].T)
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1]
-    EPI_SPLIT: gl.constexpr = BLOCK_N // c_desc.block_type.shape[1]
+    # A gated pair's B slot holds two of b_desc's boxes, the gate's rows above the up projection's
+    # (pipeline.issue_loads); the MMA covers both, C's tile is half its width (act(gate) * up).
+    B_BOXES: gl.constexpr = 2 if GLU != "none" else 1
+    BLOCK_N: gl.constexpr = B_BOXES * (b_desc.block_type.shape[0] if B_K_MAJOR else b_desc.block_type.shape[1])
+    TILE_N: gl.constexpr = BLOCK_N // B_BOXES  # C's columns per tile
+    EPI_SPLIT: gl.constexpr = TILE_N // c_desc.block_type.shape[1]
     NUM_B_BUFFERS: gl.constexpr = NUM_BUFFERS + EPI_SPLIT - 1 if STEAL_B else NUM_BUFFERS
     dtype: gl.constexpr = a_desc.dtype
     K = a_desc.shape[0] if A_M_MAJOR else a_desc.shape[1]
+    N = c_desc.shape[1]
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
     gl.static_assert(STEAL_B or EPI_SPLIT == 1, "only the stolen-B epilogue stores C in pieces")
+    gl.static_assert(B_BOXES == 1 or not STEAL_B, "a gated pair stages C in a buffer of its own")
 
     # 1. Per-program state. Ring and C live for the whole program: their lifetimes now overlap.
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
-    b_bufs = gl.allocate_shared_memory(dtype, [NUM_B_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
+    if B_BOXES == 2:
+        B_BOX: gl.constexpr = b_desc.block_type.shape
+        b_bufs = gl.allocate_shared_memory(dtype, [NUM_B_BUFFERS, 2 * B_BOX[0], B_BOX[1]], b_desc.layout)
+    else:
+        b_bufs = gl.allocate_shared_memory(dtype, [NUM_B_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     if not STEAL_B:
         c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
@@ -91,19 +103,20 @@ def _tma_persistent_pipelined_kernel(
     producer = 0
     consumer = 0
     mma = MMA.initialize(dtype, BLOCK_M, BLOCK_N, num_warps)
-    scheduler = Scheduler.initialize(c_desc.shape[0], c_desc.shape[1], BLOCK_M, BLOCK_N)
+    scheduler = Scheduler.initialize(c_desc.shape[0], N, BLOCK_M, TILE_N)
     num_tiles = scheduler.get_num_tiles()
 
     # 2. Prologue of the first tile: its first NUM_BUFFERS - 1 K-steps (past K: zero-filled).
     #    Predicated, so that a program without tiles leaves no copy in flight when it exits.
+    #    (A gated pair's up rows start C's width on: the weight is [gate; up], (2N, K).)
     pid_m, pid_n = scheduler.get_tile(0)
     off_m = pid_m * BLOCK_M
-    off_n = pid_n * BLOCK_N
+    off_n = pid_n * TILE_N
     has_work = num_tiles > 0
     for ki in gl.static_range(NUM_BUFFERS - 1):
         k0 = ki * BLOCK_K
         producer = issue_loads(
-            producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, has_work
+            producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, has_work, N
         )
 
     for idx in range(num_tiles):
@@ -116,7 +129,7 @@ def _tma_persistent_pipelined_kernel(
         # 4. Steady state: one load and one MMA per K-step.
         for k in range((NUM_BUFFERS - 1) * BLOCK_K, K, BLOCK_K):
             producer = issue_loads(
-                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR
+                producer, a_desc, b_desc, off_m, off_n, k, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, True, N
             )
             consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
 
@@ -126,11 +139,11 @@ def _tma_persistent_pipelined_kernel(
         has_next = idx + 1 < num_tiles
         pid_m, pid_n = scheduler.get_tile(gl.minimum(idx + 1, num_tiles - 1))  # stay in range when last
         off_m = pid_m * BLOCK_M
-        off_n = pid_n * BLOCK_N
+        off_n = pid_n * TILE_N
         for ki in gl.static_range(NUM_BUFFERS - 1):
             k0 = ki * BLOCK_K
             producer = issue_loads(
-                producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, has_next
+                producer, a_desc, b_desc, off_m, off_n, k0, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR, has_next, N
             )
             if ki < NUM_BUFFERS - 2:  # the last of these loads has no MMA left to pair with
                 consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, A_M_MAJOR, B_K_MAJOR)
@@ -138,10 +151,13 @@ def _tma_persistent_pipelined_kernel(
 
         # 6. Epilogue, overlapped with the next tile's loads (in flight) and MMAs (after it).
         acc, mma = mma.take_result()
-        acc = apply_gl(
-            acc, out_m, out_n, c_desc.shape[0], c_desc.shape[1], bias_ptr, residual_ptr, preact_ptr, stride_rm,
-            stride_rn, stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-        )  # fmt: skip
+        if B_BOXES == 2:
+            acc = gated_gl(acc, GLU)
+        else:
+            acc = apply_gl(
+                acc, out_m, out_n, c_desc.shape[0], N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
+                stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+            )  # fmt: skip
         if STEAL_B:
             # Free now: the EPI_SPLIT B slots from `producer` on (NUM_BUFFERS - 1 are loading).
             store_tile_in_b_slots(acc, c_desc, b_bufs, producer, out_m, out_n)
@@ -160,31 +176,40 @@ def plan(
     config: MatmulConfig,
     *,
     num_programs: int | None = None,
+    glu: str | None = None,
     **epilogue,
 ):
     """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) programs pipelined across
     their tiles in `config.scheduler` order, checked and compiled once (descriptors.planned_launch,
     whose keywords `epilogue` passes on: the fused epilogue's spec, bias and residual).
-    `num_programs` replaces the SM count (tests: several tiles per program)."""
-    mma = mma_for("tma_persistent_pipelined", c.device)
-    check_mma_tile("tma_persistent_pipelined", config, mma)
+    `num_programs` replaces the SM count (tests: several tiles per program). `glu`: a gated pair,
+    C = act(A @ B[:, :N]) * (A @ B[:, N:]) for C (M, N) and b the transpose of a (2N, K) weight
+    [gate; up] (pipeline.check_gated_pair), C staged in a buffer of its own."""
+    name = "tma_persistent_pipelined"
+    gated = glu is not None
+    if gated:
+        check_gated_pair(name, a, b, c, config, glu, epilogue)
+    mma = mma_for(name, c.device)
+    check_mma_tile(name, config, mma)
     M, N = c.shape
-    ring = plan_ring(config, a.element_size())
+    ring = plan_ring(config, a.element_size(), gated=gated)
     if ring.steal_b:  # C in B's slots, in column pieces
-        refuse_c_pieces_for_tcgen05("tma_persistent_pipelined", config, a.element_size(), mma)
-    desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=ring.epi_split)
-    num_tiles = config.num_tiles(M, N)
+        refuse_c_pieces_for_tcgen05(name, config, a.element_size(), mma)
+    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N  # C's columns per tile; a gated B box's rows
+    desc = make_descriptors(a, b, c, config.BLOCK_M, tile_n, config.BLOCK_K, epi_split=ring.epi_split)
+    num_tiles = -(-M // config.BLOCK_M) * -(-N // tile_n)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
     constexprs = dict(
         MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        STEAL_B=ring.steal_b, **desc.layout_constexprs(),
+        STEAL_B=ring.steal_b, **desc.layout_constexprs(), GLU=glu or "none",
         num_warps=config.num_warps,
     )  # fmt: skip
     return planned_launch(_tma_persistent_pipelined_kernel, grid, desc, constexprs, c, **epilogue)
 
 
 def launch(
-    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None
-) -> None:
-    plan(a, b, c, config, num_programs=num_programs)(a, b, c)
+    a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_programs: int | None = None,
+    glu: str | None = None,
+) -> None:  # fmt: skip
+    plan(a, b, c, config, num_programs=num_programs, glu=glu)(a, b, c)

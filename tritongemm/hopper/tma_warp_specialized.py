@@ -57,7 +57,6 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import GLU_ACTIVATIONS
 from tritongemm.epilogue.kernels import apply_gl, gated_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA, mma_for
@@ -66,6 +65,7 @@ from tritongemm.hopper.pipeline import (
     H100_SHARED_MEMORY_BYTES,
     barriers_per_slot,
     c_tile_bytes,
+    check_gated_pair,
     check_mma_tile,
     init_barriers,
     invalidate_barriers,
@@ -349,30 +349,6 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
         )
 
 
-def _check_gated(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, glu: str, consumers: int,
-                 epilogue: dict) -> None:  # fmt: skip
-    """Raise ValueError for a gated pair this rung can't compute: b must be (K, 2N) for C (M, N),
-    the transpose of an (2N, K) weight [gate; up]; one consumer on WGMMA; no other epilogue."""
-    if glu not in GLU_ACTIVATIONS:
-        raise ValueError(f"{NAME}: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")
-    if consumers != 1:
-        raise ValueError(f"{PING_PONG_NAME}: a gated pair runs on one consumer (tma_warp_specialized)")
-    if epilogue:
-        raise ValueError(f"{NAME}: a gated pair's epilogue is act(gate) * up alone, but got also {sorted(epilogue)}")
-    if b.shape[1] != 2 * c.shape[1]:
-        raise ValueError(
-            f"{NAME}: a gated pair's b holds [gate; up], twice C's {c.shape[1]} columns, but has {b.shape[1]}"
-        )
-    if b.stride(0) != 1:
-        raise ValueError(
-            f"{NAME}: a gated pair reads each half's rows of the (2N, K) weight whose transpose b is; b "
-            f"must be K-major (b.stride(0) == 1), but has strides {tuple(b.stride())}"
-        )
-    if config.BLOCK_N < 32:
-        raise ValueError(f"{NAME}: a gated pair needs BLOCK_N >= 32 (two halves of 16 columns), got {config.short()}")
-    require_sm90(NAME, c.device)  # tcgen05's accumulator spreads a row over warpgroups: no register split
-
-
 def plan(
     a: torch.Tensor,
     b: torch.Tensor,
@@ -390,13 +366,15 @@ def plan(
     SM count (tests: several tiles per program); `consumers=2` is ping-pong (tma_ping_pong).
 
     `glu` ("silu", "gelu" or "gelu_tanh"): a gated pair, C = act(A @ B[:, :N]) * (A @ B[:, N:])
-    for C (M, N) and b the transpose of a (2N, K) weight [gate; up]. Each tile's MMA covers
-    config.BLOCK_N of B's columns, half the gate's and half the up's, and stores BLOCK_N / 2
-    columns of C: the (M, 2N) product never reaches memory."""
+    for C (M, N) and b the transpose of a (2N, K) weight [gate; up] (pipeline.check_gated_pair).
+    Each tile's MMA covers config.BLOCK_N of B's columns, half the gate's and half the up's, and
+    stores BLOCK_N / 2 columns of C: the (M, 2N) product never reaches memory."""
     name = NAME if consumers == 1 else PING_PONG_NAME
     gated = glu is not None
     if gated:
-        _check_gated(a, b, c, config, glu, consumers, epilogue)
+        if consumers != 1:
+            raise ValueError(f"{PING_PONG_NAME}: a gated pair runs on one consumer (tma_warp_specialized)")
+        check_gated_pair(name, a, b, c, config, glu, epilogue)
     if consumers > 1:  # ping-pong's two accumulators: Hopper's registers only, so far
         require_sm90(name, c.device)
     mma = mma_for(name, c.device)
