@@ -3,9 +3,10 @@ GEMMs instead of three GEMMs and two elementwise kernels.
 
 The gate and up projections read the same x, so their weights side by side make one GEMM whose
 N axis holds [gate; up]; its epilogue computes act(g) * u from the two fp32 tiles and writes that
-once (gated_pair.py: `grouped_mm`'s row-group kernel over a single group, or rung 6's or 9's gated
-epilogue), so the M x 2I product never reaches memory and the elementwise kernels disappear. The down projection is
-`tritongemm.linear`, which takes the block's residual add in its store. The backward recomputes
+once (gated_pair.py: `grouped_mm`'s row-group kernel over a single group, or rung 6's or 9's
+gated epilogue), so the M x 2I product never reaches memory and the elementwise kernels
+disappear. The down projection is `tritongemm.linear`, which takes the block's residual add in
+its store. The backward recomputes
 the pair (the same gated kernel, fp32 out, without the gating), and the gradients of x and of the
 joined weight are two dense GEMMs through `tritongemm.matmul` (`_GatedPair`): the one group's
 rows are all the rows, which grouped_mm's own backward can't know without reading offs on the
