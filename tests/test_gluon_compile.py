@@ -109,6 +109,12 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_fp8_block()
     if kernel == "gated":
         return _compile_gated()
+    if kernel == "offsets_check":
+        from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
+
+        offs = torch.empty(7, dtype=torch.int32)
+        compiled = _check_offsets_kernel.warmup(offs, 7, 100, BLOCK=OFFSETS_BLOCK, grid=(1,))
+        return [dict(ptx=compiled.asm["ptx"], **_ptxas(compiled.asm["ptx"]))]
 
     from tritongemm.hopper import (
         pipeline,
@@ -353,6 +359,18 @@ def test_the_gated_pair_compiles_for_sm90():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
         gated, plain = result["copies"]
         assert plain > 0 and 2 * gated == 3 * plain, f"{label}: {gated} TMA loads, the plain GEMM {plain}"
+
+
+def test_the_offsets_check_compiles_its_device_assert_for_sm90():
+    """grouped_mm's one-launch check of offs on the GPU (grouped/kernels.py): debug=True compiles
+    tl.device_assert in, whose message a failed check prints (the interpreter skips it, and a
+    Triton release that dropped it without debug would leave a bad offs unreported)."""
+    (result,) = compile_kernel("offsets_check")
+    assert "__assertfail" in result["ptx"], "no device assert in the PTX"
+    assert "expected offs sorted group ends" in bytes.fromhex("".join(
+        f"{int(c):02x}" for c in re.findall(r"\b(\d+)\b", " ".join(
+            line for line in result["ptx"].splitlines() if ".global .align 1 .b8" in line))
+    )).decode("latin-1"), "the message is not in the PTX"  # fmt: skip
 
 
 def _aligned(nbytes: int) -> int:

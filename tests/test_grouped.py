@@ -9,10 +9,13 @@ import zlib
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 from cases import DEVICE, DTYPES, ON_GPU
 
 import tritongemm
 from tritongemm.grouped import reference_grouped_mm
+from tritongemm.grouped.kernels import offsets_in_order
 from tritongemm.reference import rel_error, tolerance
 
 
@@ -133,6 +136,56 @@ def test_bad_input_is_refused_naming_it(index):
     call, exc, pattern = _bad_calls()[index]
     with pytest.raises(exc, match=pattern):
         call()
+
+
+@triton.jit
+def _offsets_flags_kernel(offs_ptr, flags_ptr, G, length, BLOCK: tl.constexpr):
+    """_check_offsets_kernel's walk, storing offsets_in_order's answers instead of asserting them."""
+    for start in range(0, G, BLOCK):
+        i = start + tl.arange(0, BLOCK)
+        tl.store(flags_ptr + i, offsets_in_order(offs_ptr, i, G, length).to(tl.int32), mask=i < G)
+
+
+# (offs, length): in order, empty groups, the length reached; then out of order, past the length,
+# negative; more ends than one block of the check holds.
+OFFSETS = [([0, 3, 3, 7], 7, True), ([5], 5, True), ([2, 1], 5, False), ([1, 9], 5, False), ([-1, 2], 5, False),
+           (list(range(40)), 40, True), ([*range(30), 2, 31], 40, False), (list(range(40)), 38, False)]  # fmt: skip
+
+
+@pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the check's condition (the GPU's own run asserts)")
+@pytest.mark.parametrize("offs, length, ok", OFFSETS, ids=str)
+def test_the_device_check_of_offs_reads_them_as_the_cpu_check_does(offs, length, ok):
+    """grouped/kernels.py `offsets_in_order`, the condition `_check_offsets_kernel` asserts on the
+    GPU (the interpreter skips device_assert), block by block as the kernel walks them."""
+    t = torch.tensor(offs, dtype=torch.int32)
+    flags = torch.full((len(offs),), -1, dtype=torch.int32)
+    _offsets_flags_kernel[(1,)](t, flags, len(offs), length, BLOCK=16)
+    assert bool(flags.all()) == ok and int(flags.min()) >= 0
+
+
+_BAD_OFFS_ON_THE_GPU = """
+import torch, tritongemm
+a, b = torch.randn(10, 8, device="cuda"), torch.randn(2, 8, 4, device="cuda")
+tritongemm.grouped_mm(a, b, torch.tensor({offs}, dtype=torch.int32, device="cuda"))
+torch.cuda.synchronize()
+print("no error")
+"""
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the GPU's check of offs: a device-side assert at the next synchronization")
+@pytest.mark.parametrize("offs, ok", [([4, 10], True), ([6, 4], False), ([6, 11], False)], ids=str)
+def test_bad_offs_on_the_gpu_fail_the_next_synchronization(offs, ok):
+    """In a process of its own: a device-side assert leaves the CUDA context unusable."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _BAD_OFFS_ON_THE_GPU.format(offs=offs)], capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    if ok:
+        assert done.returncode == 0 and "no error" in done.stdout, done.stderr[-2000:]
+    else:
+        assert done.returncode != 0 and "no error" not in done.stdout
+        assert "expected offs sorted group ends" in done.stderr + done.stdout, done.stderr[-2000:]
 
 
 def test_fuzz_over_group_sizes():

@@ -13,6 +13,8 @@ synchronization); a CPU `offs` is checked at once.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from tritongemm.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
@@ -146,16 +148,39 @@ def check_grouped(a, b, offs, out_dtype) -> str:
 
 
 def _check_offsets(offs: torch.Tensor, length: int) -> None:
-    """offs sorted, from 0 to at most `length`: at once on the CPU, without a wait on a GPU."""
+    """offs sorted, from 0 to at most `length`: at once on the CPU, without a wait on a GPU (one
+    kernel eagerly, kernels.py `_check_offsets_kernel`; torch ops under torch.compile)."""
     if offs.numel() == 0:
+        return
+    compiling = torch.compiler.is_compiling()
+    if offs.device.type == "cuda" and not compiling:
+        _check_offsets_on_device(offs, length)
         return
     ok = (offs[0] >= 0) & (offs[-1] <= length) & (offs[1:] >= offs[:-1]).all()
     message = f"grouped_mm: expected offs sorted group ends between 0 and {length}"
-    if offs.device.type == "cpu" and not torch.compiler.is_compiling():
+    if offs.device.type == "cpu" and not compiling:
         if not bool(ok):
             raise ValueError(f"{message}, but got {offs.tolist()}")
     else:
         torch._assert_async(ok, message)
+
+
+_OFFSETS_CHECKS: dict = {}  # device index -> the check's launcher (one binary: nothing specialized)
+_OFFSETS_LOCK = threading.Lock()
+
+
+def _check_offsets_on_device(offs: torch.Tensor, length: int) -> None:
+    from tritongemm.fast_launch import compile_launch
+    from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
+
+    length = min(length, 2**31 - 1)  # int32 offsets: a larger length admits every end they can hold
+    launch = _OFFSETS_CHECKS.get(offs.device.index)
+    if launch is None:
+        args = (offs, offs.shape[0], length)
+        launch = compile_launch(_check_offsets_kernel, (1,), args, dict(BLOCK=OFFSETS_BLOCK, num_warps=4), offs.device)
+        with _OFFSETS_LOCK:
+            launch = _OFFSETS_CHECKS.setdefault(offs.device.index, launch)
+    launch(offs, offs.shape[0], length)
 
 
 class _GroupedMM(torch.autograd.Function):

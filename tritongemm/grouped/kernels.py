@@ -116,3 +116,29 @@ def _groups_along_k_kernel(
                    stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
                    ALIGN)  # fmt: skip
     store_tile(c_ptr + g * stride_cg, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
+
+
+# The public call's check of `offs` on the GPU, without a synchronization: one launch where the
+# same check in torch ops (offs[0] >= 0, offs[-1] <= length, offs[1:] >= offs[:-1], all, two ands
+# and torch._assert_async) is seven, about as many microseconds of host time each. Compiled with
+# debug=True, which is what compiles device_assert in; nothing is specialized, so one binary
+# serves every call.
+OFFSETS_BLOCK = 1024
+
+
+@triton.jit
+def offsets_in_order(offs_ptr, i, G, length):
+    """Whether each group end i < G lies within [the end before it (0 before the first), length];
+    True past G. (The interpreter skips device_assert: tests check this part through it.)"""
+    ends = tl.load(offs_ptr + i, mask=i < G, other=0)
+    before = tl.load(offs_ptr + i - 1, mask=(i >= 1) & (i < G), other=0)
+    return (i >= G) | ((before <= ends) & (ends <= length))
+
+
+@triton.jit(debug=True, do_not_specialize=["G", "length"], do_not_specialize_on_alignment=["offs_ptr"])
+def _check_offsets_kernel(offs_ptr, G, length, BLOCK: tl.constexpr):
+    """One program: offsets_in_order everywhere, or a device-side assertion, which fails the next
+    synchronization as torch._assert_async does."""
+    for start in range(0, G, BLOCK):
+        ok = offsets_in_order(offs_ptr, start + tl.arange(0, BLOCK), G, length)
+        tl.device_assert(ok, "grouped_mm: expected offs sorted group ends between 0 and the grouped length")
