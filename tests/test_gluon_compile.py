@@ -109,6 +109,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_fp8_block()
     if kernel == "gated":
         return _compile_gated()
+    if kernel == "grouped_ws":
+        return _compile_grouped_ws()
     if kernel == "offsets_check":
         from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
 
@@ -359,6 +361,50 @@ def test_the_gated_pair_compiles_for_sm90():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
         gated, plain = result["copies"]
         assert plain > 0 and 2 * gated == 3 * plain, f"{label}: {gated} TMA loads, the plain GEMM {plain}"
+
+
+def _compile_grouped_ws() -> list[dict]:
+    import triton
+    from triton.experimental.gluon import language as gl
+
+    from tritongemm.hopper import grouped_ws
+    from tritongemm.hopper.descriptors import _descriptor
+
+    results = []
+    for glu, rows in ((None, 16384), ("silu", 16384), (None, 8), ("gelu", 8)):  # prefill's tiles, decode's
+        config = grouped_ws.default_config(rows, 8, glu is not None)
+        G, M, N, K = 8, 1000, 1504, 704
+        rows = 2 * N if glu else N
+        a, weights = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(G * rows, K, dtype=torch.bfloat16)
+        c, offs = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(G, dtype=torch.int32)
+        tile_n = config.BLOCK_N // 2 if glu else config.BLOCK_N
+        compiled = grouped_ws._grouped_ws_kernel.warmup(
+            _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weights, (tile_n, config.BLOCK_K)), offs, c,
+            c.stride(0), G, M, N, NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1,
+            GROUPS_POW2=triton.next_power_of_2(G + 1),
+            C_LAYOUT=gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n], gl.bfloat16),
+            LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", num_warps=config.num_warps, grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        results.append(dict(case=[glu, config.short()], shared=compiled.metadata.shared, **_ptxas(ptx),
+                            missing=[n for n in (*INSTRUCTIONS, "setmaxnreg", "st.global.v4") if n not in ptx],
+                            copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)),
+                            planned=grouped_ws.smem_bytes(config, 2, gated=glu is not None)))  # fmt: skip
+    return results
+
+
+def test_the_grouped_rung_compiles_for_sm90():
+    """hopper/grouped_ws.py (grouped_mm's row groups, warp-specialized), which no GPU has run yet:
+    TMA + mbarriers + WGMMA + setmaxnreg, C out through 16-byte masked stores (no TMA store can stop
+    at a group's last row), A's and B's loads (and the up projection's for a gated pair), no
+    spills, no serialized WGMMAs, the planned shared memory."""
+    for result in compile_kernel("grouped_ws"):
+        label = f"grouped_ws glu={result['case'][0]} {result['case'][1]}"
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert result["copies"] == (3 if result["case"][0] else 2), f"{label}: {result['copies']} TMA loads"
+        assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
 def test_the_offsets_check_compiles_its_device_assert_for_sm90():

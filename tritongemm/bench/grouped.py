@@ -19,7 +19,9 @@ import torch
 
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 
-PROVIDERS = ("tritongemm", "torch._grouped_mm", "torch.mm loop")
+# tritongemm-ws: the Hopper Gluon kernel (hopper/grouped_ws.py, grouped.api.grouped_mm_ws), which
+# grouped_mm does not take yet; an sm_90 GPU's rows only.
+PROVIDERS = ("tritongemm", "tritongemm-ws", "torch._grouped_mm", "torch.mm loop")
 BASELINE = "torch._grouped_mm"
 COLUMNS = ["device", "dtype", "experts", "tokens", "topk", "n", "k", "provider", "timing", "ms", "tflops",
            "ratio_to_torch"]  # fmt: skip
@@ -106,7 +108,12 @@ def _providers(offs: torch.Tensor) -> dict:
             torch.mm(a[s:e], b[g], out=out[s:e])
         return out
 
-    return {"tritongemm": tritongemm.grouped_mm, BASELINE: torch._grouped_mm, "torch.mm loop": loop}
+    providers = {"tritongemm": tritongemm.grouped_mm, BASELINE: torch._grouped_mm, "torch.mm loop": loop}
+    if offs.device.type == "cuda" and torch.cuda.get_device_capability(offs.device) == (9, 0):
+        from tritongemm.grouped.api import grouped_mm_ws
+
+        providers["tritongemm-ws"] = grouped_mm_ws
+    return providers
 
 
 def measure_grouped(problem: GroupedProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):

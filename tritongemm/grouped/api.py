@@ -308,6 +308,35 @@ def _plan(a, b, offs, out_dtype, form, glu, tile):
     return call
 
 
+def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:
+    """grouped_mm's row-group form (a 2-D, b (G, K, N) the transpose of contiguous (G, N, K)
+    weights) on the Hopper Gluon kernel (hopper/grouped_ws.py), planned once per geometry. Compiled
+    for sm_90 in CI and NOT YET RUN on a GPU, so grouped_mm does not take it: this entry point is
+    for its tests and `bench grouped`. `glu`: b's N holds [gate; up] per group, as grouped_mm's."""
+    form = check_grouped(a, b, offs, None)
+    if form != "m" or glu not in (None, *GLU_ACTIVATIONS):
+        raise ValueError(f"grouped_mm_ws: the row-group form (a 2-D, b 3-D) and glu None or one of {GLU_ACTIVATIONS}")
+    _check_offsets(offs, a.shape[0])
+    if 0 in (*a.shape, *b.shape):  # nothing for a descriptor to describe: the row-group kernel's zeros
+        return direct(a, b, offs, None, glu)
+    key = ("grouped_ws", glu, tensor_facts(a), tensor_facts(b), tensor_facts(offs))
+    call = PLANS.find_key(key)
+    if call is None:
+        from tritongemm.hopper import grouped_ws
+
+        M, N = a.shape[0], b.shape[2] // 2 if glu else b.shape[2]
+        c = a.new_empty((M, N))  # this call's, to plan on
+        launch = grouped_ws.plan(a, b, offs, c, glu=glu)
+
+        def call(a, b, offs):
+            c = a.new_empty((M, N))
+            launch(a, b, offs, c)
+            return c
+
+        PLANS.remember(key, call)
+    return call(a, b, offs)
+
+
 def reference_grouped_mm(a, b, offs=None, out_dtype=None, glu=None) -> torch.Tensor:
     """grouped_mm in float64, group by group: the tests' and benchmarks' reference."""
     form = check_grouped(a, b, offs, out_dtype)

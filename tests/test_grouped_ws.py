@@ -1,0 +1,84 @@
+"""grouped_mm's row groups on the Hopper Gluon kernel (hopper/grouped_ws.py, entry point
+grouped.api.grouped_mm_ws): on the CPU what it takes and its shared memory; on an sm_90 GPU every
+case against the fp64 reference, each in a process of its own (a wrong barrier phase hangs a
+warp-specialized kernel: test_warp_specialized.run_isolated fails it after a time limit)."""
+
+import pytest
+import torch
+from cases import ON_HOPPER
+from test_warp_specialized import run_isolated
+
+from tritongemm.hopper import grouped_ws
+from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES, check_wgmma_tile
+
+
+def _operands(G, M, N, K, dtype=torch.bfloat16, device="cpu"):
+    """a (M, K), b (G, K, N) the transpose of (G, N, K) weights, as MoE experts are stored."""
+    return torch.empty(M, K, dtype=dtype, device=device), torch.empty(G, N, K, dtype=dtype, device=device).transpose(
+        1, 2
+    )
+
+
+def test_it_takes_row_major_a_and_k_major_weights():
+    a, b = _operands(4, 100, 64, 32)
+    assert grouped_ws.unsupported_reason(a, b) is None
+    assert "b must be the transpose of contiguous (G, N, K) weights" in grouped_ws.unsupported_reason(a, b.contiguous())
+    assert "rows on 16 bytes" in grouped_ws.unsupported_reason(torch.empty(100, 33, dtype=torch.bfloat16)[:, :32], b)
+    assert "it takes" in grouped_ws.unsupported_reason(a.float(), b.float())
+
+
+def test_its_configs_fit_with_cs_tile():
+    assert grouped_ws.smem_bytes(grouped_ws.DEFAULT_CONFIG, 2) == 5 * 32768 + 32768
+    assert grouped_ws.smem_bytes(grouped_ws.GATED_CONFIG, 2, gated=True) == 4 * 49152 + 32768
+    budget = H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES
+    for rows, groups in ((16384, 8), (8, 128), (64, 1)):
+        for gated in (False, True):
+            config = grouped_ws.default_config(rows, groups, gated)
+            assert grouped_ws.smem_bytes(config, 2, gated) <= budget
+            check_wgmma_tile("grouped_ws", config)
+    assert grouped_ws.default_config(8, 128, False) == grouped_ws.SMALL_CONFIG  # a decode step
+    assert grouped_ws.default_config(16384, 8, True) == grouped_ws.GATED_CONFIG
+
+
+# (group sizes, rows after the last group, N, K): ragged with an empty group, one group, one row
+# each, a decode step (a few rows over many groups), N and K off the tile sizes, rows past the end.
+CASES = [((70, 0, 230, 150), 5, 200, 136), ((400,), 0, 128, 64), ((1, 1, 1, 1, 1), 3, 96, 256),
+         ((0,) * 60 + (3, 0, 2) + (0,) * 65, 0, 1536, 2048), ((300, 129), 200, 264, 72)]  # fmt: skip
+
+
+def _run_case(spec: dict) -> None:
+    """One GPU case (in the child process): C against the fp64 reference, rows past the last
+    group zeros; `num_programs` gives each program several tiles."""
+    from tritongemm.grouped.api import grouped_mm_ws, reference_grouped_mm
+    from tritongemm.reference import rel_error, tolerance
+
+    dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
+    sizes, tail, N, K, glu = spec["sizes"], spec["tail"], spec["N"], spec["K"], spec["glu"]
+    M, G = sum(sizes) + tail, len(sizes)
+    offs = torch.tensor(sizes, dtype=torch.int64).cumsum(0).to(torch.int32).cuda()
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    NB = 2 * N if glu else N
+    b = (torch.randn(G, NB, K, device="cuda") * K**-0.5).to(dtype).transpose(1, 2)
+    if spec["num_programs"]:
+        c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        grouped_ws.plan(a, b, offs, c, glu=glu, num_programs=spec["num_programs"])(a, b, offs, c)
+    else:
+        c = grouped_mm_ws(a, b, offs, glu=glu)
+    torch.cuda.synchronize()
+    expected = reference_grouped_mm(a, b, offs, glu=glu).double()
+    bound = (2 if glu else 1) * tolerance(dtype, K)
+    assert torch.isfinite(c).all(), f"{spec}: NaN left in C"
+    assert (c[M - tail :] == 0).all(), f"{spec}: rows past the last group are not zeros"
+    err = rel_error(c, expected)
+    assert err <= bound, f"{spec}: relative error {err:.3e} > {bound:.3e}"
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
+@pytest.mark.parametrize("glu", [None, "silu"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("num_programs", [None, 3])
+def test_grouped_ws(case, dtype, glu, num_programs):
+    sizes, tail, N, K = case
+    spec = dict(sizes=list(sizes), tail=tail, N=N, K=K, glu=glu, dtype=str(dtype), num_programs=num_programs)
+    run_isolated(spec, module="test_grouped_ws")

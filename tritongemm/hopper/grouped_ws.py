@@ -1,0 +1,329 @@
+"""grouped_mm's row groups (the MoE forward) on rung 9's warp-specialized pipeline.
+
+Group g is rows offs[g - 1]:offs[g] of A times its own weight, B[g]; the groups are ragged and
+their ends live on the device, so the schedule is computed here, never on the host (CUDA graphs
+and torch.compile keep working, as with the `tl` kernel in grouped/kernels.py).
+
+The schedule. Every group's tiles, one group after the other, make one running order; the rows
+past the last group's end come last, as tiles of zeros. Program p of P takes running tiles p,
+p + P, p + 2P, ... Each partition first sums every group's tile count (one vector over the
+groups), then walks the groups alongside its tiles: a walk that only moves forward, so a program
+reads each group end once, whatever the tile count. Within a group, tiles go down M first: at
+decode sizes a group has one row of tiles, and the programs beside each other share B's panels.
+
+The loads (rung 9's load warp, pipeline.issue_loads): A's tile at the group's rows, from a
+descriptor over all of A (rows past the group's end are the next group's: loaded, multiplied,
+never stored); B's from a descriptor over the stacked K-major weights, (G * N, K), at row g * N +
+the tile's columns (columns past N are the next group's: never stored either). A gated pair
+(GLU) stacks [gate; up] per group, (G * 2N, K), and its B slot holds both boxes, as in rung 9.
+
+The store. A TMA store writes whole boxes, and a box can't stop at a group's last row, so the
+finished tile goes through shared memory and out with masked stores, a few rows at a time (rows
+below the group's end, columns below N), coalesced: each thread writes 16 bytes of a row.
+
+Compiled for sm_90 in CI; not yet run on a GPU (grouped/api.py does not dispatch to it yet).
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from tritongemm.config import MatmulConfig
+from tritongemm.epilogue.kernels import gated_gl
+from tritongemm.hopper.descriptors import GL_DTYPES, _descriptor, bind
+from tritongemm.hopper.mma import WGMMA, wgmma_accumulator_layout
+from tritongemm.hopper.pipeline import (
+    _SMEM_SLACK_BYTES,
+    H100_SHARED_MEMORY_BYTES,
+    barriers_per_slot,
+    check_wgmma_tile,
+    init_barriers,
+    invalidate_barriers,
+    issue_loads,
+    issue_mma,
+    operand_stage_bytes,
+    require_sm90,
+)
+from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS
+
+NAME = "grouped_ws"
+# None of these is measured yet. 128 x 128 on two MMA warpgroups (64 rows each: a 64-register
+# accumulator a thread, which leaves room for the walk and the store), 5 slots of 32 KB and C's
+# 32 KB tile.
+DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=5)
+# A gated pair's MMA covers the gate's and the up projection's columns: twice C's tile width.
+GATED_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)
+# Groups of a few rows (decode): every tile streams its group's weights and holds a few real rows,
+# so one warpgroup on 64 rows and a deeper ring of loads in flight, as the `tl` kernel's small tile
+# (grouped/api.py _GPU_TILES) streams K at depth.
+SMALL_CONFIG = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=8)
+SMALL_GATED_CONFIG = SMALL_CONFIG.with_(BLOCK_N=256, num_stages=5)
+SMALL_GROUP_ROWS = 64  # mean rows per group below which the small configs serve
+_STORE_BYTES = gl.constexpr(16)  # a thread's share of a row in the masked store: one 16-byte store
+
+
+@gluon.jit
+def _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr, GROUPS_POW2: gl.constexpr):
+    """All running tiles: each group's cdiv(rows, BLOCK_M) * tiles_n, and the tail's (the rows
+    past the last group's end, slot G), summed as one vector over the groups."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    slot = gl.arange(0, GROUPS_POW2, layout=layout)
+    ends = gl.load(offs_ptr + slot, mask=slot < G, other=0)
+    ends = gl.where(slot < G, ends, gl.where(slot == G, M, 0))
+    starts = gl.load(offs_ptr + slot - 1, mask=(slot > 0) & (slot <= G), other=0)
+    tiles = gl.where(slot <= G, (ends - starts + BLOCK_M - 1) // BLOCK_M * tiles_n, 0)
+    return gl.sum(tiles, 0)
+
+
+@gluon.jit
+def _walk_to(t, g, first, count, start, end, offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr):
+    """Forward from group g (its first running tile `first`, `count` tiles, rows start:end) to
+    the group that holds running tile t; g == G is the tail past the last group's end."""
+    while t >= first + count:
+        first += count
+        g += 1
+        start = end
+        if g < G:
+            end = gl.load(offs_ptr + g)
+        else:
+            end = M
+        count = (end - start + BLOCK_M - 1) // BLOCK_M * tiles_n
+    return g, first, count, start, end
+
+
+@gluon.jit
+def _tiles(offs_ptr, G, M, N, BLOCK_M: gl.constexpr, TILE_N: gl.constexpr, GROUPS_POW2: gl.constexpr):
+    """This program's running tiles: (its count, the first, the stride P, tiles across N)."""
+    tiles_n = gl.cdiv(N, TILE_N)
+    total = _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M, GROUPS_POW2)
+    pid = gl.program_id(axis=0)
+    programs = gl.num_programs(axis=0)
+    return gl.maximum(total - pid + programs - 1, 0) // programs, pid, programs, tiles_n
+
+
+@gluon.jit
+def _load_partition(
+    a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N,
+    GATED: gl.constexpr, GROUPS_POW2: gl.constexpr,
+):  # fmt: skip
+    """The load warp: every K-step of every group tile of this program (none for the tail)."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    TILE_N: gl.constexpr = b_desc.block_type.shape[0]  # C's columns per tile (a gated pair: a box each)
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    K = a_desc.shape[1]
+    rows_per_group = 2 * N if GATED else N  # the stacked weight's rows per group
+    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
+    g = G * 0 - 1  # the walk starts before group 0
+    first = g * 0
+    count = first
+    start = first
+    end = first
+    producer = 0
+    for i in range(num):
+        t = pid + i * programs
+        g, first, count, start, end = _walk_to(t, g, first, count, start, end, offs_ptr, G, M, tiles_n, BLOCK_M)
+        if g < G:
+            local = t - first
+            tiles_m = count // tiles_n
+            off_m = start + (local % tiles_m) * BLOCK_M
+            b_row = g * rows_per_group + (local // tiles_m) * TILE_N
+            for k in range(0, K, BLOCK_K):
+                lap_phase = (producer // NUM_BUFFERS) & 1  # rung 9's: lap 0 passes at once
+                mbarrier.wait(empty.index(producer % NUM_BUFFERS), lap_phase ^ 1)
+                producer = issue_loads(
+                    producer, a_desc, b_desc, off_m, b_row, k, ready, a_bufs, b_bufs, False, True, True, N
+                )
+
+
+@gluon.jit
+def _store_rows(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_warps: gl.constexpr):
+    """Rows off_m.. below end_m and columns off_n.. below N of C get the tile (through c_smem, a
+    few rows a step); a tile of zeros (the tail) goes out without c_smem."""
+    BLOCK_M: gl.constexpr = c_smem.shape[0]
+    TILE_N: gl.constexpr = c_smem.shape[1]
+    VEC: gl.constexpr = 8 * _STORE_BYTES // c_ptr.dtype.element_ty.primitive_bitwidth
+    THREADS_N: gl.constexpr = TILE_N // VEC if TILE_N // VEC < 32 else 32
+    THREADS_M: gl.constexpr = 32 // THREADS_N
+    CHUNK_M: gl.constexpr = THREADS_M * num_warps
+    layout: gl.constexpr = gl.BlockedLayout([1, VEC], [THREADS_M, THREADS_N], [num_warps, 1], [1, 0])
+    c_smem.store(tile.to(c_ptr.dtype.element_ty))
+    cols = off_n + gl.arange(0, TILE_N, layout=gl.SliceLayout(0, layout))
+    for r in gl.static_range(0, BLOCK_M, CHUNK_M):
+        rows = off_m + r + gl.arange(0, CHUNK_M, layout=gl.SliceLayout(1, layout))
+        part = c_smem.slice(r, CHUNK_M).load(layout)
+        mask = gl.expand_dims(rows < end_m, 1) & gl.expand_dims(cols < N, 0)
+        ptrs = c_ptr + gl.expand_dims(rows.to(gl.int64) * stride_cm, 1) + gl.expand_dims(cols, 0)
+        gl.store(ptrs, part, mask=mask)
+
+
+@gluon.jit
+def _mma_partition(
+    a_desc, b_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
+    GLU: gl.constexpr, GROUPS_POW2: gl.constexpr, num_warps: gl.constexpr,
+):  # fmt: skip
+    """Wait for a slot, multiply, release it (rung 9's); per tile, act(gate) * up for a gated
+    pair, and the masked store. The tail's tiles are zeros, with no MMA."""
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = b_bufs.shape[1]  # the MMA's N: both halves of a gated pair
+    TILE_N: gl.constexpr = b_desc.block_type.shape[0]
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    K = a_desc.shape[1]
+    mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
+    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
+    g = G * 0 - 1
+    first = g * 0
+    count = first
+    start = first
+    end = first
+    consumer = 0
+    for i in range(num):
+        t = pid + i * programs
+        g, first, count, start, end = _walk_to(t, g, first, count, start, end, offs_ptr, G, M, tiles_n, BLOCK_M)
+        local = t - first
+        tiles_m = count // tiles_n
+        off_m = start + (local % tiles_m) * BLOCK_M
+        off_n = (local // tiles_m) * TILE_N
+        if g < G:
+            for k in range(0, K, BLOCK_K):
+                consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, False, True)
+                mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
+            mma = mma.wait_num_outstanding(0)
+            mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 1) % NUM_BUFFERS))
+            acc, mma = mma.take_result()
+            if GLU != "none":
+                acc = gated_gl(acc, GLU)
+            _store_rows(acc, c_ptr, stride_cm, c_smem, off_m, end, off_n, N, num_warps)
+        else:
+            layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, TILE_N, num_warps)
+            zeros = gl.zeros([BLOCK_M, TILE_N], gl.float32, layout=layout)
+            _store_rows(zeros, c_ptr, stride_cm, c_smem, off_m, end, off_n, N, num_warps)
+
+
+@gluon.jit
+def _grouped_ws_kernel(
+    a_desc,  # A (M, K), block [BLOCK_M, BLOCK_K]
+    b_desc,  # the stacked K-major weights (G * N, K), or (G * 2N, K) for a gated pair; block [TILE_N, BLOCK_K]
+    offs_ptr,  # (G,) int32 group ends
+    c_ptr,  # C (M, N), rows stride_cm apart
+    stride_cm,
+    G,
+    M,
+    N,
+    NUM_BUFFERS: gl.constexpr,
+    BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
+    GROUPS_POW2: gl.constexpr,  # a power of two > G: the groups and the tail as one vector
+    C_LAYOUT: gl.constexpr,  # C's staging tile in shared memory
+    LOAD_REGS: gl.constexpr,
+    GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ gate_g.T) * (A @ up_g.T)
+    num_warps: gl.constexpr,
+):
+    dtype: gl.constexpr = a_desc.dtype
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    TILE_N: gl.constexpr = b_desc.block_type.shape[0]
+    B_BOX: gl.constexpr = b_desc.block_type.shape
+    B_ROWS: gl.constexpr = 2 * B_BOX[0] if GLU != "none" else B_BOX[0]  # a gated pair's slot: two boxes
+    gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
+    a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+    b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, B_ROWS, B_BOX[1]], b_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, TILE_N], C_LAYOUT)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    init_barriers(ready)
+    init_barriers(empty)
+    gl.warp_specialize(
+        [
+            (_mma_partition, (
+                a_desc, b_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
+                GLU, GROUPS_POW2, num_warps,
+            )),
+            (_load_partition, (
+                a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N, GLU != "none", GROUPS_POW2,
+            )),
+        ],
+        [1],
+        [LOAD_REGS],
+    )  # fmt: skip
+    invalidate_barriers(ready)
+    invalidate_barriers(empty)
+
+
+def default_config(rows: int, groups: int, gated: bool) -> MatmulConfig:
+    """The tile for `rows` over `groups` groups (pure): the small one where groups are short."""
+    small = rows < SMALL_GROUP_ROWS * max(groups, 1)
+    if gated:
+        return SMALL_GATED_CONFIG if small else GATED_CONFIG
+    return SMALL_CONFIG if small else DEFAULT_CONFIG
+
+
+def smem_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
+    """The ring and C's staging tile (half the MMA's width for a gated pair), barriers aside."""
+    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
+    return config.num_stages * operand_stage_bytes(config, elem_bytes) + config.BLOCK_M * tile_n * elem_bytes
+
+
+def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Why this kernel can't take grouped_mm's row-group operands as they lie (None: it can): a
+    row-major A and K-major weights (b (G, K, N) the transpose of contiguous (G, N, K) weights),
+    16-bit, rows on 16 bytes, sizes a descriptor takes."""
+    if a.dtype not in GL_DTYPES or b.dtype != a.dtype:
+        return f"operands of {a.dtype} and {b.dtype}; it takes {list(GL_DTYPES)}, one dtype"
+    if a.stride(1) != 1 or a.stride(0) * a.element_size() % 16 or a.data_ptr() % 16:
+        return f"a needs rows on 16 bytes with unit column stride, but has strides {tuple(a.stride())}"
+    G, K, N = b.shape
+    if b.stride() != (N * K, 1, K) or b.data_ptr() % 16 or K * b.element_size() % 16:
+        return (
+            f"b must be the transpose of contiguous (G, N, K) weights with rows on 16 bytes, but has shape "
+            f"{tuple(b.shape)} and strides {tuple(b.stride())}"
+        )
+    if max(a.shape[0], G * N) >= 2**31:
+        return "a dimension of 2**31 or more, past what a descriptor takes"
+    return None
+
+
+def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, config: MatmulConfig | None = None,
+         *, glu: str | None = None, num_programs: int | None = None):  # fmt: skip
+    """`launch(a, b, offs, c)` for operands of this geometry: C (M, N) = each group's rows of a
+    times its weight, b (G, K, N) K-major (or (G, K, 2N), [gate; up] per group, with `glu`),
+    checked and compiled once."""
+    from tritongemm.fast_launch import compile_launch
+    from tritongemm.hopper.schedulers import num_persistent_programs
+
+    reason = unsupported_reason(a, b)
+    if reason is not None:
+        raise ValueError(f"{NAME}: {reason}")
+    gated = glu is not None
+    config = config or default_config(a.shape[0], b.shape[0], gated)
+    check_wgmma_tile(NAME, config)
+    need = smem_bytes(config, a.element_size(), gated)
+    if need > H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES:
+        raise ValueError(f"{NAME}: {config.short()} needs {need} bytes of shared memory, more than a block has")
+    (M, K), (G, _, NB) = a.shape, b.shape
+    N = c.shape[1]
+    if NB != (2 * N if gated else N) or c.shape[0] != M or c.stride(1) != 1 or K == 0:
+        raise ValueError(f"{NAME}: C {tuple(c.shape)} doesn't match a {tuple(a.shape)} and b {tuple(b.shape)}")
+    require_sm90(NAME, c.device)
+    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
+    weights = b.transpose(1, 2).reshape(G * NB, K)  # a view: b is the transpose of contiguous weights
+    a_desc = _descriptor(a, (config.BLOCK_M, config.BLOCK_K))
+    b_desc = _descriptor(weights, (tile_n, config.BLOCK_K))
+    c_layout = gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n], GL_DTYPES[c.dtype])
+    # Each program walks the groups in running order: no more programs than tiles could use, but
+    # the tile count is on the device, so the grid is the SMs (or what a test asks for).
+    grid = (num_persistent_programs(2**31 - 1, c.device, num_programs),)
+    constexprs = dict(
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
+        GROUPS_POW2=triton.next_power_of_2(G + 1), C_LAYOUT=c_layout, LOAD_REGS=LOAD_REGISTERS, GLU=glu or "none",
+        num_warps=config.num_warps,
+    )  # fmt: skip
+    stride_cm = c.stride(0)
+    args = (a_desc, b_desc, offs, c, stride_cm, G, M, N)
+    # A launch reads a descriptor's tensor for its address alone, so b (the weights' transpose,
+    # one address) stands for the (G * N, K) view the descriptor was built on.
+    launch = compile_launch(_grouped_ws_kernel, grid, args, constexprs, c.device).with_descriptors(
+        (a_desc, b_desc), bind
+    )
+    return lambda a, b, offs, c: launch(a, b, offs, c, stride_cm, G, M, N)
