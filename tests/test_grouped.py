@@ -258,7 +258,7 @@ def test_bench_grouped_checks_times_and_writes(tmp_path):
     from tritongemm.bench import grouped
 
     rows = grouped.run_grouped(out_dir=tmp_path, rounds=1)
-    assert {r.provider for r in rows} == set(grouped.PROVIDERS)
+    assert {r.provider for r in rows} == set(grouped.PROVIDERS) - {"tritongemm-ws"}  # the latter: sm_90 only
     assert all(r.status == "ok" for r in rows if r.provider == "tritongemm")
     with open(tmp_path / "grouped-cpu.csv") as f:
         assert list(next(csv.DictReader(f))) == grouped.COLUMNS
