@@ -24,11 +24,13 @@ below the group's end, columns below N), coalesced: each thread writes 16 bytes 
 Compiled for sm_90 in CI; not yet run on a GPU (grouped/api.py does not dispatch to it yet).
 """
 
+# No `from __future__ import annotations`: aggregates check field types against real annotations.
 import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.language.core import _aggregate as aggregate
 
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue.kernels import gated_gl
@@ -77,20 +79,53 @@ def _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr, GROUPS_POW2: gl.
     return gl.sum(tiles, 0)
 
 
-@gluon.jit
-def _walk_to(t, g, first, count, start, end, offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr):
-    """Forward from group g (its first running tile `first`, `count` tiles, rows start:end) to
-    the group that holds running tile t; g == G is the tail past the last group's end."""
-    while t >= first + count:
-        first += count
-        g += 1
-        start = end
-        if g < G:
-            end = gl.load(offs_ptr + g)
-        else:
-            end = M
-        count = (end - start + BLOCK_M - 1) // BLOCK_M * tiles_n
-    return g, first, count, start, end
+@aggregate
+class RaggedWalk:
+    """Where a program's walk over the running order stands: the group that holds its current tile
+    (G: the tail past the last group's end), that group's first running tile, tile count and rows.
+    Immutable, as the MMA state: each step returns the new walk."""
+
+    g: gl.tensor
+    first: gl.tensor
+    count: gl.tensor
+    start: gl.tensor  # the group's rows are start:end
+    end: gl.tensor
+
+    @gluon.constexpr_function
+    def __init__(self, g, first, count, start, end):
+        self.g = g
+        self.first = first
+        self.count = count
+        self.start = start
+        self.end = end
+
+    @gluon.jit
+    def initialize(G):
+        """Before group 0: no tiles, rows ending at 0 (where group 0 starts)."""
+        zero = G * 0
+        return RaggedWalk(zero - 1, zero, zero, zero, zero)
+
+    @gluon.jit
+    def to_tile(self, t, offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr):
+        """Forward to the group that holds running tile t (t below the program's tile count)."""
+        g, first, count, start, end = self.g, self.first, self.count, self.start, self.end
+        while t >= first + count:
+            first += count
+            g += 1
+            start = end
+            if g < G:
+                end = gl.load(offs_ptr + g)
+            else:
+                end = M
+            count = (end - start + BLOCK_M - 1) // BLOCK_M * tiles_n
+        return RaggedWalk(g, first, count, start, end)
+
+    @gluon.jit
+    def tile(self, t, tiles_n, BLOCK_M: gl.constexpr, TILE_N: gl.constexpr):
+        """(first row, first column) of running tile t within its group: tiles go down M first."""
+        local = t - self.first
+        tiles_m = self.count // tiles_n
+        return self.start + (local % tiles_m) * BLOCK_M, (local // tiles_m) * TILE_N
 
 
 @gluon.jit
@@ -116,20 +151,14 @@ def _load_partition(
     K = a_desc.shape[1]
     rows_per_group = 2 * N if GATED else N  # the stacked weight's rows per group
     num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
-    g = G * 0 - 1  # the walk starts before group 0
-    first = g * 0
-    count = first
-    start = first
-    end = first
+    walk = RaggedWalk.initialize(G)
     producer = 0
     for i in range(num):
         t = pid + i * programs
-        g, first, count, start, end = _walk_to(t, g, first, count, start, end, offs_ptr, G, M, tiles_n, BLOCK_M)
-        if g < G:
-            local = t - first
-            tiles_m = count // tiles_n
-            off_m = start + (local % tiles_m) * BLOCK_M
-            b_row = g * rows_per_group + (local // tiles_m) * TILE_N
+        walk = walk.to_tile(t, offs_ptr, G, M, tiles_n, BLOCK_M)
+        if walk.g < G:
+            off_m, off_n = walk.tile(t, tiles_n, BLOCK_M, TILE_N)
+            b_row = walk.g * rows_per_group + off_n
             for k in range(0, K, BLOCK_K):
                 lap_phase = (producer // NUM_BUFFERS) & 1  # rung 9's: lap 0 passes at once
                 mbarrier.wait(empty.index(producer % NUM_BUFFERS), lap_phase ^ 1)
@@ -174,20 +203,13 @@ def _mma_partition(
     K = a_desc.shape[1]
     mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
     num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
-    g = G * 0 - 1
-    first = g * 0
-    count = first
-    start = first
-    end = first
+    walk = RaggedWalk.initialize(G)
     consumer = 0
     for i in range(num):
         t = pid + i * programs
-        g, first, count, start, end = _walk_to(t, g, first, count, start, end, offs_ptr, G, M, tiles_n, BLOCK_M)
-        local = t - first
-        tiles_m = count // tiles_n
-        off_m = start + (local % tiles_m) * BLOCK_M
-        off_n = (local // tiles_m) * TILE_N
-        if g < G:
+        walk = walk.to_tile(t, offs_ptr, G, M, tiles_n, BLOCK_M)
+        off_m, off_n = walk.tile(t, tiles_n, BLOCK_M, TILE_N)
+        if walk.g < G:
             for k in range(0, K, BLOCK_K):
                 consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, False, True)
                 mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
@@ -196,11 +218,11 @@ def _mma_partition(
             acc, mma = mma.take_result()
             if GLU != "none":
                 acc = gated_gl(acc, GLU)
-            _store_rows(acc, c_ptr, stride_cm, c_smem, off_m, end, off_n, N, num_warps)
+            _store_rows(acc, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
         else:
             layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, TILE_N, num_warps)
             zeros = gl.zeros([BLOCK_M, TILE_N], gl.float32, layout=layout)
-            _store_rows(zeros, c_ptr, stride_cm, c_smem, off_m, end, off_n, N, num_warps)
+            _store_rows(zeros, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
 
 
 @gluon.jit
