@@ -15,6 +15,10 @@ store just before its first new load.
 
 The tensor-core step is the constexpr `MMA` (mma.py's interface): WGMMA on Hopper, tcgen05 on
 Blackwell, where C is always staged whole (docs/blackwell.md; compiled for sm_100, never run).
+
+A gated pair (`glu`, blocks/gated_pair.py; WGMMA): as in rung 9, each B slot holds the gate's box
+above the up projection's and the epilogue stores act(gate) * up, half the MMA's width, from a C
+buffer of its own (never B's slots). Compiled for sm_90, not yet run.
 """
 
 import torch

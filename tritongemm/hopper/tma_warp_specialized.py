@@ -49,6 +49,11 @@ arrival a tile.
 The tensor-core step is the constexpr `MMA` (mma.py's interface): WGMMA on Hopper, tcgen05 on
 Blackwell for one consumer, C stored whole there (docs/blackwell.md; compiled for sm_100, never
 run). Ping-pong stays Hopper's.
+
+A gated pair (`glu`, blocks/gated_pair.py; one consumer, WGMMA): C = act(A @ gate.T) * (A @ up.T)
+for a weight [gate; up]. Each B slot holds the gate's box above the up projection's
+(pipeline.issue_loads), the MMA covers both, and the epilogue stores act(gate) * up, a tile half
+the MMA's width (epilogue/kernels.py `gated_gl`). Compiled for sm_90, not yet run.
 """
 
 import torch
