@@ -231,6 +231,16 @@ def test_why_not_qkv_names_the_reason():
     assert "not a class known" in why_not_qkv(CrossAttention(8, 8, 4))
 
 
+def test_patch_fuse_takes_a_model_patched_before():
+    """patch(model) then patch(model, fuse=True): the projections are tritongemm Linears by then,
+    which the fusion takes as it takes nn.Linear."""
+    model = torch.nn.ModuleDict({"mlp": LlamaMLP(16, 24), "self_attn": LlamaAttention(16, 16, 8)}).to(DEVICE)
+    tritongemm.patch(model)
+    tritongemm.patch(model, fuse=True)
+    report = model.tritongemm_patch_report
+    assert report.fused == ["mlp"] and report.fused_qkv == ["self_attn"] and not report.not_fused
+
+
 def test_patch_fuse_refuses_fp8():
     with pytest.raises(ValueError, match="fuse=True"):
         tritongemm.patch(torch.nn.Sequential(LlamaMLP(8, 8)), fuse=True, fp8="row")

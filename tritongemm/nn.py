@@ -224,8 +224,9 @@ def _served_dtypes(kernel: str):
 
 
 def _why_not(module: torch.nn.Linear, served, fp8: str | None = None) -> str | None:
-    """Why `patch` leaves this nn.Linear (None: it replaces it)."""
-    if type(module) is not torch.nn.Linear:
+    """Why `patch` leaves this nn.Linear (None: it replaces it, or fuse may take it: tritongemm's own
+    Linear, from an earlier patch, passes too)."""
+    if type(module) not in (torch.nn.Linear, Linear):
         return f"{type(module).__name__}, a subclass of nn.Linear: its forward may compute something else"
     hooks = (module._forward_hooks, module._forward_pre_hooks, module._backward_hooks, module._backward_pre_hooks)
     if any(hooks):  # accelerate's device hooks, PEFT's, a user's: a replacement would drop them
