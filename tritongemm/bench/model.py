@@ -45,8 +45,10 @@ FP8_PROVIDERS = {"tritongemm-fp8-row": "row", "tritongemm-fp8-block": "block"}
 # MoE families only: transformers' own grouped experts (torch._grouped_mm), the bar of issue 27;
 # "torch" runs their experts as transformers' eager loop.
 HF_GROUPED = ("hf-grouped_mm", "hf-grouped_mm+compile")
-# Dense families only: tritongemm.patch(model, fuse=True), each gated MLP a GatedMLP (issue 28).
-FUSED = ("tritongemm-fused", "tritongemm-fused+compile")
+# Dense families only: tritongemm.patch(model, fuse=True), each gated MLP a GatedMLP and each
+# attention's q, k and v one GEMM (issue 28); -rung6 runs the gated pairs on rung 6's gated
+# epilogue (blocks/gated_pair.py; an sm_90 GPU's rows only).
+FUSED = ("tritongemm-fused", "tritongemm-fused+compile", "tritongemm-fused-rung6")
 PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *HF_GROUPED, *FP8_PROVIDERS, *FUSED)
 PHASES = ("prefill", "generate", "train")
 MAX_REL_ERR = 2e-2  # logits and loss of a bf16 model whose GEMMs round differently, two to four layers deep
@@ -315,6 +317,21 @@ def agreement(seen: dict, ref: dict) -> Agreement:
 # ----------------------------------------------------------------------------------------------
 
 
+def _on_sm90(device) -> bool:
+    device = torch.device(device)
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) == (9, 0)
+
+
+def _gated_pairs_on(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
+    """`model` with each GatedMLP's gated pair on `kernel` (its down projection as patched)."""
+    from tritongemm.blocks import GatedMLP
+
+    for module in model.modules():
+        if isinstance(module, GatedMLP):
+            module.pair_kernel = kernel
+    return model
+
+
 def build_models(
     family: str, config_kwargs: dict, *, device, dtype: torch.dtype = torch.bfloat16, providers=PROVIDERS
 ) -> dict[str, torch.nn.Module]:
@@ -354,6 +371,10 @@ def build_models(
         print(f"{family}: tritongemm.patch(fuse=True): {models['tritongemm-fused'].tritongemm_patch_report}")
     if not info.moe and "tritongemm-fused+compile" in providers:
         models["tritongemm-fused+compile"] = torch.compile(models["tritongemm-fused"], dynamic=False)
+    if not info.moe and "tritongemm-fused-rung6" in providers and _on_sm90(device):
+        models["tritongemm-fused-rung6"] = _gated_pairs_on(
+            tritongemm.patch(sharing_copy(base), fuse=True), "tma_persistent_pipelined"
+        )
     for provider, recipe in FP8_PROVIDERS.items():
         if provider in providers:  # its own fp8 copy of the weights; the model's parameters untouched
             models[provider] = tritongemm.patch(sharing_copy(base), fp8=recipe)
@@ -665,7 +686,8 @@ def format_table(rows: list[ModelRow]) -> str:
 TARGETS = {"tritongemm": ("torch", 1.0, PHASES), "tritongemm+compile": ("torch.compile", 1.0, PHASES)}
 TARGETS |= {p: ("torch", 1.3, ("prefill",)) for p in FP8_PROVIDERS}
 # A fused model's (issue 28): 1.05x eager torch in every phase; compiled, at least torch.compile's.
-TARGETS |= {"tritongemm-fused": ("torch", 1.05, PHASES), "tritongemm-fused+compile": ("torch.compile", 1.0, PHASES)}
+TARGETS |= {"tritongemm-fused": ("torch", 1.05, PHASES), "tritongemm-fused+compile": ("torch.compile", 1.0, PHASES),
+            "tritongemm-fused-rung6": ("torch", 1.05, PHASES)}  # fmt: skip
 # A MoE model's: 1.1x transformers' grouped experts, eager and compiled (issue 27).
 MOE_TARGETS = {
     "tritongemm": ("hf-grouped_mm", 1.1, PHASES),
