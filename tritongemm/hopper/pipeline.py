@@ -95,9 +95,10 @@ def issue_loads(
 ):
     """Request the A and B tiles of K-step `producer` (at column k) into its ring slot.
 
-    A B slot twice as tall as b_desc's box holds a gated pair (rung 9's GLU): the box of B's
-    columns from off_n (the gate projection's weight rows) above the box `up_rows` further on (the
-    up projection's), so one MMA yields both halves of the tile side by side."""
+    A B slot twice as tall as b_desc's box holds a gated pair (GLU on rungs 6 and 9, and in
+    grouped_ws.py): the box of B's columns from off_n (the gate projection's weight rows) above the
+    box `up_rows` further on (the up projection's), so one MMA yields both halves of the tile side
+    by side."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
     B_OWN_BARRIER: gl.constexpr = _b_has_own_barrier(ready, NUM_BUFFERS)
