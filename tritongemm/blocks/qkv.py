@@ -48,7 +48,7 @@ class _Kept:
 
 class QKVProjection(torch.nn.Module):
     """q_proj's place: the joined weight [q; k; v] (sum of out_features, in_features) and bias,
-    and q's output; k_proj and v_proj read through it (`shared`)."""
+    and q's output; k_proj and v_proj read through it (`install` puts all three in place)."""
 
     def __init__(self, q: torch.nn.Linear, k: torch.nn.Linear, v: torch.nn.Linear, kernel: str = "auto") -> None:
         super().__init__()
