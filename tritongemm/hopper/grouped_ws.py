@@ -34,7 +34,7 @@ from triton.language.core import _aggregate as aggregate
 
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue.kernels import gated_gl
-from tritongemm.hopper.descriptors import GL_DTYPES, _descriptor, bind
+from tritongemm.hopper.descriptors import GL_DTYPES, _descriptor, _view_reason, bind
 from tritongemm.hopper.mma import WGMMA, wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
     _SMEM_SLACK_BYTES,
@@ -290,20 +290,19 @@ def smem_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> in
 def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
     """Why this kernel can't take grouped_mm's row-group operands as they lie (None: it can): a
     row-major A and K-major weights (b (G, K, N) the transpose of contiguous (G, N, K) weights),
-    16-bit, rows on 16 bytes, sizes a descriptor takes."""
+    16-bit, each as TMA reads it (descriptors._view_reason)."""
     if a.dtype not in GL_DTYPES or b.dtype != a.dtype:
         return f"operands of {a.dtype} and {b.dtype}; it takes {list(GL_DTYPES)}, one dtype"
-    if a.stride(1) != 1 or a.stride(0) * a.element_size() % 16 or a.data_ptr() % 16:
-        return f"a needs rows on 16 bytes with unit column stride, but has strides {tuple(a.stride())}"
-    G, K, N = b.shape
-    if b.stride() != (N * K, 1, K) or b.data_ptr() % 16 or K * b.element_size() % 16:
+    reason = _view_reason("a", a)
+    if reason is not None:
+        return f"a needs rows on 16 bytes with unit column stride: {reason}"
+    weights = b.transpose(1, 2)
+    if not weights.is_contiguous():
         return (
-            f"b must be the transpose of contiguous (G, N, K) weights with rows on 16 bytes, but has shape "
-            f"{tuple(b.shape)} and strides {tuple(b.stride())}"
+            f"b must be the transpose of contiguous (G, N, K) weights, but has shape {tuple(b.shape)} and strides "
+            f"{tuple(b.stride())}"
         )
-    if max(a.shape[0], G * N) >= 2**31:
-        return "a dimension of 2**31 or more, past what a descriptor takes"
-    return None
+    return _view_reason("b's stacked weights", weights.reshape(-1, weights.shape[-1]))
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, config: MatmulConfig | None = None,
