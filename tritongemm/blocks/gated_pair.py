@@ -59,7 +59,7 @@ def _grouped_plan(activation: str):
 def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation: str):
     from tritongemm import checks, registry
     from tritongemm.hopper import gated_config
-    from tritongemm.hopper.descriptors import empty_output, tma_unsupported_reason
+    from tritongemm.hopper.descriptors import empty_output
     from tritongemm.ladder._host import sm_count
 
     info = registry.get(kernel)
@@ -68,14 +68,7 @@ def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation
     (M, K), N = rows.shape, weight.shape[0] // 2
     if M == 0 or N == 0 or K == 0:  # nothing to launch: act(0) * 0 is 0
         return lambda rows, weight: rows.new_zeros((M, N))
-    if not weight.is_contiguous():
-        raise ValueError(
-            f"gated_pair: {kernel} reads the weight's rows in place; expected a contiguous (2I, H) weight, "
-            f"but got strides {tuple(weight.stride())}"
-        )
-    reason = tma_unsupported_reason(rows, weight.T)
-    if reason is not None:
-        raise ValueError(f"gated_pair: {kernel} can't read the operands in place: {reason}")
+    # The rung's plan refuses what it can't read in place (pipeline.check_gated_pair, the descriptors).
     config = gated_config(kernel, M, N, K, sm_count(rows.device))
     c = empty_output(M, N, rows.dtype, rows.device)  # this call's, to plan on
     launch = info.plan(rows, weight.T, c, config, glu=activation)
