@@ -13,8 +13,6 @@ synchronization); a CPU `offs` is checked at once.
 
 from __future__ import annotations
 
-import threading
-
 import torch
 
 from tritongemm.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
@@ -165,21 +163,19 @@ def _check_offsets(offs: torch.Tensor, length: int) -> None:
         torch._assert_async(ok, message)
 
 
-_OFFSETS_CHECKS: dict = {}  # device index -> the check's launcher (one binary: nothing specialized)
-_OFFSETS_LOCK = threading.Lock()
-
-
 def _check_offsets_on_device(offs: torch.Tensor, length: int) -> None:
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
-
+    """The check's one launch; its launcher kept with the plans, one a device (nothing in the
+    kernel is specialized, so one binary serves every offs)."""
     length = min(length, 2**31 - 1)  # int32 offsets: a larger length admits every end they can hold
-    launch = _OFFSETS_CHECKS.get(offs.device.index)
+    key = ("grouped_mm offsets check", offs.device.index)
+    launch = PLANS.find_key(key)
     if launch is None:
+        from tritongemm.fast_launch import compile_launch
+        from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
+
         args = (offs, offs.shape[0], length)
         launch = compile_launch(_check_offsets_kernel, (1,), args, dict(BLOCK=OFFSETS_BLOCK, num_warps=4), offs.device)
-        with _OFFSETS_LOCK:
-            launch = _OFFSETS_CHECKS.setdefault(offs.device.index, launch)
+        PLANS.remember(key, launch)
     launch(offs, offs.shape[0], length)
 
 
