@@ -29,21 +29,38 @@ def why_not_fused(module: torch.nn.Module) -> str | None:
         return f"{name}: not a class known to compute down(act(gate(x)) * up(x))"
     if "forward" in module.__dict__ or any((module._forward_hooks, module._forward_pre_hooks)):
         return "its forward is replaced or hooked"
-    from tritongemm.nn import Linear
-
-    for proj in ("gate_proj", "up_proj", "down_proj"):
+    projections = ("gate_proj", "up_proj", "down_proj")
+    reason = _why_not_plain(module, projections)
+    if reason is not None:
+        return reason
+    for proj in projections:
         linear = getattr(module, proj)
-        if type(linear) not in (torch.nn.Linear, Linear) or linear.bias is not None:
-            return f"{proj} is {type(linear).__name__}{' with a bias' if linear.bias is not None else ''}"
-        if type(linear.weight.data) is not torch.Tensor:
-            return f"{proj} holds {type(linear.weight.data).__name__} weights"
-    if getattr(module.down_proj, "activation", None) is not None:
-        return "down_proj has an activation of its own"
+        if linear.bias is not None:
+            return f"{proj} is {type(linear).__name__} with a bias"
     if module.gate_proj.weight.dtype != module.up_proj.weight.dtype:
         return "gate_proj and up_proj differ in dtype"
     act = activation_of(getattr(module, "act_fn", None))
     if act not in GLU_ACTIVATIONS:
         return f"activation {type(getattr(module, 'act_fn', None)).__name__}: the epilogue computes {GLU_ACTIVATIONS}"
+    return None
+
+
+def _why_not_plain(module: torch.nn.Module, projections: tuple[str, ...]) -> str | None:
+    """Why one of `module`'s projections is not a plain linear whose weight a fused module can take
+    over (None: each is): exactly nn.Linear or tritongemm's, its forward neither replaced nor
+    hooked, plain-tensor weights, no activation of its own."""
+    from tritongemm.nn import Linear
+
+    for proj in projections:
+        linear = getattr(module, proj)
+        if type(linear) not in (torch.nn.Linear, Linear):
+            return f"{proj} is {type(linear).__name__}"
+        if any((linear._forward_hooks, linear._forward_pre_hooks)) or "forward" in linear.__dict__:
+            return f"{proj}'s forward is replaced or hooked"
+        if type(linear.weight.data) is not torch.Tensor:
+            return f"{proj} holds {type(linear.weight.data).__name__} weights"
+        if getattr(linear, "activation", None) is not None:
+            return f"{proj} has an activation of its own"
     return None
 
 
@@ -89,18 +106,10 @@ def why_not_qkv(module: torch.nn.Module) -> str | None:
     name = type(module).__name__
     if name not in QKV_ATTENTION_CLASSES:
         return f"{name}: not a class known to project one input by q_proj, k_proj and v_proj"
-    from tritongemm.nn import Linear
-
+    reason = _why_not_plain(module, QKV_NAMES)
+    if reason is not None:
+        return reason
     linears = [getattr(module, proj) for proj in QKV_NAMES]
-    for proj, linear in zip(QKV_NAMES, linears):
-        if type(linear) not in (torch.nn.Linear, Linear):
-            return f"{proj} is {type(linear).__name__}"
-        if any((linear._forward_hooks, linear._forward_pre_hooks)) or "forward" in linear.__dict__:
-            return f"{proj}'s forward is replaced or hooked"
-        if type(linear.weight.data) is not torch.Tensor:
-            return f"{proj} holds {type(linear.weight.data).__name__} weights"
-        if getattr(linear, "activation", None) is not None:
-            return f"{proj} has an activation of its own"
     q = linears[0]
     if any((linear.bias is None) != (q.bias is None) for linear in linears):
         return "some of q_proj, k_proj and v_proj have a bias and some not"
