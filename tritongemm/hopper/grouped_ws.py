@@ -40,6 +40,7 @@ from tritongemm.hopper.pipeline import (
     _SMEM_SLACK_BYTES,
     H100_SHARED_MEMORY_BYTES,
     barriers_per_slot,
+    c_tile_bytes,
     check_wgmma_tile,
     init_barriers,
     invalidate_barriers,
@@ -283,8 +284,7 @@ def default_config(rows: int, groups: int, gated: bool) -> MatmulConfig:
 
 def smem_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
     """The ring and C's staging tile (half the MMA's width for a gated pair), barriers aside."""
-    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
-    return config.num_stages * operand_stage_bytes(config, elem_bytes) + config.BLOCK_M * tile_n * elem_bytes
+    return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes, gated)
 
 
 def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:

@@ -372,8 +372,9 @@ def operand_stage_bytes(config: MatmulConfig, elem_bytes: int) -> int:
     return (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * elem_bytes
 
 
-def c_tile_bytes(config: MatmulConfig, elem_bytes: int) -> int:
-    return config.BLOCK_M * config.BLOCK_N * elem_bytes
+def c_tile_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
+    """C's tile: BLOCK_M x BLOCK_N, or half that width for a gated pair (act(gate) * up)."""
+    return config.BLOCK_M * config.BLOCK_N * elem_bytes // (2 if gated else 1)
 
 
 def sequential_smem_bytes(config: MatmulConfig, elem_bytes: int, c_elem_bytes: int | None = None) -> int:
@@ -431,7 +432,7 @@ def plan_ring(
     budget = smem_limit - _SMEM_SLACK_BYTES
     stages = config.num_stages
     b_slot = config.BLOCK_N * config.BLOCK_K * elem_bytes
-    own = stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes) // (2 if gated else 1)
+    own = stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes, gated)
     if own <= budget:
         return RingPlan(num_b_buffers=stages, steal_b=False, epi_split=1, smem_bytes=own)
     if gated:

@@ -308,13 +308,9 @@ def c_pieces(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
     when that fits beside the ring, else 2 (a half-tile buffer, stored one half after the other).
     A gated pair's C tile is half the MMA's width (act(gate) * up)."""
     ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
-    whole = ring + consumers * _c_tile_bytes(config, elem_bytes, gated)
+    whole = ring + consumers * c_tile_bytes(config, elem_bytes, gated)
     tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
     return 1 if whole <= smem_limit - _SMEM_SLACK_BYTES or tile_n < 32 else 2
-
-
-def _c_tile_bytes(config: MatmulConfig, elem_bytes: int, gated: bool) -> int:
-    return c_tile_bytes(config, elem_bytes) // (2 if gated else 1)
 
 
 def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
@@ -322,7 +318,7 @@ def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
     """The ring plus C's staging buffer of each consumer, all live for the whole program (barriers aside)."""
     pieces = c_pieces(config, elem_bytes, consumers, smem_limit, gated)
     ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
-    return ring + consumers * _c_tile_bytes(config, elem_bytes, gated) // pieces
+    return ring + consumers * c_tile_bytes(config, elem_bytes, gated) // pieces
 
 
 def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES,
@@ -344,7 +340,7 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
     budget = smem_limit - _SMEM_SLACK_BYTES
     need = smem_bytes(config, elem_bytes, consumers, smem_limit, gated)
     if need > budget:
-        c_halves = consumers * _c_tile_bytes(config, elem_bytes, gated) // 2
+        c_halves = consumers * c_tile_bytes(config, elem_bytes, gated) // 2
         fitting = (budget - c_halves) // operand_stage_bytes(config, elem_bytes)
         hint = f"num_stages <= {fitting}" if fitting >= 2 else "a smaller tile"
         raise ValueError(
