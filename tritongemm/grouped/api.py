@@ -197,18 +197,25 @@ class _GroupedMM(torch.autograd.Function):
         def mm(a, b, out_dtype, glu=None):
             return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu)
 
-        return *grouped_grads(grad, a, b, ctx.glu, ctx.needs_input_grad[:2], mm), None, None, None, None
+        def glu_grad(grad, pair, activation):  # one kernel where the torch expressions are seven
+            from tritongemm.epilogue.glu import glu_backward
+
+            return glu_backward(grad, pair, activation, a.dtype)
+
+        grads = grouped_grads(grad, a, b, ctx.glu, ctx.needs_input_grad[:2], mm, glu_grad)
+        return *grads, None, None, None, None
 
 
-def grouped_grads(grad, a, b, glu, needs, mm) -> tuple:
+def grouped_grads(grad, a, b, glu, needs, mm, glu_grad=None) -> tuple:
     """(grad_a, grad_b) of the row-group form (b 3-D) or the K-group form (b 2-D), with
     `mm(a, b, out_dtype, glu=None)` running grouped_mm on the call's offs (eager: the kernels;
     compiled: the operator). Each form is differentiated with the other, or itself:
         row groups  C = A @ B[g]          dA = dC @ B[g]^T (rows),   dB[g] = A_g^T dC_g (K groups, on A^T)
         K groups    C[g] = A_g @ B_g      dA^T = B @ dC[g]^T (rows), dB = A^T @ dC[g] (rows)
-    A gated pair's gradient is [gate; up]'s, from the pair recomputed."""
+    A gated pair's gradient is [gate; up]'s, from the pair recomputed in fp32, by `glu_grad(grad,
+    pair, activation)` (default: torch expressions, which the compiled operator's backward traces)."""
     if glu is not None:
-        grad = _glu_backward(grad, mm(a, b, torch.float32), glu)
+        grad = (glu_grad or _glu_backward)(grad, mm(a, b, torch.float32), glu)
     grad = grad.to(a.dtype)
     grad_a = grad_b = None
     if b.dim() == 3:
