@@ -57,19 +57,28 @@ def test_gated_mlp_computes_the_block(activation, dtype):
     assert rel_error(y, unfused(x, mlp.gate_weight, mlp.up_weight, mlp.down_proj.weight, activation, residual)) <= bound
 
 
-def test_gated_mlp_gradients_match_torch():
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
+def test_gated_mlp_gradients_match_torch(activation, dtype):
+    """The training path (_GatedPair): the pair kept from one GEMM, gated and differentiated by
+    epilogue/glu.py's kernels; odd rows and an intermediate size off every tile."""
     H, inner = 32, 24
-    mlp = GatedMLP(H, inner, "silu", device=DEVICE)
-    x = rand(11, H, seed="x").requires_grad_()
-    weights = rand(11, H, seed="w")
-    (mlp(x) * weights).sum().backward()
+    mlp = GatedMLP(H, inner, activation, device=DEVICE, dtype=dtype)
+    with torch.no_grad():
+        mlp.gate_up_weight.mul_(4)  # unit-scale pairs, so that the activation bends
+    x = rand(11, H, dtype=dtype, seed="x").requires_grad_()
+    weights = rand(11, H, dtype=dtype, seed="w")
+    y = mlp(x)
+    (y * weights).sum().backward()
     x64 = x.detach().double().requires_grad_()
     params = [p.detach().double().requires_grad_() for p in (mlp.gate_up_weight, mlp.down_proj.weight)]
     gate, up = params[0].chunk(2)
-    (unfused(x64, gate, up, params[1], "silu") * weights.double()).sum().backward()
-    bound = tolerance(torch.float32, 64)
-    assert rel_error(x.grad, x64.grad) <= bound
-    assert rel_error(mlp.gate_up_weight.grad, params[0].grad) <= bound
+    expected = unfused(x64, gate, up, params[1], activation)
+    (expected * weights.double()).sum().backward()
+    bound = 2 * tolerance(dtype, 64)  # two GEMMs, the second on the first's rounded output
+    assert rel_error(y, expected) <= bound
+    assert rel_error(x.grad, x64.grad) <= 2 * bound
+    assert rel_error(mlp.gate_up_weight.grad, params[0].grad) <= 2 * bound
     assert rel_error(mlp.down_proj.weight.grad, params[1].grad) <= bound
 
 
@@ -321,15 +330,32 @@ def test_patch_fuse_on_transformers_models(architecture):
     assert model.tritongemm_patch_report.fused == [] and model.tritongemm_patch_report.fused_qkv == []
 
 
-@pytest.mark.parametrize("dtype", [torch.float32], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if ON_GPU else [torch.float32], ids=str)
 def test_gated_mlp_under_torch_compile(dtype):
+    """Training traces the pair's GEMM (the `mm` operator) and the gating in torch; inference the
+    `gated_pair` operator. Both against the eager module, gradients too."""
     mlp = GatedMLP(32, 24, "silu", device=DEVICE, dtype=dtype)
     x = rand(6, 32, dtype=dtype, seed="c").requires_grad_()
     compiled = torch.compile(mlp, fullgraph=True, backend="inductor" if ON_GPU else "aot_eager")
+    bound = 2 * tolerance(dtype, 32)
     y = compiled(x)
     y.sum().backward()
-    assert rel_error(y, mlp(x).double()) <= tolerance(dtype, 32)
-    assert x.grad is not None and torch.isfinite(x.grad).all()
+    grads = x.grad, mlp.gate_up_weight.grad
+    x.grad = mlp.gate_up_weight.grad = None
+    expected = mlp(x)
+    expected.sum().backward()
+    assert rel_error(y, expected.double()) <= bound
+    assert rel_error(grads[0], x.grad.double()) <= 2 * bound
+    assert rel_error(grads[1], mlp.gate_up_weight.grad.double()) <= 2 * bound
+    with torch.no_grad():
+        assert rel_error(compiled(x), expected.double()) <= bound
+
+
+def test_the_gated_pair_operator_refuses_a_backward():
+    weight = rand(16, 8, seed="op").requires_grad_()
+    h = torch.ops.tritongemm.gated_pair(rand(3, 8, seed="rows"), weight, "silu")
+    with pytest.raises(RuntimeError, match="tritongemm::gated_pair has no backward"):
+        h.sum().backward()
 
 
 def test_the_state_dict_halves_share_no_storage(tmp_path):

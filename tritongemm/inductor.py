@@ -58,6 +58,10 @@ def direct_grouped_mm(a, b, offs=None, out_dtype=None, glu=None):
     return ops._grouped_mm(a, b, offs, out_dtype, glu)
 
 
+def direct_gated_pair(rows, weight, activation, kernel_name="auto"):
+    return ops._gated_pair(rows, weight, activation, kernel_name)
+
+
 def _install() -> None:
     from torch._inductor import ir
     from torch._inductor.lowering import constrain_to_fx_strides, fallback_handler, register_lowering
@@ -118,6 +122,11 @@ def _install() -> None:
         ),
     )
     lower_to(ops.grouped_mm, "direct_grouped_mm", _grouped_output)
+    lower_to(
+        ops.gated_pair,
+        "direct_gated_pair",
+        lambda rows, weight, *_: (rows.get_dtype(), [rows.get_size()[0], weight.get_size()[0] // 2]),
+    )
 
 
 def _grouped_output(a, b, offs, out_dtype, glu):

@@ -1,5 +1,5 @@
-"""tritongemm as PyTorch operators: `torch.ops.tritongemm.mm` and `torch.ops.tritongemm.linear`,
-registered with `torch.library`.
+"""tritongemm as PyTorch operators: `torch.ops.tritongemm.mm`, `.linear`, `.grouped_mm` and
+`.gated_pair`, registered with `torch.library`.
 
 What `torch.compile` needs to put a tritongemm GEMM into a graph: an operator with a schema, a
 fake implementation that gives the output's shape, strides and dtype without running anything
@@ -272,3 +272,41 @@ def _grouped_backward(ctx, grad):
 
 
 _register_autograd(grouped_mm, _grouped_mm, _setup_grouped_context, _grouped_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# gated_pair: act(x @ gate.T) * (x @ up.T) in one GEMM (blocks/gated_pair.py), for inference
+# ----------------------------------------------------------------------------------------------
+
+
+_LIB.define("gated_pair(Tensor rows, Tensor weight, str activation, str kernel_name='auto') -> Tensor")
+
+
+def _gated_pair(rows, weight, activation, kernel_name="auto"):
+    from tritongemm.blocks.gated_pair import gated_pair as run
+
+    h = run(rows, weight, activation, kernel_name)
+    return h if h.is_contiguous() else h.contiguous()  # as the fake says: a rung may pad C's rows
+
+
+_LIB.impl("gated_pair", _gated_pair, "CompositeExplicitAutograd")
+gated_pair = torch.ops.tritongemm.gated_pair.default
+
+
+@torch.library.register_fake("tritongemm::gated_pair", lib=_LIB)
+def _gated_pair_fake(rows, weight, activation, kernel_name="auto"):
+    _install_lowerings()
+    return rows.new_empty((rows.shape[0], weight.shape[0] // 2))
+
+
+def _setup_gated_context(ctx, inputs, output):
+    pass
+
+
+def _gated_backward(ctx, grad):
+    # GatedMLP traces the pair's GEMM (`mm`) and the gating in torch when autograd records: the
+    # gated kernel never keeps the pair a backward needs.
+    raise RuntimeError("tritongemm::gated_pair has no backward: call it where no gradient is recorded")
+
+
+_register_autograd(gated_pair, _gated_pair, _setup_gated_context, _gated_backward)

@@ -6,12 +6,12 @@ N axis holds [gate; up]; its epilogue computes act(g) * u from the two fp32 tile
 once (gated_pair.py: `grouped_mm`'s row-group kernel over a single group, or rung 6's or 9's
 gated epilogue), so the M x 2I product never reaches memory and the elementwise kernels
 disappear. The down projection is `tritongemm.linear`, which takes the block's residual add in
-its store. The backward recomputes
-the pair (the same gated kernel, fp32 out, without the gating), and the gradients of x and of the
-joined weight are two dense GEMMs through `tritongemm.matmul` (`_GatedPair`): the one group's
-rows are all the rows, which grouped_mm's own backward can't know without reading offs on the
-device, so it took them through the K-group kernels (grouped/api.py `grouped_grads`), which are
-not persistent. Under torch.compile the operator's backward serves, as before.
+its store. When autograd records, the forward keeps the pair instead (`_GatedPair`): one GEMM
+writes [g | u] and one elementwise kernel gates it, so the backward needs no GEMM of its own to
+get it back; the gradients of x and of the joined weight are two dense GEMMs through
+`tritongemm.matmul`. Under torch.compile the same, traced: the pair's GEMM is the `mm` operator,
+its gating torch's, which Inductor fuses (forward and backward) into one kernel each; without
+autograd the `gated_pair` operator runs the gated kernel.
 
 The module holds one (2I, H) weight, `gate_up_weight`, and shows its halves as views
 (`gate_weight`, `up_weight`); its state_dict has transformers' keys (`gate_proj.weight`,
@@ -24,10 +24,10 @@ import math
 
 import torch
 
-from tritongemm import fused
-from tritongemm.blocks.gated_pair import GATED_RUNGS, gated_pair, one_group
-from tritongemm.epilogue import GLU_ACTIVATIONS
-from tritongemm.grouped.api import _glu_backward, direct, grouped_mm_of_counts
+from tritongemm import fused, ops
+from tritongemm.api import matmul
+from tritongemm.blocks.gated_pair import GATED_RUNGS, gated_pair
+from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
 
 
 class GatedMLP(torch.nn.Module):
@@ -46,6 +46,7 @@ class GatedMLP(torch.nn.Module):
         from tritongemm.nn import Linear
 
         self.hidden_size, self.intermediate_size, self.activation = hidden_size, intermediate_size, activation
+        self.kernel = kernel  # the training forward's pair GEMM's
         self.pair_kernel = kernel if kernel in GATED_RUNGS else "auto"
         self.gate_up_weight = torch.nn.Parameter(torch.empty(2 * intermediate_size, hidden_size, device=device,
                                                              dtype=dtype))  # fmt: skip
@@ -83,13 +84,15 @@ class GatedMLP(torch.nn.Module):
         lead, hidden = x.shape[:-1], x.shape[-1]
         rows = x.reshape(-1, hidden)
         weight = self.gate_up_weight
-        if torch.compiler.is_compiling():  # the operator, with its fake and its backward
-            # [gate; up] as grouped_mm's b over one group: (1, H, 2I), a view of the (2I, H) weight.
-            b = weight.t().unsqueeze(0)
-            h = grouped_mm_of_counts(rows, b, one_group(rows.shape[0], rows.device), None, self.activation,
-                                     offs_from_counts=True)  # fmt: skip
-        elif torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad):
-            h = _GatedPair.apply(rows, weight, self.activation, self.pair_kernel)
+        records = torch.is_grad_enabled() and (rows.requires_grad or weight.requires_grad)
+        if torch.compiler.is_compiling():
+            if records:  # the pair's GEMM as the `mm` operator, its gating left to Inductor to fuse
+                gate, up = matmul(rows, weight.t(), kernel=self.kernel).chunk(2, dim=-1)
+                h = activate_torch(gate, self.activation) * up
+            else:
+                h = ops.gated_pair(rows, weight, self.activation, self.pair_kernel)
+        elif records:
+            h = _GatedPair.apply(rows, weight, self.activation, self.kernel)
         else:
             h = gated_pair(rows, weight, self.activation, self.pair_kernel)
         if residual is not None:
@@ -103,24 +106,29 @@ class GatedMLP(torch.nn.Module):
 
 
 class _GatedPair(torch.autograd.Function):
-    """h = act(x @ gate.T) * (x @ up.T), the weight [gate; up] (2I, H): forward the gated kernel,
-    backward the pair recomputed in fp32 and two dense GEMMs, d[gate; up] @ W for dx and
-    d[gate; up]^T @ x for dW (a transposed A: the weight-gradient layout, `tn`)."""
+    """h = act(x @ gate.T) * (x @ up.T), the weight [gate; up] (2I, H), when autograd records:
+    the pair [g | u] (M, 2I) is one GEMM and is kept for the backward, h one elementwise kernel
+    (epilogue/glu.py); the backward is one more of those for d[g | u], then two dense GEMMs,
+    d[g | u] @ W for dx and d[g | u]^T @ x for dW (a transposed A: the weight-gradient layout,
+    `tn`). Keeping the pair costs what torch's unfused block keeps (g, u and act(g)); recomputing
+    it, as this did before, cost a third GEMM and 1.5 ms of 4.9 at 2048 tokens of Llama-3-8B."""
 
     @staticmethod
     def forward(ctx, rows, weight, activation, kernel):
-        ctx.save_for_backward(rows, weight)
+        from tritongemm.epilogue.glu import glu_forward  # imports Triton: not at tritongemm's import
+
+        pair = matmul(rows, weight.t(), kernel=kernel)
+        ctx.save_for_backward(rows, weight, pair)
         ctx.activation = activation
-        return gated_pair(rows, weight, activation, kernel)
+        return glu_forward(pair, activation)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        from tritongemm.api import matmul
+        from tritongemm.epilogue.glu import glu_backward
 
-        rows, weight = ctx.saved_tensors
-        pair = direct(rows, weight.t().unsqueeze(0), one_group(rows.shape[0], rows.device), torch.float32, None)
-        d_pair = _glu_backward(grad, pair, ctx.activation).to(rows.dtype)
+        rows, weight, pair = ctx.saved_tensors
+        d_pair = glu_backward(grad, pair, ctx.activation, rows.dtype)
         grad_rows = matmul(d_pair, weight) if ctx.needs_input_grad[0] else None
         grad_weight = matmul(d_pair.t(), rows).to(weight.dtype) if ctx.needs_input_grad[1] else None
         return grad_rows, grad_weight, None, None
