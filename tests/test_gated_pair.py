@@ -155,3 +155,19 @@ def test_gated_pair(kernel, case, activation, num_programs, dtype):
     spec = dict(M=case.M, N=case.N, K=case.K, layout=case.layout, config=config, dtype=str(dtype), kernel=kernel,
                 glu=activation, num_programs=num_programs)  # fmt: skip
     run_isolated(spec, module="test_gated_pair")
+
+
+@gpu
+def test_auto_takes_the_measured_kernel_for_m_rows():
+    """blocks/gated_pair._auto_kernel: the row-group kernel below RUNG6_FROM_ROWS rows or where TMA
+    can't read the operands in place, rung 6 up to RUNG9_FROM_ROWS, rung 9 from there."""
+    from tritongemm.blocks import gated_pair as module
+
+    weight = torch.empty(2 * 96, 64, dtype=torch.bfloat16, device="cuda")
+    pipelined, warped = module.GATED_RUNGS
+    six, nine = module.RUNG6_FROM_ROWS, module.RUNG9_FROM_ROWS
+    for M, expected in ((1, "auto"), (six - 1, "auto"), (six, pipelined), (nine - 1, pipelined), (nine, warped)):
+        rows = torch.empty(M, 64, dtype=torch.bfloat16, device="cuda")
+        assert module._auto_kernel(rows, weight) == expected, M
+    rows = torch.empty(4096, 65, dtype=torch.bfloat16, device="cuda")[:, :63]  # rows of 130 bytes: no TMA
+    assert module._auto_kernel(rows, torch.empty(192, 63, dtype=torch.bfloat16, device="cuda")) == "auto"

@@ -5,11 +5,10 @@ The kernels that compute it:
   * rungs 6 and 9 (`tma_persistent_pipelined`, `tma_warp_specialized`; Hopper, 16-bit operands
     TMA can read in place): each tile's B slot holds the gate's rows above the up projection's
     (pipeline.issue_loads), one WGMMA yields both halves side by side, and the epilogue stores
-    act(gate) * up (epilogue/kernels.py `gated_gl`). Compiled for sm_90 in CI; NOT YET RUN on a
-    GPU, so "auto" does not take them: ask for one by name until the H100 has checked and
-    measured them;
+    act(gate) * up (epilogue/kernels.py `gated_gl`);
   * grouped_mm's row-group kernel over one group (grouped/kernels.py, `tl`: any GPU, the
-    interpreter), two accumulators per tile. What "auto" runs.
+    interpreter), two accumulators per tile.
+"auto" takes the one measured fastest for M rows (`_auto_kernel`).
 
 A plan per problem (every fact it reads in its key), built once and kept in plan.PLANS with the
 other plans; later calls allocate the output and launch.
@@ -24,11 +23,18 @@ from tritongemm.plan import PLANS, tensor_facts
 GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
 KERNELS = ("auto", *GATED_RUNGS)
 
+# "auto" by M, from results/h100/mlp.csv (H100, bf16, Llama-3-8B's and Qwen2-7B's MLPs, kernel
+# time over torch's unfused block): the row-group kernel at 1 and 16 rows (0.93-1.04; rung 6
+# 0.83-0.94), rung 6 at 128 (1.03-1.09; row-group 0.86-1.03), rung 9 at 2048 and 8192 (1.06-1.17;
+# rung 6 1.02-1.18, row-group 0.87-0.99). The switches sit between the measured sizes.
+RUNG6_FROM_ROWS = 64
+RUNG9_FROM_ROWS = 1024
+
 
 def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str = "auto") -> torch.Tensor:
     """act(rows @ weight[:I].T) * (rows @ weight[I:].T): rows (M, H), weight (2I, H) -> (M, I) in
-    rows' dtype. `kernel`: "auto" (the row-group kernel, for now), or "tma_persistent_pipelined"
-    or "tma_warp_specialized" (rung 6's or 9's gated epilogue; raises where it can't run). The
+    rows' dtype. `kernel`: "auto" (`_auto_kernel`), or "tma_persistent_pipelined" or
+    "tma_warp_specialized" (rung 6's or 9's gated epilogue; raises where it can't run). The
     caller checks shapes and dtypes (GatedMLP does)."""
     key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight))
     call = PLANS.find_key(key)
@@ -42,9 +48,26 @@ def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str
     """`call(rows, weight) -> h` for operands like these."""
     if kernel not in KERNELS:
         raise ValueError(f"gated_pair: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    if kernel == "auto":
+        kernel = _auto_kernel(rows, weight)
     if kernel in GATED_RUNGS:
         return _rung_plan(kernel, rows, weight, activation)
     return _grouped_plan(activation)
+
+
+def _auto_kernel(rows: torch.Tensor, weight: torch.Tensor) -> str:
+    """A gated rung for M rows where the H100 measured one faster and it can read the operands in
+    place (an sm_90 GPU, 16-bit operands, TMA's alignment); otherwise "auto", the row-group kernel."""
+    from tritongemm import device_info
+    from tritongemm.hopper.descriptors import empty_output, tma_unsupported_reason
+
+    M = rows.shape[0]
+    if M < RUNG6_FROM_ROWS or rows.device.type != "cuda" or device_info.capability(rows.device) != (9, 0):
+        return "auto"
+    c = empty_output(M, weight.shape[0] // 2, rows.dtype, rows.device)
+    if tma_unsupported_reason(rows, weight.T, c) is not None:
+        return "auto"
+    return GATED_RUNGS[1] if M >= RUNG9_FROM_ROWS else GATED_RUNGS[0]
 
 
 def _grouped_plan(activation: str):
