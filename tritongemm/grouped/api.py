@@ -313,9 +313,10 @@ def _plan(a, b, offs, out_dtype, form, glu, tile):
 
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:
     """grouped_mm's row-group form (a 2-D, b (G, K, N) the transpose of contiguous (G, N, K)
-    weights) on the Hopper Gluon kernel (hopper/grouped_ws.py), planned once per geometry. Compiled
-    for sm_90 in CI and NOT YET RUN on a GPU, so grouped_mm does not take it: this entry point is
-    for its tests and `bench grouped`. `glu`: b's N holds [gate; up] per group, as grouped_mm's."""
+    weights) on the Hopper Gluon kernel (hopper/grouped_ws.py), planned once per geometry. Checked
+    and timed on the H100 (docs/grouped.md): slower than the row-group kernel on most MoE shapes, so
+    grouped_mm does not take it; this entry point is for its tests and `bench grouped`. `glu`: b's N
+    holds [gate; up] per group, as grouped_mm's."""
     form = check_grouped(a, b, offs, None)
     if form != "m" or glu not in (None, *GLU_ACTIVATIONS):
         raise ValueError(f"grouped_mm_ws: the row-group form (a 2-D, b 3-D) and glu None or one of {GLU_ACTIVATIONS}")

@@ -159,7 +159,7 @@ def gated_config(kernel: str, M: int, N: int, K: int, num_sms: int) -> MatmulCon
     """Rung 6's or 9's default for a gated pair with C (M, N) (pure): the rung's rule on the MMA's
     M x 2N, whose tiles are C's; on the big tile with 4 slots, since C's tile is half the MMA's
     width (4 x 48 KB + 32 KB fits 227 KB, C in a buffer of its own). From the plain GEMM's
-    measurements: the gated kernels are not yet measured."""
+    measurements (bench mlp times the gated kernels on these, docs/blocks.md; not tuned apart)."""
     config = RULES[kernel](M, 2 * N, K, num_sms)
     return BIG_TILE if config.BLOCK_N == BIG_TILE.BLOCK_N else config
 

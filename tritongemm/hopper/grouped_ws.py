@@ -21,7 +21,7 @@ The store. A TMA store writes whole boxes, and a box can't stop at a group's las
 finished tile goes through shared memory and out with masked stores, a few rows at a time (rows
 below the group's end, columns below N), coalesced: each thread writes 16 bytes of a row.
 
-Compiled for sm_90 in CI; not yet run on a GPU (grouped/api.py does not dispatch to it yet).
+Checked and timed on the H100 (docs/grouped.md); grouped_mm does not take it: slower on most rows.
 """
 
 # No `from __future__ import annotations`: aggregates check field types against real annotations.

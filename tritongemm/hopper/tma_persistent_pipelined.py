@@ -18,7 +18,7 @@ Blackwell, where C is always staged whole (docs/blackwell.md; compiled for sm_10
 
 A gated pair (`glu`, blocks/gated_pair.py; WGMMA): as in rung 9, each B slot holds the gate's box
 above the up projection's and the epilogue stores act(gate) * up, half the MMA's width, from a C
-buffer of its own (never B's slots). Compiled for sm_90, not yet run.
+buffer of its own (never B's slots). Checked and timed on the H100 (docs/blocks.md).
 """
 
 import torch
