@@ -288,7 +288,8 @@ def test_bmm_of_empty_groups():
 @pytest.mark.parametrize("glu", ["silu", "gelu", "gelu_tanh"])
 def test_the_gated_pair_in_the_epilogue(glu):
     """b's columns [gate; up]: glu(a @ gate) * (a @ up) in one kernel, against the fp64 reference;
-    its gradients against torch's through the unfused ops."""
+    with autograd recording, the pair kept from one grouped GEMM and gated apart (_GroupedPair),
+    its output and gradients against torch's through the unfused ops."""
     from tritongemm.epilogue import activate_torch
 
     sizes = (9, 0, 14)
@@ -298,7 +299,9 @@ def test_the_gated_pair_in_the_epilogue(glu):
     check(y, reference_grouped_mm(a, b, offs, glu=glu), torch.float32, 16)
     a.requires_grad_(), b.requires_grad_()
     weights = rand(26, 12, seed="w")
-    (tritongemm.grouped_mm(a, b, offs, glu=glu) * weights).sum().backward()
+    y = tritongemm.grouped_mm(a, b, offs, glu=glu)
+    check(y, reference_grouped_mm(a, b, offs, glu=glu), torch.float32, 16)
+    (y * weights).sum().backward()
     a64, b64 = a.detach().double().requires_grad_(), b.detach().double().requires_grad_()
     gate, up = _grouped_in_torch(a64, b64, offs).chunk(2, dim=-1)
     (activate_torch(gate, glu) * up * weights.double()).sum().backward()

@@ -62,11 +62,15 @@ def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) 
 
         return ops.grouped_mm(a, b, offs, out_dtype, glu)
     out_dtype = out_dtype or a.dtype
+    if not (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):  # no autograd Function's cost
+        return direct(a, b, offs, out_dtype, glu)
     if form == "batched":  # groups of a's M rows each: the M form on a's rows in one run
         G, M, K = a.shape
         ends = torch.arange(1, G + 1, dtype=torch.int32, device=a.device) * M
-        return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m", None).view(G, M, b.shape[2])
-    return _GroupedMM.apply(a, b, offs, out_dtype, form, glu)
+        return _GroupedMM.apply(a.reshape(G * M, K), b, ends, out_dtype, "m").view(G, M, b.shape[2])
+    if glu is None:
+        return _GroupedMM.apply(a, b, offs, out_dtype, form)
+    return _GroupedPair.apply(a, b, offs, out_dtype, glu)
 
 
 def direct(a, b, offs, out_dtype, glu) -> torch.Tensor:
@@ -180,42 +184,68 @@ def _check_offsets_on_device(offs: torch.Tensor, length: int) -> None:
 
 
 class _GroupedMM(torch.autograd.Function):
-    """Eager autograd for grouped_mm; under torch.compile the operator's serves (ops.py). Both
-    take their gradients from `grouped_grads`."""
+    """Eager autograd for grouped_mm without a gated pair; under torch.compile the operator's
+    serves (ops.py). Both take their gradients from `grouped_grads`."""
 
     @staticmethod
-    def forward(ctx, a, b, offs, out_dtype, form, glu):
+    def forward(ctx, a, b, offs, out_dtype, form):
         ctx.save_for_backward(a, b, offs)
-        ctx.glu = glu
-        return _launch(a, b, offs, out_dtype, form, glu)
+        return _launch(a, b, offs, out_dtype, form)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
         a, b, offs = ctx.saved_tensors
-
-        def mm(a, b, out_dtype, glu=None):
-            return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu)
-
-        def glu_grad(grad, pair, activation):  # one kernel where the torch expressions are seven
-            from tritongemm.epilogue.glu import glu_backward
-
-            return glu_backward(grad, pair, activation, a.dtype)
-
-        grads = grouped_grads(grad, a, b, ctx.glu, ctx.needs_input_grad[:2], mm, glu_grad)
-        return *grads, None, None, None, None
+        grads = grouped_grads(grad, a, b, None, ctx.needs_input_grad[:2], _mm_on(offs))
+        return *grads, None, None, None
 
 
-def grouped_grads(grad, a, b, glu, needs, mm, glu_grad=None) -> tuple:
+class _GroupedPair(torch.autograd.Function):
+    """Eager autograd for a gated pair (row groups): the pair [g | u] as one grouped GEMM, kept
+    for the backward, and gated by one elementwise kernel (epilogue/glu.py); the backward is one
+    more such kernel for d[g | u], then the plain form's gradients. Recomputing the pair instead
+    (the fused kernel never writes it) cost a third grouped GEMM in fp32 and seven torch kernels,
+    as GatedMLP measured it (docs/blocks.md)."""
+
+    @staticmethod
+    def forward(ctx, a, b, offs, out_dtype, glu):
+        from tritongemm.epilogue.glu import glu_forward
+
+        pair = _launch(a, b, offs, out_dtype, "m")
+        ctx.save_for_backward(a, b, offs, pair)
+        ctx.glu = glu
+        return glu_forward(pair, glu)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        from tritongemm.epilogue.glu import glu_backward
+
+        a, b, offs, pair = ctx.saved_tensors
+        d_pair = glu_backward(grad, pair, ctx.glu, a.dtype)
+        grads = grouped_grads(d_pair, a, b, None, ctx.needs_input_grad[:2], _mm_on(offs))
+        return *grads, None, None, None
+
+
+def _mm_on(offs):
+    """`mm(a, b, out_dtype, glu=None)`: eager grouped_mm on these offs, in the form b's rank says."""
+
+    def mm(a, b, out_dtype, glu=None):
+        return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu)
+
+    return mm
+
+
+def grouped_grads(grad, a, b, glu, needs, mm) -> tuple:
     """(grad_a, grad_b) of the row-group form (b 3-D) or the K-group form (b 2-D), with
     `mm(a, b, out_dtype, glu=None)` running grouped_mm on the call's offs (eager: the kernels;
     compiled: the operator). Each form is differentiated with the other, or itself:
         row groups  C = A @ B[g]          dA = dC @ B[g]^T (rows),   dB[g] = A_g^T dC_g (K groups, on A^T)
         K groups    C[g] = A_g @ B_g      dA^T = B @ dC[g]^T (rows), dB = A^T @ dC[g] (rows)
-    A gated pair's gradient is [gate; up]'s, from the pair recomputed in fp32, by `glu_grad(grad,
-    pair, activation)` (default: torch expressions, which the compiled operator's backward traces)."""
+    A gated pair's gradient (the compiled operator's) is [gate; up]'s, from the pair recomputed
+    in fp32 and torch expressions, which Inductor fuses; eager calls keep the pair (_GroupedPair)."""
     if glu is not None:
-        grad = (glu_grad or _glu_backward)(grad, mm(a, b, torch.float32), glu)
+        grad = _glu_backward(grad, mm(a, b, torch.float32), glu)
     grad = grad.to(a.dtype)
     grad_a = grad_b = None
     if b.dim() == 3:
