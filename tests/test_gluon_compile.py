@@ -111,6 +111,18 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_gated()
     if kernel == "grouped_ws":
         return _compile_grouped_ws()
+    if kernel == "glu":
+        from tritongemm.epilogue.glu import BLOCK, _glu_backward_kernel, _glu_forward_kernel
+
+        pair, grad = torch.empty(8, 2 * 4096, dtype=torch.bfloat16), torch.empty(8, 4096, dtype=torch.bfloat16)
+        results = []
+        for activation in ("silu", "gelu", "gelu_tanh"):
+            meta = dict(ACTIVATION=activation, BLOCK=BLOCK, num_warps=4, grid=(8, 4))
+            forward = _glu_forward_kernel.warmup(pair, grad, 4096, 8192, 4096, **meta)
+            backward = _glu_backward_kernel.warmup(grad, pair, pair, 4096, 4096, 8192, 8192, **meta)
+            for compiled in (forward, backward):
+                results.append(dict(case=activation, ptx=compiled.asm["ptx"], **_ptxas(compiled.asm["ptx"])))
+        return results
     if kernel == "offsets_check":
         from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
 
@@ -417,6 +429,18 @@ def test_the_offsets_check_compiles_its_device_assert_for_sm90():
         f"{int(c):02x}" for c in re.findall(r"\b(\d+)\b", " ".join(
             line for line in result["ptx"].splitlines() if ".global .align 1 .b8" in line))
     )).decode("latin-1"), "the message is not in the PTX"  # fmt: skip
+
+
+def test_the_glu_kernels_compile_to_16_byte_accesses():
+    """epilogue/glu.py's elementwise kernels, bound by memory: every load and store of a bf16 row
+    with 16-byte alignment is one 16-byte access per thread (8 elements), and nothing spills."""
+    results = compile_kernel("glu")
+    assert len(results) == 6
+    for result in results:
+        ptx = result["ptx"]
+        scalar = re.findall(r"(?:ld|st)\.global(?:\.\w+)*\.b16 ", ptx)
+        assert "ld.global.v4.b32" in ptx and "st.global.v4.b32" in ptx and not scalar, result["case"]
+        assert result["spilled"] == 0, result["case"]
 
 
 def _aligned(nbytes: int) -> int:

@@ -45,16 +45,23 @@ def _activation_grad_tl(y, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _glu_forward_kernel(
-    pair_ptr, h_ptr,  # (M, 2I), (M, I)
-    width, stride_pm, stride_hm,
-    ACTIVATION: tl.constexpr, BLOCK: tl.constexpr,
-):  # fmt: skip
+def _load_pair(pair_ptr, width, stride_pm, BLOCK: tl.constexpr):
+    """This program's row and columns, their mask, and g and u there in fp32."""
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < width
     g = tl.load(pair_ptr + row * stride_pm + cols, mask=mask).to(tl.float32)
     u = tl.load(pair_ptr + row * stride_pm + width + cols, mask=mask).to(tl.float32)
+    return row, cols, mask, g, u
+
+
+@triton.jit
+def _glu_forward_kernel(
+    pair_ptr, h_ptr,  # (M, 2I), (M, I)
+    width, stride_pm, stride_hm,
+    ACTIVATION: tl.constexpr, BLOCK: tl.constexpr,
+):  # fmt: skip
+    row, cols, mask, g, u = _load_pair(pair_ptr, width, stride_pm, BLOCK)
     h = _activate_tl(g, ACTIVATION) * u
     tl.store(h_ptr + row * stride_hm + cols, h.to(h_ptr.dtype.element_ty), mask=mask)
 
@@ -65,12 +72,8 @@ def _glu_backward_kernel(
     width, stride_gm, stride_pm, stride_dm,
     ACTIVATION: tl.constexpr, BLOCK: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < width
+    row, cols, mask, g, u = _load_pair(pair_ptr, width, stride_pm, BLOCK)
     dh = tl.load(grad_ptr + row * stride_gm + cols, mask=mask).to(tl.float32)
-    g = tl.load(pair_ptr + row * stride_pm + cols, mask=mask).to(tl.float32)
-    u = tl.load(pair_ptr + row * stride_pm + width + cols, mask=mask).to(tl.float32)
     d_g = dh * u * _activation_grad_tl(g, ACTIVATION)
     d_u = dh * _activate_tl(g, ACTIVATION)
     tl.store(d_ptr + row * stride_dm + cols, d_g.to(d_ptr.dtype.element_ty), mask=mask)
