@@ -1,8 +1,11 @@
 """Probe: which tile serves the row-group kernel (grouped_mm's MoE forward) best on this GPU, on
 `bench grouped`'s problems, beside torch._grouped_mm, kernel-only (measure.check_then_time's
 "graph" timing). Each candidate is checked against the fp64 reference first. Feeds grouped/api.py's _GPU_TILES.
+`--form k`: the K-group kernel instead, on the weight gradients of the same layers at training
+sizes (dW[g] = A_g^T dC_g, A (rows, k), dC (rows, n), the groups along the rows), beside
+torch._grouped_mm on the same operands: the backward an MoE training step spends most in.
 
-    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv
+    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k]
 """
 
 from __future__ import annotations
@@ -43,19 +46,23 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
+    parser.add_argument("--form", choices=("m", "k"), default="m", help="m: the MoE forward; k: its weight gradient")
     args = parser.parse_args()
+    problems = SUITE if args.form == "m" else [p for p in SUITE if p.tokens >= 2048]
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["experts", "tokens", "topk", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch",
                          "rel_err", "status"])  # fmt: skip
-        for p in SUITE:
+        for p in problems:
             a, b, offs = operands(p, "cuda")
+            if args.form == "k":  # A^T (k, rows) and a gradient dC (rows, n): the K groups are the rows
+                a, b = a.t(), torch.randn(p.rows, p.n, device="cuda").to(a.dtype)
             ref = reference_grouped_mm(a, b, offs).double()
-            bound = tolerance(a.dtype, p.k)
+            bound = tolerance(a.dtype, p.k if args.form == "m" else max(p.rows // p.experts, 1))
             calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, offs)}
             for name, t in CANDIDATES.items():
-                calls[name] = functools.partial(_launch, a, b, offs, a.dtype, "m", tile=t)
+                calls[name] = functools.partial(_launch, a, b, offs, a.dtype, args.form, tile=t)
             errors, results = check_then_time(calls, ref, bound, p, timings=("graph",), rounds=1)
             torch_ms = results["graph"]["torch._grouped_mm"][0]
             for name, (ms, status) in results["graph"].items():
