@@ -194,12 +194,19 @@ def run_mlp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: st
     from tritongemm.bench.report import problems_here, run_suite
 
     problems, base = problems_here(SUITE, CPU_SMOKE, name, "mlp")
-    rows, _, _ = run_suite(problems, measure_mlp, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
-                           rounds=rounds)  # fmt: skip
+    rows, env, paths = run_suite(problems, measure_mlp, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
+                                 rounds=rounds)  # fmt: skip
     for r in rows:
         ms = f"{r.ms:.4f}" if r.ms else "-"
         ratios = " ".join(f"{x:.3f}" if x else "-" for x in (r.ratio_to_torch, r.ratio_to_compile))
         print(f"{r.model:11s} {r.tokens:5d} {r.direction:16s} {r.provider:13s} {r.timing:5s} {ms:>9s} ms  "
               f"vs torch, compile {ratios}  {r.status}")  # fmt: skip
     print("\n".join(summary(rows)))
+    if out_dir is not None and any(r.ratio_to_torch for r in rows):
+        from tritongemm.bench.plots import plot_mlp
+
+        timed = [r for r in rows if r.ms is not None]
+        paths += (plot_mlp(timed, Path(out_dir) / f"{base}.png", f"gated MLP block / torch's, {env['device']}"),)
+    if paths:
+        print("wrote " + ", ".join(str(p) for p in paths))
     return rows

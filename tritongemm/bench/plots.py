@@ -1,7 +1,7 @@
 """PNG pictures of benchmark rows: TFLOP/s against K per kernel (with cuBLAS), per-shape bars of
 the ratio to cuBLAS, per-shape bars of the time of one eager call (`bench overhead`), of the fused
-epilogue's speed against the unfused path's (`bench epilogue`) and of a model's forward against
-eager torch's (`bench model`)."""
+epilogue's speed against the unfused path's (`bench epilogue`), of a model's forward against
+eager torch's (`bench model`), and of the gated MLP block's against torch's (`bench mlp`)."""
 
 from __future__ import annotations
 
@@ -192,5 +192,24 @@ def plot_fp8(rows: list, path: Path, title: str) -> Path:
                         "torch._scaled_mm", "speed / torch's", lambda shape: "{}x{}x{}".format(*shape),
                         rotation=60)  # fmt: skip
             ax.set_title(f"{recipe}-wise scales, {timing} timing", fontsize=10)
+    fig.suptitle(title)
+    return figures.save(fig, path, dpi=110)
+
+
+def plot_mlp(rows: list, path: Path, title: str) -> Path:
+    """A panel per (direction, timing): each provider's speed / the unfused torch block's (the
+    dashed line), per MLP and token count. `rows` are bench.mlp.MlpRow."""
+    plt = figures.pyplot()
+    panels = list(dict.fromkeys((r.direction, r.timing) for r in rows))
+    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
+    ratio = {(r.direction, r.timing, r.model, r.tokens, r.provider): r.ratio_to_torch for r in rows}
+    groups = list(dict.fromkeys((r.model, r.tokens) for r in rows))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(max(8, 0.5 * len(groups) * len(providers)), 4 * len(panels)),
+                             squeeze=False)  # fmt: skip
+    for ax, (direction, timing) in zip(axes[:, 0], panels):
+        _ratio_bars(ax, groups, providers, lambda g, p, d=direction, t=timing: ratio.get((d, t, *g, p)),
+                    "torch (unfused)", "speed / torch's", lambda g: f"{g[0]}\n{g[1]} tokens")  # fmt: skip
+        ax.set_title(f"{direction}, {timing} timing", fontsize=10)
+        ax.legend(fontsize=7, ncol=len(providers) + 1)
     fig.suptitle(title)
     return figures.save(fig, path, dpi=110)
