@@ -351,6 +351,15 @@ def test_gated_mlp_under_torch_compile(dtype):
         assert rel_error(compiled(x), expected.double()) <= bound
 
 
+def test_the_gated_pair_operator_passes_opcheck_and_checks_its_arguments():
+    op = torch.ops.tritongemm.gated_pair.default
+    torch.library.opcheck(op, (rand(5, 8, seed="oc"), rand(12, 8, seed="ocw"), "gelu"))
+    with pytest.raises(ValueError, match=r"weight \(2I, H\), but got shapes \(5, 8\) and \(12, 7\)"):
+        op(rand(5, 8), rand(12, 7), "silu")
+    with pytest.raises(ValueError, match="expected activation to be one of .* but got 'relu'"):
+        op(rand(5, 8), rand(12, 8), "relu")
+
+
 def test_the_gated_pair_operator_refuses_a_backward():
     weight = rand(16, 8, seed="op").requires_grad_()
     h = torch.ops.tritongemm.gated_pair(rand(3, 8, seed="rows"), weight, "silu")

@@ -283,8 +283,10 @@ _LIB.define("gated_pair(Tensor rows, Tensor weight, str activation, str kernel_n
 
 
 def _gated_pair(rows, weight, activation, kernel_name="auto"):
+    from tritongemm.blocks.gated_pair import check_pair
     from tritongemm.blocks.gated_pair import gated_pair as run
 
+    check_pair(rows, weight, activation)
     h = run(rows, weight, activation, kernel_name)
     return h if h.is_contiguous() else h.contiguous()  # as the fake says: a rung may pad C's rows
 
@@ -295,7 +297,12 @@ gated_pair = torch.ops.tritongemm.gated_pair.default
 
 @torch.library.register_fake("tritongemm::gated_pair", lib=_LIB)
 def _gated_pair_fake(rows, weight, activation, kernel_name="auto"):
+    from tritongemm.blocks.gated_pair import KERNELS, check_pair
+
     _install_lowerings()
+    check_pair(rows, weight, activation)
+    if kernel_name not in KERNELS:
+        raise ValueError(f"gated_pair: expected kernel_name to be one of {KERNELS}, but got {kernel_name!r}")
     return rows.new_empty((rows.shape[0], weight.shape[0] // 2))
 
 

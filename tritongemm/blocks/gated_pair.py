@@ -44,6 +44,21 @@ def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel
     return call(rows, weight)
 
 
+def check_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str) -> None:
+    """The operator's checks (ops.gated_pair, before tracing and before a launch), each naming
+    the argument: rows (M, H) and a weight [gate; up] (2I, H) of one dtype and device."""
+    from tritongemm.epilogue import GLU_ACTIVATIONS
+
+    if activation not in GLU_ACTIVATIONS:
+        raise ValueError(f"gated_pair: expected activation to be one of {GLU_ACTIVATIONS}, but got {activation!r}")
+    if rows.dim() != 2 or weight.dim() != 2 or weight.shape[0] % 2 or rows.shape[1] != weight.shape[1]:
+        raise ValueError(f"gated_pair: expected rows (M, H) and weight (2I, H), but got shapes {tuple(rows.shape)} "
+                         f"and {tuple(weight.shape)}")  # fmt: skip
+    if rows.dtype != weight.dtype or rows.device != weight.device:
+        raise ValueError(f"gated_pair: expected rows and weight of one dtype and device, but got {rows.dtype} on "
+                         f"{rows.device} and {weight.dtype} on {weight.device}")  # fmt: skip
+
+
 def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str):
     """`call(rows, weight) -> h` for operands like these."""
     if kernel not in KERNELS:
