@@ -4,9 +4,9 @@ pair [g | u] (M, 2I), and its backward d[g | u] = [dh * u * act'(g) | dh * act(g
 Training keeps the pair instead of recomputing it. The fused forward (gated epilogue) never
 writes it, so its backward had to run the pair's GEMM again, in fp32, then seven torch kernels
 over fp32 (M, 2I) tensors: at 2048 x 4096 x 14336 bf16 on the H100 a GatedMLP forward + backward
-took 4.9 ms where torch's unfused block took 3.3 (results/h100/mlp.csv). A training forward
-now runs the pair's GEMM at cuBLAS's level and one kernel of this file; the backward one more
-of them and its two GEMMs. What a training step stores is what torch's block stores: the pair,
+took 4.92 ms where torch's unfused block took 3.35. A training forward now runs the pair's GEMM
+and one kernel of this file, the backward one more of them and its two GEMMs: 3.29 ms
+(results/h100/mlp.csv). What a training step stores is what torch's block stores: the pair,
 in the operands' dtype (torch keeps g, u and act(g)).
 
 Each program takes one row's BLOCK columns of g and the same of u: the two halves sit I apart
