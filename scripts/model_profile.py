@@ -3,6 +3,9 @@ bench model families (random weights, no download) under torch.profiler. bf16, o
 
     PYTHONPATH=. python3 scripts/model_profile.py pythia-1.4b train
     PYTHONPATH=. python3 scripts/model_profile.py llama-3-8b generate
+    PYTHONPATH=. python3 scripts/model_profile.py mixtral-8x7b-moe train hf-grouped_mm,tritongemm
+
+The third argument names bench model's providers to profile (default torch,tritongemm).
 """
 
 import sys
@@ -15,12 +18,14 @@ from tritongemm.bench.model import SETTINGS, build_models, make_inputs, model_co
 ROWS = 14
 
 
-def main(family: str, phase: str) -> None:
+def main(family: str, phase: str, providers: str = "torch,tritongemm") -> None:
     setting = next(s for s in SETTINGS if s.phase == phase)
     config = model_config(family)
-    models = build_models(family, config, device="cuda", providers=("torch", "tritongemm"))
+    names = providers.split(",")
+    models = build_models(family, config, device="cuda", providers=tuple(names))
     inputs = make_inputs(setting, config["vocab_size"], "cuda")
-    for name, model in models.items():
+    for name in names:
+        model = models[name]
         model.train(phase == "train")
         call = timed_call(model, setting, inputs)
         with torch.set_grad_enabled(phase == "train"):
@@ -37,4 +42,4 @@ def main(family: str, phase: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:3])
+    main(*sys.argv[1:4])
