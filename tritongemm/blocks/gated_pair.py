@@ -34,8 +34,7 @@ RUNG9_FROM_ROWS = 1024
 def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str = "auto") -> torch.Tensor:
     """act(rows @ weight[:I].T) * (rows @ weight[I:].T): rows (M, H), weight (2I, H) -> (M, I) in
     rows' dtype. `kernel`: "auto" (`_auto_kernel`), or "tma_persistent_pipelined" or
-    "tma_warp_specialized" (rung 6's or 9's gated epilogue; raises where it can't run). The
-    caller checks shapes and dtypes (GatedMLP does)."""
+    "tma_warp_specialized" (rung 6's or 9's gated epilogue; raises where it can't run)."""
     key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight))
     call = PLANS.find_key(key)
     if call is None:
@@ -45,8 +44,9 @@ def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel
 
 
 def check_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str) -> None:
-    """The operator's checks (ops.gated_pair, before tracing and before a launch), each naming
-    the argument: rows (M, H) and a weight [gate; up] (2I, H) of one dtype and device."""
+    """What a gated pair needs of its arguments, each refusal naming them: rows (M, H) and a
+    weight [gate; up] (2I, H) of one dtype and device. Checked when a problem's plan is built, and
+    by the operator's fake (ops.gated_pair) before a graph is traced."""
     from tritongemm.epilogue import GLU_ACTIVATIONS
 
     if activation not in GLU_ACTIVATIONS:
@@ -60,7 +60,9 @@ def check_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str) -> Non
 
 
 def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str):
-    """`call(rows, weight) -> h` for operands like these."""
+    """`call(rows, weight) -> h` for operands like these (checked here: the key holds every fact
+    check_pair reads)."""
+    check_pair(rows, weight, activation)
     if kernel not in KERNELS:
         raise ValueError(f"gated_pair: expected kernel to be one of {KERNELS}, but got {kernel!r}")
     if kernel == "auto":
