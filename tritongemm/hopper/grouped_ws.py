@@ -52,9 +52,10 @@ from tritongemm.hopper.pipeline import (
 from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS
 
 NAME = "grouped_ws"
-# None of these is measured yet. 128 x 128 on two MMA warpgroups (64 rows each: a 64-register
-# accumulator a thread, which leaves room for the walk and the store), 5 slots of 32 KB and C's
-# 32 KB tile.
+# Taken from rung 9's plain GEMM, not tuned for ragged groups: in bench grouped (docs/grouped.md)
+# this kernel is slower than the `tl` one on 12 of 15 rows, most of all on large groups. 128 x 128
+# on two MMA warpgroups (64 rows each: a 64-register accumulator a thread, which leaves room for
+# the walk and the store), 5 slots of 32 KB and C's 32 KB tile.
 DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=5)
 # A gated pair's MMA covers the gate's and the up projection's columns: twice C's tile width.
 GATED_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)
