@@ -41,7 +41,10 @@ def test_a_cpu_run_checks_times_and_writes_every_recipe(tmp_path):
 
 
 def test_a_wrong_provider_is_reported_and_not_timed():
-    wrong = {"tritongemm": lambda a, b, sa, sb: torch.zeros(a.shape[0], b.shape[1]), "torch": fp8._torch_scaled_mm}
+    def zeros(a, b, sa, sb):  # on the operands' device, so it is judged wrong, not refused
+        return a.new_zeros(a.shape[0], b.shape[1], dtype=torch.float32)
+
+    wrong = {"tritongemm": zeros, "torch": fp8._torch_scaled_mm}
     problem = fp8.Fp8Problem("tensor", 16, 32, 128)
     device = "cuda" if ON_GPU else "cpu"
     rows = fp8.measure_fp8(problem, device=device, device_name="test", timings=("graph",), rounds=1, providers=wrong)

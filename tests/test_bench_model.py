@@ -15,6 +15,8 @@ from tritongemm.cli import main
 
 ON_CPU = not torch.cuda.is_available()
 cpu_only = pytest.mark.skipif(not ON_CPU, reason="the refusals of a machine without a GPU")
+# The tiny models live on the CPU, which tritongemm serves under the Triton interpreter only.
+tiny_on_cpu = pytest.mark.skipif(not ON_CPU, reason="tiny CPU models, served under the interpreter only")
 needs_transformers = pytest.mark.skipif(
     importlib.util.find_spec("transformers") is None,
     reason="transformers is not installed (an optional extra: pip install transformers)",
@@ -261,7 +263,7 @@ def test_each_family_is_built_from_plain_linears_at_its_dimensions(family):
 
 
 @needs_transformers
-@pytest.mark.skipif(not ON_CPU, reason="tiny CPU models, which patch serves under the interpreter only")
+@tiny_on_cpu
 @pytest.mark.parametrize("family", list(LAYER_LINEARS))
 def test_patch_replaces_every_linear_of_each_family(family):
     """Tiny, on the CPU: patch replaces every nn.Linear with tritongemm's, sharing the parameters;
@@ -287,6 +289,7 @@ def test_patch_replaces_every_linear_of_each_family(family):
 
 
 @needs_transformers
+@tiny_on_cpu
 @pytest.mark.parametrize("family", list(TINY))
 def test_every_phase_end_to_end_on_a_tiny_model(family):
     """The harness on the CPU (the Triton interpreter, fp32): the patched copy agrees with eager
@@ -309,6 +312,7 @@ def test_every_phase_end_to_end_on_a_tiny_model(family):
 
 
 @needs_transformers
+@tiny_on_cpu
 def test_the_fused_provider_agrees_in_every_phase():
     """tritongemm-fused: each gated MLP a GatedMLP (its gate and up weights joined, a copy); its
     train gradients are read from the joined weight's halves under eager torch's names."""
@@ -373,7 +377,7 @@ def test_rows_of_a_run_are_written_with_the_columns(tmp_path):
 
 
 @needs_transformers
-@pytest.mark.skipif(not ON_CPU, reason="tiny CPU models, which the fp8 kernels serve under the interpreter only")
+@tiny_on_cpu
 def test_the_fp8_providers_run_prefill_and_generate_and_sit_out_training():
     """The fp8 copies are patch(model, fp8=...) of the same model: checked against eager torch with
     fp8's bound (a few percent here), timed in prefill and generate; in train their row says why
@@ -406,7 +410,7 @@ TINY_MOE = {
 
 
 @needs_transformers
-@pytest.mark.skipif(not ON_CPU, reason="tiny CPU models, which the kernels serve under the interpreter only")
+@tiny_on_cpu
 @pytest.mark.parametrize("family", list(TINY_MOE))
 def test_the_moe_families_run_every_phase_with_their_experts_providers(family):
     """torch runs transformers' eager experts, hf-grouped_mm its grouped ones, tritongemm patch's

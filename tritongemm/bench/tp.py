@@ -39,6 +39,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from unittest import mock
 
 import torch
 import torch.distributed as dist
@@ -86,13 +87,14 @@ def run_tp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: str
     and written to `out_dir`/`name`.csv (COLUMNS) and .json unless out_dir is None."""
     on_gpu = torch.cuda.device_count() >= 2
     world = torch.cuda.device_count() if on_gpu else 2
+    # The workers inherit this environment as they are spawned; the caller's own stays as it was
+    # (a TRITON_INTERPRET left behind would decorate every later kernel of the process for the CPU).
+    worker_env = {k: os.environ.get(k, v) for k, v in _NO_MULTICAST.items()}
     if not on_gpu:
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        worker_env["TRITON_INTERPRET"] = "1"
         timings = ("eager",)  # no CUDA graphs on the CPU
         print("Fewer than 2 CUDA GPUs: tiny problems over gloo under the Triton interpreter; times say nothing.")
-    for key, value in _NO_MULTICAST.items():
-        os.environ.setdefault(key, value)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, worker_env):
         torch.multiprocessing.spawn(_worker, args=(world, tmp, tuple(timings), profile), nprocs=world)
         result = json.loads(Path(tmp, "rank0.json").read_text())
     if profile:
