@@ -240,7 +240,8 @@ def grouped_grads(grad, a, b, glu, needs, mm) -> tuple:
     """(grad_a, grad_b) of the row-group form (b 3-D) or the K-group form (b 2-D), with
     `mm(a, b, out_dtype, glu=None)` running grouped_mm on the call's offs (eager: the kernels;
     compiled: the operator). Each form is differentiated with the other, or itself:
-        row groups  C = A @ B[g]          dA = dC @ B[g]^T (rows),   dB[g] = A_g^T dC_g (K groups, on A^T)
+        row groups  C = A @ B[g]          dA = dC @ B[g]^T (rows),   dB[g] = A_g^T dC_g (K groups, on A^T;
+                                          dB[g]^T = dC_g^T A_g where B is a transposed view, as MoE weights are)
         K groups    C[g] = A_g @ B_g      dA^T = B @ dC[g]^T (rows), dB = A^T @ dC[g] (rows)
     A gated pair's gradient (the compiled operator's) is [gate; up]'s, from the pair recomputed
     in fp32 and torch expressions, which Inductor fuses; eager calls keep the pair (_GroupedPair)."""
@@ -251,7 +252,12 @@ def grouped_grads(grad, a, b, glu, needs, mm) -> tuple:
     if b.dim() == 3:
         if needs[0]:
             grad_a = mm(grad, b.transpose(1, 2), a.dtype)
-        if needs[1]:
+        if needs[1] and _is_transposed(b):
+            # Written as b is laid out (an MoE weight (G, N, K) read transposed): dB[g]^T = dC_g^T A_g.
+            # In (G, K, N) order autograd would copy it to the weight's layout: in a Mixtral
+            # training step on the H100, copies as long as the weight-gradient GEMMs themselves.
+            grad_b = mm(grad.T, a, b.dtype).transpose(1, 2)
+        elif needs[1]:
             grad_b = mm(a.T, grad, b.dtype)
     else:
         if needs[0]:
@@ -259,6 +265,11 @@ def grouped_grads(grad, a, b, glu, needs, mm) -> tuple:
         if needs[1]:
             grad_b = mm(a.T, grad, b.dtype)
     return grad_a, grad_b
+
+
+def _is_transposed(b: torch.Tensor) -> bool:
+    """Whether a (G, K, N) b is the transposed view of a contiguous (G, N, K) tensor."""
+    return b.stride(1) == 1 and b.stride(2) != 1 and b.shape[1] > 1
 
 
 def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) -> torch.Tensor:
