@@ -16,6 +16,8 @@ torch.compile keep working:
   rows, so the (rows, 2 x width) product never reaches memory.
 - groups along K (the weight gradient): one program per (group, tile), the group's K range read
   from the offsets; an empty group's tiles are zeros.
+- expert rows (MoE decode): no groups at all; each (token, expert) pair is a row that reads its
+  expert's weights by the router's index (moe_decode.py).
 """
 
 import triton
@@ -116,6 +118,61 @@ def _groups_along_k_kernel(
                    stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
                    ALIGN)  # fmt: skip
     store_tile(c_ptr + g * stride_cg, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
+
+
+# MoE experts at decode (moe_decode.py): one program per output row and BLOCK_N columns; each
+# (token, expert) pair is a row times its expert's weights, read by the router's index, with no
+# sort by expert, no gathered copy of the tokens and no un-permute. A few rows read each weight
+# once: the work is the weights' bandwidth, so the products are multiply-adds on the CUDA cores
+# into a (BLOCK_N, BLOCK_K) accumulator, reduced once at the end.
+# fmt: off
+@triton.jit
+def _expert_rows_kernel(
+    # pointers
+    a_ptr, b_ptr, c_ptr,  # A (rows, K), B (G, K, N), C (output rows, N)
+    ids_ptr,  # (pairs,) each pair's expert: its group of B
+    scale_ptr,  # (pairs,) each pair's routing weight, read when SCALED
+    # sizes
+    N, K,
+    # strides (elements)
+    stride_am, stride_ak,
+    stride_bg, stride_bk, stride_bn,
+    stride_cm, stride_cn,
+    # meta-parameters
+    PAIRS_PER_ROW: tl.constexpr,  # output row r sums pairs r * PAIRS_PER_ROW + j
+    A_ROW_DIV: tl.constexpr,  # pair p reads row p // A_ROW_DIV of A (a token's top-k pairs share its row)
+    SCALED: tl.constexpr,
+    GLU: tl.constexpr,  # "none", or C is activation(a @ B[e][:, :N]) * (a @ B[e][:, N:])
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+):
+    # fmt: on
+    row = tl.program_id(0)
+    offs_n = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    out = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for j in range(PAIRS_PER_ROW):
+        pair = row * PAIRS_PER_ROW + j
+        expert = tl.load(ids_ptr + pair).to(tl.int64)
+        a_row = a_ptr + (pair // A_ROW_DIV).to(tl.int64) * stride_am
+        b_cols = b_ptr + expert * stride_bg + offs_n[:, None].to(tl.int64) * stride_bn
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        up = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < K
+            a = tl.load(a_row + offs_k * stride_ak, mask=k_ok, other=0.0).to(tl.float32)[None, :]
+            mask = n_ok[:, None] & k_ok[None, :]
+            acc += tl.load(b_cols + offs_k[None, :] * stride_bk, mask=mask, other=0.0).to(tl.float32) * a
+            if GLU != "none":  # the up half: B's columns N + offs_n
+                up += tl.load(b_cols + N * stride_bn + offs_k[None, :] * stride_bk, mask=mask,
+                              other=0.0).to(tl.float32) * a  # fmt: skip
+        y = tl.sum(acc, axis=1)
+        if GLU != "none":
+            y = _activate_tl(y, GLU) * tl.sum(up, axis=1)
+        if SCALED:
+            y = y * tl.load(scale_ptr + pair).to(tl.float32)
+        out += y
+    tl.store(c_ptr + row * stride_cm + offs_n * stride_cn, out.to(c_ptr.dtype.element_ty), mask=n_ok)
 
 
 # The public call's check of `offs` on the GPU, without a synchronization: one launch where the

@@ -2,8 +2,10 @@
 "tritongemm")` on any transformers (5.x) MoE model, once `register()` has run (`tritongemm.patch`
 runs it and selects it).
 
-The routing stays the model's own (its router picks top_k_index and top_k_weights); the experts
-run as transformers' own grouped implementation runs them, on `tritongemm.grouped_mm`: the
+The routing stays the model's own (its router picks top_k_index and top_k_weights). At decode
+(up to moe_decode.DECODE_TOKENS tokens, without autograd) two launches run the experts straight
+from the router's choice (moe_decode.py). Otherwise the experts run as transformers' own grouped
+implementation runs them, on `tritongemm.grouped_mm`: the
 (token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
 projections with the gated activation in its epilogue (where the module gates as transformers
 does by default; its own gate otherwise), one for the down projections, then the routing weights and
@@ -17,6 +19,8 @@ import torch
 
 from tritongemm.epilogue import GLU_ACTIVATIONS
 from tritongemm.grouped.api import grouped_mm_of_counts
+from tritongemm.grouped.moe_decode import DECODE_TOKENS, experts_decode
+from tritongemm.registry import interpreter_active
 
 NAME = "tritongemm"
 
@@ -27,16 +31,21 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     optional biases, `act_fn` and `_apply_gate`."""
     num_tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[-1]
+    # What transformers' decorator sets on the module, read with the defaults of releases that set less.
+    gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
+    glu = _fusable_glu(self) if gated else None
+    if glu is not None and _decode_serves(self, hidden_states, num_tokens):
+        b = _as_b(self, self.gate_up_proj)
+        out = experts_decode(hidden_states.to(b.dtype), b, _as_b(self, self.down_proj), top_k_index, top_k_weights,
+                             glu)  # fmt: skip
+        return out.to(hidden_states.dtype)
     expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
     x = hidden_states[order // top_k]
     # Counted on the device: histc takes floats on the CPU and integers on CUDA (deterministic mode).
     counts = torch.histc(expert_ids.float() if x.device.type == "cpu" else expert_ids.int(), bins=self.num_experts,
                          min=0, max=self.num_experts - 1)  # fmt: skip
     offs = torch.cumsum(counts, dim=0, dtype=torch.int32)
-    # What transformers' decorator sets on the module, read with the defaults of releases that set less.
-    gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
     up_weight, up_bias = (self.gate_up_proj, "gate_up_proj_bias") if gated else (self.up_proj, "up_proj_bias")
-    glu = _fusable_glu(self) if gated else None
     if glu is not None:  # gate and up in one grouped GEMM, the gated activation in its epilogue
         b = _as_b(self, up_weight)
         h = _grouped_mm(x.to(b.dtype), b, offs, glu)
@@ -54,6 +63,19 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     unsorted = torch.empty_like(weighted)
     unsorted[order] = weighted
     return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
+
+
+def _decode_serves(self, hidden_states: torch.Tensor, num_tokens: int) -> bool:
+    """Whether moe_decode's two launches serve this call: a few tokens, inference (no autograd to
+    record), eagerly (a compiled graph keeps the grouped operator), no norm after the experts,
+    on a GPU or under the interpreter."""
+    if not 0 < num_tokens <= DECODE_TOKENS or getattr(self, "has_post_expert_norm", False):
+        return False
+    if torch.is_grad_enabled() and (hidden_states.requires_grad or self.gate_up_proj.requires_grad):
+        return False
+    if torch.compiler.is_compiling():
+        return False
+    return hidden_states.is_cuda or interpreter_active()
 
 
 def _fusable_glu(self) -> str | None:

@@ -1,0 +1,111 @@
+"""MoE experts at decode: a few tokens, each routed to top_k experts, as two kernel launches.
+
+The grouped path (moe.py) sorts the (token, expert) pairs by expert, gathers the tokens in that
+order, counts each expert's rows, runs two grouped GEMMs, then weights and un-permutes the rows:
+about fifteen launches a layer. At one token they cost more host time than the GEMMs cost GPU
+time: in a Qwen3-MoE-shaped decode the experts took 0.52 ms of host time a call against 0.24 ms
+for transformers' own path (cProfile, `scripts/decode_probe.py qwen3-30b-moe`, on an H200).
+
+Here the router's choice is read as it is. `_expert_rows_kernel` (kernels.py) runs each pair as
+one row times its expert's weights:
+    h[p]   = act(x[p // top_k] @ gate[e_p]) * (x[p // top_k] @ up[e_p])     one launch, all pairs
+    out[t] = sum_j w[t, j] * (h[t * top_k + j] @ down[e_tj])                 one launch, all tokens
+the routing weights and the sum over each token's experts in the second kernel's fp32
+accumulator. Nothing is sorted and nothing synchronizes. Each pair reads its expert's weights on
+its own, so two tokens that share an expert read it twice (from L2 the second time): the path
+serves up to DECODE_TOKENS tokens, where the grouped path takes over.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tritongemm.plan import PLANS, tensor_facts
+
+DECODE_TOKENS = 4
+_BLOCK_K = 128
+_NUM_WARPS = 4
+
+
+def experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> torch.Tensor:
+    """x (tokens, hidden); gate_up (experts, hidden, 2 x width) with [gate; up] columns and down
+    (experts, width, hidden), as grouped_mm's b (any strides); top_k_index and top_k_weights
+    (tokens, top_k). Returns (tokens, hidden) in x's dtype. Planned once per problem (plan.PLANS):
+    the shapes are checked as the plan is built, the kernels compiled, the grids fixed."""
+    ids, weights = top_k_index.reshape(-1), top_k_weights.reshape(-1)
+    key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, ids, weights)))
+    call = PLANS.find_key(key)
+    if call is None:
+        call = _plan(x, gate_up, down, ids, weights, top_k_index.shape[-1], glu)
+        PLANS.remember(key, call)
+    return call(x, gate_up, down, ids, weights)
+
+
+def _plan(x, gate_up, down, ids, weights, top_k: int, glu: str):
+    from tritongemm.fast_launch import compile_launch
+    from tritongemm.grouped.kernels import _expert_rows_kernel
+
+    tokens, hidden = x.shape
+    width = gate_up.shape[2] // 2
+    _check(x, gate_up, down, ids, weights, top_k)
+    pairs = tokens * top_k
+    h = x.new_empty((pairs, width))  # this call's, to plan on
+    out = x.new_empty((tokens, hidden))
+    up_n, down_n = _block_n(pairs, width, x.device), _block_n(tokens, hidden, x.device)
+    common = dict(BLOCK_K=_BLOCK_K, num_warps=_NUM_WARPS)
+    up_sizes = (width, hidden, *x.stride(), *gate_up.stride(), *h.stride())
+    down_sizes = (hidden, width, *h.stride(), *down.stride(), *out.stride())
+    launch_up = compile_launch(_expert_rows_kernel, (pairs, -(-width // up_n)),
+                               (x, gate_up, h, ids, weights, *up_sizes),
+                               dict(common, PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU=glu, BLOCK_N=up_n),
+                               x.device)  # fmt: skip
+    launch_down = compile_launch(_expert_rows_kernel, (tokens, -(-hidden // down_n)),
+                                 (h, down, out, ids, weights, *down_sizes),
+                                 dict(common, PAIRS_PER_ROW=top_k, A_ROW_DIV=1, SCALED=True, GLU="none",
+                                      BLOCK_N=down_n), x.device)  # fmt: skip
+
+    def call(x, gate_up, down, ids, weights):
+        h = x.new_empty((pairs, width))
+        out = x.new_empty((tokens, hidden))
+        launch_up(x, gate_up, h, ids, weights, *up_sizes)
+        launch_down(h, down, out, ids, weights, *down_sizes)
+        return out
+
+    return call
+
+
+def _block_n(rows: int, n: int, device: torch.device) -> int:
+    """The widest of 32, 16 and 8 columns a program that still gives every SM two programs: the
+    weights stream at the GPU's bandwidth only when every SM has loads in flight."""
+    if device.type != "cuda":
+        return 16
+    from tritongemm.ladder._host import sm_count
+
+    for block_n in (32, 16):
+        if rows * -(-n // block_n) >= 2 * sm_count(device):
+            return block_n
+    return 8
+
+
+def _check(x, gate_up, down, ids, weights, top_k) -> None:
+    """The shapes the kernels index by: checked once per problem, as the plan is built."""
+    tokens, hidden = x.shape
+    experts = gate_up.shape[0]
+    if gate_up.shape[2] % 2:
+        raise ValueError(
+            f"moe decode: expected gate_up's columns [gate; up], an even number, but got {gate_up.shape[2]}"
+        )
+    expected = {
+        "gate_up": (gate_up.shape, (experts, hidden, gate_up.shape[2])),
+        "down": (down.shape, (experts, gate_up.shape[2] // 2, hidden)),
+        "top_k_index": (ids.shape, (tokens * top_k,)),
+        "top_k_weights": (weights.shape, (tokens * top_k,)),
+    }
+    for name, (got, want) in expected.items():
+        if tuple(got) != tuple(want):
+            raise ValueError(f"moe decode: expected {name} of shape {want}, but got {tuple(got)}")
+    if not (x.dtype == gate_up.dtype == down.dtype):
+        raise TypeError(f"moe decode: expected x, gate_up and down of one dtype, got {x.dtype}, {gate_up.dtype}, "
+                        f"{down.dtype}")  # fmt: skip
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"moe decode: expected top_k_index of an integer dtype, but got {ids.dtype}")
