@@ -4,7 +4,10 @@ tritongemm's grouped path (moe.py with the decode path off) and transformers' `g
 experts. Mixtral's and Qwen3-MoE's layer dimensions, random bf16 weights, 1-16 tokens; each
 checked against a float64 loop first. Feeds moe_decode.DECODE_TOKENS.
 
-    PYTHONPATH=. python3 scripts/moe_decode_probe.py --out moe-decode.csv
+    PYTHONPATH=. python3 scripts/moe_decode_probe.py --out moe-decode.csv [--tiles]
+
+--tiles: the decode kernel's tile settings (moe_decode.TILE) instead, kernel-only, beside the
+grouped path, at 1, 2 and 4 tokens.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ LAYERS = {  # family: transformers experts class, config class, its settings
                                                           num_experts=128, num_experts_per_tok=8)),
 }  # fmt: skip
 TOKENS = (1, 2, 4, 8, 16)
+TILES = [dict(TILE_ELEMENTS=e, WAVES=w, num_warps=nw) for e in (4096, 8192) for w in (2, 4) for nw in (4, 8)]
 
 
 def experts_module(family: str):
@@ -46,6 +50,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
+    parser.add_argument("--tiles", action="store_true")
     args = parser.parse_args()
     moe.register()
     decode_tokens = moe.DECODE_TOKENS
@@ -54,7 +59,7 @@ def main() -> None:
         writer.writerow(["family", "tokens", "provider", "timing", "us", "ratio_to_hf", "rel_err", "status"])
         try:
             for family in LAYERS:
-                probe_family(family, writer)
+                (probe_tiles if args.tiles else probe_family)(family, writer)
                 torch.cuda.empty_cache()
         finally:
             moe.DECODE_TOKENS = decode_tokens
@@ -102,6 +107,40 @@ def probe_family(family: str, writer) -> None:
                 writer.writerow([family, tokens, name, timing, ms and ms * 1e3, ratio, errors[name], status])
                 print(f"{family:18s} {tokens:3d} tokens {name:20s} {timing:5s} {(ms or 0) * 1e3:8.1f} us "
                       f"x{ratio or 0:.3f} vs hf  err {errors[name] or 0:.1e} {status}", flush=True)  # fmt: skip
+
+
+def probe_tiles(family: str, writer) -> None:
+    from tritongemm.bench.measure import check_then_time
+    from tritongemm.grouped import moe, moe_decode
+    from tritongemm.plan import PLANS
+
+    module, config = experts_module(family)
+    weights64 = module.gate_up_proj.double(), module.down_proj.double()
+    chosen = dict(moe_decode.TILE)
+    problem = types.SimpleNamespace(flops=1, bytes=1)  # small: kernel-only timing in a CUDA graph
+    for tokens in TOKENS[:3]:
+        x = torch.randn(tokens, config.hidden_size, device="cuda", dtype=torch.bfloat16)
+        logits = torch.randn(tokens, module.num_experts, device="cuda")
+        weights, ids = torch.topk(torch.softmax(logits, -1), config.num_experts_per_tok, dim=-1)
+        ref = reference(*weights64, x, ids, weights)
+        runs = [("tritongemm-grouped", 0, chosen)] + [
+            ("decode " + " ".join(f"{k}={v}" for k, v in tile.items()), 1 << 30, tile) for tile in TILES
+        ]
+        rows = []
+        for name, limit, tile in runs:  # each alone: the plan its check builds under this tile is the one timed
+            moe_decode.TILE.update(tile)
+            PLANS.clear()
+            call = functools.partial(with_decode_tokens(limit, moe.experts_forward), module, x, ids, weights)
+            errors, results = check_then_time({name: call}, ref, 2e-2, problem, timings=("graph",))
+            rows.append((name, *results["graph"][name], errors[name]))
+        base = rows[0][1]
+        for name, ms, status, error in rows:
+            ratio = base / ms if base and ms else None
+            writer.writerow([family, tokens, name, "graph", ms and ms * 1e3, ratio, error, status])
+            print(f"{family:18s} {tokens:3d} tokens {name:50s} {(ms or 0) * 1e3:8.1f} us x{ratio or 0:.3f} vs grouped "
+                  f"{status}", flush=True)  # fmt: skip
+    moe_decode.TILE.update(chosen)
+    PLANS.clear()
 
 
 def reference(gate_up, down, x, ids, weights) -> torch.Tensor:

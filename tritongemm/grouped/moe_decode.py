@@ -23,8 +23,10 @@ import torch
 from tritongemm.plan import PLANS, tensor_facts
 
 DECODE_TOKENS = 4
-_BLOCK_K = 128
-_NUM_WARPS = 4
+# A program's tile: BLOCK_N columns x BLOCK_K of K, TILE_ELEMENTS in all, so each thread has a
+# few 16-byte loads in flight whatever the split; BLOCK_N as wide as still gives every SM WAVES
+# programs (a down projection of one token has few columns and a long K).
+TILE = dict(TILE_ELEMENTS=4096, WAVES=2, num_warps=4)
 
 
 def experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> torch.Tensor:
@@ -52,17 +54,18 @@ def _plan(x, gate_up, down, ids, weights, top_k: int, glu: str):
     h = x.new_empty((pairs, width))  # this call's, to plan on
     out = x.new_empty((tokens, hidden))
     up_n, down_n = _block_n(pairs, width, x.device), _block_n(tokens, hidden, x.device)
-    common = dict(BLOCK_K=_BLOCK_K, num_warps=_NUM_WARPS)
+    common = dict(num_warps=TILE["num_warps"])
     up_sizes = (width, hidden, *x.stride(), *gate_up.stride(), *h.stride())
     down_sizes = (hidden, width, *h.stride(), *down.stride(), *out.stride())
     launch_up = compile_launch(_expert_rows_kernel, (pairs, -(-width // up_n)),
                                (x, gate_up, h, ids, weights, *up_sizes),
-                               dict(common, PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU=glu, BLOCK_N=up_n),
+                               dict(common, PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU=glu, BLOCK_N=up_n,
+                                    BLOCK_K=_block_k(up_n, hidden)),
                                x.device)  # fmt: skip
     launch_down = compile_launch(_expert_rows_kernel, (tokens, -(-hidden // down_n)),
                                  (h, down, out, ids, weights, *down_sizes),
                                  dict(common, PAIRS_PER_ROW=top_k, A_ROW_DIV=1, SCALED=True, GLU="none",
-                                      BLOCK_N=down_n), x.device)  # fmt: skip
+                                      BLOCK_N=down_n, BLOCK_K=_block_k(down_n, width)), x.device)  # fmt: skip
 
     def call(x, gate_up, down, ids, weights):
         h = x.new_empty((pairs, width))
@@ -75,16 +78,21 @@ def _plan(x, gate_up, down, ids, weights, top_k: int, glu: str):
 
 
 def _block_n(rows: int, n: int, device: torch.device) -> int:
-    """The widest of 32, 16 and 8 columns a program that still gives every SM two programs: the
-    weights stream at the GPU's bandwidth only when every SM has loads in flight."""
+    """The widest of 32, 16 and 8 columns a program that still gives every SM TILE["WAVES"]
+    programs: the weights stream at the GPU's bandwidth only when every SM has loads in flight."""
     if device.type != "cuda":
         return 16
     from tritongemm.ladder._host import sm_count
 
     for block_n in (32, 16):
-        if rows * -(-n // block_n) >= 2 * sm_count(device):
+        if rows * -(-n // block_n) >= TILE["WAVES"] * sm_count(device):
             return block_n
     return 8
+
+
+def _block_k(block_n: int, k: int) -> int:
+    """TILE_ELEMENTS / BLOCK_N of K, but no more than K's next power of two (and at least 16)."""
+    return max(16, min(TILE["TILE_ELEMENTS"] // block_n, 1 << (k - 1).bit_length()))
 
 
 def _check(x, gate_up, down, ids, weights, top_k) -> None:
