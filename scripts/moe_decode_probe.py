@@ -2,7 +2,7 @@
 eager (back-to-back calls, host included): tritongemm's two launches (grouped/moe_decode.py),
 tritongemm's grouped path (moe.py with the decode path off) and transformers' `grouped_mm`
 experts. Mixtral's and Qwen3-MoE's layer dimensions, random bf16 weights, 1-16 tokens; each
-checked against a float64 loop first. Feeds moe_decode.DECODE_TOKENS.
+checked against a float64 loop first. Feeds moe_decode.PAIRS_PER_EXPERT and TILE.
 
     PYTHONPATH=. python3 scripts/moe_decode_probe.py --out moe-decode.csv [--tiles]
 
@@ -46,14 +46,14 @@ def experts_module(family: str):
 
 
 def main() -> None:
-    from tritongemm.grouped import moe
+    from tritongemm.grouped import moe, moe_decode
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--tiles", action="store_true")
     args = parser.parse_args()
     moe.register()
-    decode_tokens = moe.DECODE_TOKENS
+    limit = moe_decode.PAIRS_PER_EXPERT
     with open(args.out, "w", newline="") as f, torch.no_grad():
         writer = csv.writer(f)
         writer.writerow(["family", "tokens", "provider", "timing", "us", "ratio_to_hf", "rel_err", "status"])
@@ -62,15 +62,15 @@ def main() -> None:
                 (probe_tiles if args.tiles else probe_family)(family, writer)
                 torch.cuda.empty_cache()
         finally:
-            moe.DECODE_TOKENS = decode_tokens
+            moe_decode.PAIRS_PER_EXPERT = limit
 
 
-def with_decode_tokens(limit: int, fn):
-    """fn, called with moe's decode path serving up to `limit` tokens."""
-    from tritongemm.grouped import moe
+def with_decode_tokens(limit: float, fn):
+    """fn, called with moe's decode path serving up to `limit` pairs an expert."""
+    from tritongemm.grouped import moe_decode
 
     def call(*args):
-        moe.DECODE_TOKENS = limit
+        moe_decode.PAIRS_PER_EXPERT = limit
         return fn(*args)
 
     return call

@@ -13,8 +13,8 @@ from cases import DEVICE, DTYPES, ON_GPU
 
 import tritongemm
 from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
-from tritongemm.grouped import moe
-from tritongemm.grouped.moe_decode import DECODE_TOKENS, experts_decode
+from tritongemm.grouped import moe, moe_decode
+from tritongemm.grouped.moe_decode import experts_decode, serves
 from tritongemm.reference import rel_error, tolerance
 
 
@@ -47,7 +47,7 @@ def reference(x, gate_up, down, ids, weights, glu):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("glu", GLU_ACTIVATIONS)
 @pytest.mark.parametrize("stored_transposed", [False, True], ids=["out-in", "in-out"])
-@pytest.mark.parametrize("tokens", range(1, DECODE_TOKENS + 1))
+@pytest.mark.parametrize("tokens", [1, 2, 3, 4])
 def test_against_a_float64_loop_over_each_tokens_experts(tokens, stored_transposed, glu, dtype):
     experts, hidden, width, top_k = 6, 72, 40, 3  # widths past one block of columns, odd block counts
     x = rand(tokens, hidden, dtype=dtype, seed="x")
@@ -63,6 +63,11 @@ def test_against_a_float64_loop_over_each_tokens_experts(tokens, stored_transpos
     # h is rounded to the dtype between the two products: the bound of both K's, twice
     bound = 2 * tolerance(dtype, max(hidden, width))
     assert rel_error(y, reference(x, gate_up, down, ids, weights, glu)) <= bound
+
+
+def test_the_path_serves_half_a_pair_an_expert_or_fewer():
+    assert serves(1, 2, 8) and serves(2, 2, 8) and not serves(3, 2, 8)  # Mixtral: 1-2 tokens
+    assert serves(8, 8, 128) and not serves(9, 8, 128) and not serves(0, 8, 128)  # Qwen3-MoE: 1-8
 
 
 def test_weights_of_another_dtype_and_int32_ids():
@@ -104,9 +109,9 @@ TINY_MOE = {
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")
 @pytest.mark.parametrize("architecture", list(TINY_MOE))
 def test_a_moe_models_decode_step_runs_the_two_launches(architecture, monkeypatch):
-    """A patched model's decode step (one new token a sequence, no autograd) goes through
-    experts_decode, and its logits match transformers' eager experts; a prompt of more tokens
-    than DECODE_TOKENS, or a call that records autograd, takes the grouped path."""
+    """A patched model's decode step (one new token, no autograd) goes through experts_decode,
+    and its logits match transformers' eager experts; a prompt of more pairs than the path
+    serves, or a call that records autograd, takes the grouped path."""
     transformers = pytest.importorskip("transformers")
     if not moe.register():
         pytest.skip("this transformers has no experts interface (transformers 5.x has)")
@@ -123,8 +128,10 @@ def test_a_moe_models_decode_step_runs_the_two_launches(architecture, monkeypatc
         calls.append(args[0].shape[0])
         return experts_decode(*args)
 
-    monkeypatch.setattr(moe, "experts_decode", counted)
-    prompt, step = torch.randint(0, 128, (1, DECODE_TOKENS + 3)), torch.randint(0, 128, (2, 1))
+    monkeypatch.setattr(moe_decode, "experts_decode", counted)
+    prompt, step = torch.randint(0, 128, (1, 9)), torch.randint(0, 128, (1, 1))
+    experts = getattr(config, "num_local_experts", getattr(config, "num_experts", None))
+    assert serves(1, 2, experts) and not serves(9, 2, experts)
     results = {}
     for implementation in ("eager", "tritongemm"):
         if implementation == "tritongemm":
@@ -133,7 +140,7 @@ def test_a_moe_models_decode_step_runs_the_two_launches(architecture, monkeypatc
             model.set_experts_implementation(implementation)
         with torch.no_grad():
             results[implementation] = (model(prompt).logits, model(step).logits)
-    assert calls == [2] * config.num_hidden_layers  # the step's two tokens; the prompt went grouped
+    assert calls == [1] * config.num_hidden_layers  # the step's token; the prompt went grouped
     for got, expected in zip(results["tritongemm"], results["eager"]):
         assert rel_error(got, expected.double()) <= 1e-5
     model(step).logits.sum().backward()  # autograd recording: grouped, with gradients

@@ -3,7 +3,7 @@
 runs it and selects it).
 
 The routing stays the model's own (its router picks top_k_index and top_k_weights). At decode
-(up to moe_decode.DECODE_TOKENS tokens, without autograd) two launches run the experts straight
+(few tokens for the experts, moe_decode.serves; without autograd) two launches run the experts straight
 from the router's choice (moe_decode.py). Otherwise the experts run as transformers' own grouped
 implementation runs them, on `tritongemm.grouped_mm`: the
 (token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 
 from tritongemm.epilogue import GLU_ACTIVATIONS
+from tritongemm.grouped import moe_decode
 from tritongemm.grouped.api import grouped_mm_of_counts
-from tritongemm.grouped.moe_decode import DECODE_TOKENS, experts_decode
 from tritongemm.registry import interpreter_active
 
 NAME = "tritongemm"
@@ -34,10 +34,10 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     # What transformers' decorator sets on the module, read with the defaults of releases that set less.
     gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
     glu = _fusable_glu(self) if gated else None
-    if glu is not None and _decode_serves(self, hidden_states, num_tokens):
+    if glu is not None and _decode_serves(self, hidden_states, top_k):
         b = _as_b(self, self.gate_up_proj)
-        out = experts_decode(hidden_states.to(b.dtype), b, _as_b(self, self.down_proj), top_k_index, top_k_weights,
-                             glu)  # fmt: skip
+        down = _as_b(self, self.down_proj)
+        out = moe_decode.experts_decode(hidden_states.to(b.dtype), b, down, top_k_index, top_k_weights, glu)
         return out.to(hidden_states.dtype)
     expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
     x = hidden_states[order // top_k]
@@ -65,11 +65,13 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
 
 
-def _decode_serves(self, hidden_states: torch.Tensor, num_tokens: int) -> bool:
-    """Whether moe_decode's two launches serve this call: a few tokens, inference (no autograd to
-    record), eagerly (a compiled graph keeps the grouped operator), no norm after the experts,
-    on a GPU or under the interpreter."""
-    if not 0 < num_tokens <= DECODE_TOKENS or getattr(self, "has_post_expert_norm", False):
+def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
+    """Whether moe_decode's two launches serve this call: few (token, expert) pairs an expert,
+    inference (no autograd to record), eagerly (a compiled graph keeps the grouped operator), no
+    norm after the experts, on a GPU or under the interpreter."""
+    if not moe_decode.serves(hidden_states.shape[0], top_k, self.num_experts):
+        return False
+    if getattr(self, "has_post_expert_norm", False):
         return False
     if torch.is_grad_enabled() and (hidden_states.requires_grad or self.gate_up_proj.requires_grad):
         return False
