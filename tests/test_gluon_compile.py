@@ -123,6 +123,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
             for compiled in (forward, backward):
                 results.append(dict(case=activation, ptx=compiled.asm["ptx"], **_ptxas(compiled.asm["ptx"])))
         return results
+    if kernel == "expert_rows":
+        return _compile_expert_rows()
     if kernel == "offsets_check":
         from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
 
@@ -429,6 +431,42 @@ def test_the_offsets_check_compiles_its_device_assert_for_sm90():
         f"{int(c):02x}" for c in re.findall(r"\b(\d+)\b", " ".join(
             line for line in result["ptx"].splitlines() if ".global .align 1 .b8" in line))
     )).decode("latin-1"), "the message is not in the PTX"  # fmt: skip
+
+
+def _compile_expert_rows() -> list[dict]:
+    """moe_decode's two launches at Mixtral's dimensions (bf16, weights (experts, out, in)), at
+    the widest and narrowest column blocks its tile rule picks."""
+    from tritongemm.grouped.kernels import _expert_rows_kernel
+    from tritongemm.grouped.moe_decode import TILE
+
+    experts, hidden, width, top_k = 8, 4096, 14336, 2
+    gate_up = torch.empty(experts, 2 * width, hidden, dtype=torch.bfloat16).transpose(1, 2)
+    down = torch.empty(experts, hidden, width, dtype=torch.bfloat16).transpose(1, 2)
+    x, h, out = (torch.empty(r, c, dtype=torch.bfloat16) for r, c in ((1, hidden), (top_k, width), (1, hidden)))
+    ids, weights = torch.empty(top_k, dtype=torch.int64), torch.empty(top_k, dtype=torch.float32)
+    results = []
+    for block_n in (32, 8):
+        tile = dict(BLOCK_N=block_n, BLOCK_K=TILE["TILE_ELEMENTS"] // block_n, num_warps=TILE["num_warps"], grid=(1,))
+        up = _expert_rows_kernel.warmup(x, gate_up, h, ids, weights, width, hidden, *x.stride(), *gate_up.stride(),
+                                        *h.stride(), PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU="silu",
+                                        **tile)  # fmt: skip
+        summed = _expert_rows_kernel.warmup(h, down, out, ids, weights, hidden, width, *h.stride(), *down.stride(),
+                                            *out.stride(), PAIRS_PER_ROW=top_k, A_ROW_DIV=1, SCALED=True, GLU="none",
+                                            **tile)  # fmt: skip
+        for name, compiled in (("up", up), ("down", summed)):
+            ptx = compiled.asm["ptx"]
+            results.append(dict(case=f"{name} BLOCK_N={block_n}", ptx=ptx, **_ptxas(ptx)))
+    return results
+
+
+def test_the_moe_decode_kernel_reads_weights_in_16_byte_accesses():
+    """grouped/moe_decode.py's kernel streams expert weights, so its speed is its loads: each
+    thread reads 8 bf16 weights at a time (one 16-byte access), and nothing spills."""
+    results = compile_kernel("expert_rows")
+    assert len(results) == 4
+    for result in results:
+        assert "ld.global.v4.b32" in result["ptx"], result["case"]
+        assert result["spilled"] == 0, result["case"]
 
 
 def test_the_glu_kernels_compile_to_16_byte_accesses():
