@@ -12,6 +12,7 @@ import torch
 import triton
 import triton.language as tl
 from cases import DEVICE, DTYPES, ON_GPU
+from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
 from tritongemm.grouped import reference_grouped_mm
@@ -233,30 +234,13 @@ def test_fuzz_over_group_sizes():
 # Hugging Face MoE models: tritongemm as their experts implementation
 # ----------------------------------------------------------------------------------------------
 
-TINY_MOE = {
-    "MixtralForCausalLM": dict(config="MixtralConfig", intermediate_size=96, num_local_experts=4),
-    "Qwen3MoeForCausalLM": dict(config="Qwen3MoeConfig", moe_intermediate_size=32, intermediate_size=96, num_experts=8,
-                                head_dim=16),
-}  # fmt: skip
-
 
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")
 @pytest.mark.parametrize("architecture", list(TINY_MOE))
 def test_patch_runs_a_moe_models_experts_on_grouped_mm(architecture):
     """patch selects the "tritongemm" experts implementation; its logits and the experts'
     gradients match transformers' eager experts (a loop of F.linear per expert)."""
-    transformers = pytest.importorskip("transformers")
-    from tritongemm.grouped import moe
-
-    if not moe.register():
-        pytest.skip("this transformers has no experts interface (transformers 5.x has)")
-    settings = dict(TINY_MOE[architecture])
-    config = getattr(transformers, settings.pop("config"))(
-        hidden_size=64, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=128, **settings,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = getattr(transformers, architecture)(config).train()
+    model = tiny_moe_model(architecture)
     ids = torch.randint(0, 128, (2, 9))
     results = {}
     for implementation in ("eager", "tritongemm"):

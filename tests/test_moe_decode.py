@@ -10,10 +10,11 @@ import zlib
 import pytest
 import torch
 from cases import DEVICE, DTYPES, ON_GPU
+from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
 from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
-from tritongemm.grouped import moe, moe_decode
+from tritongemm.grouped import moe_decode
 from tritongemm.grouped.moe_decode import experts_decode, serves
 from tritongemm.reference import rel_error, tolerance
 
@@ -99,29 +100,14 @@ def test_bad_shapes_are_refused_naming_the_argument(change, message):
         experts_decode(*args.values(), glu="silu")
 
 
-TINY_MOE = {
-    "MixtralForCausalLM": dict(config="MixtralConfig", intermediate_size=96, num_local_experts=4),
-    "Qwen3MoeForCausalLM": dict(config="Qwen3MoeConfig", moe_intermediate_size=32, intermediate_size=96, num_experts=8,
-                                head_dim=16),
-}  # fmt: skip
-
-
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")
 @pytest.mark.parametrize("architecture", list(TINY_MOE))
 def test_a_moe_models_decode_step_runs_the_two_launches(architecture, monkeypatch):
     """A patched model's decode step (one new token, no autograd) goes through experts_decode,
     and its logits match transformers' eager experts; a prompt of more pairs than the path
     serves, or a call that records autograd, takes the grouped path."""
-    transformers = pytest.importorskip("transformers")
-    if not moe.register():
-        pytest.skip("this transformers has no experts interface (transformers 5.x has)")
-    settings = dict(TINY_MOE[architecture])
-    config = getattr(transformers, settings.pop("config"))(
-        hidden_size=64, num_experts_per_tok=2, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=128, **settings,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    model = getattr(transformers, architecture)(config).eval()
+    model = tiny_moe_model(architecture).eval()
+    config = model.config
     calls = []
 
     def counted(*args):
