@@ -447,10 +447,12 @@ def _compile_expert_rows() -> list[dict]:
     results = []
     for block_n in (32, 8):
         tile = dict(BLOCK_N=block_n, BLOCK_K=TILE["TILE_ELEMENTS"] // block_n, num_warps=TILE["num_warps"], grid=(1,))
-        up = _expert_rows_kernel.warmup(x, gate_up, h, ids, weights, width, hidden, *x.stride(), *gate_up.stride(),
+        up = _expert_rows_kernel.warmup(x, gate_up, h, ids, weights, width, hidden, experts, *x.stride(),
+                                        *gate_up.stride(),
                                         *h.stride(), PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU="silu",
                                         **tile)  # fmt: skip
-        summed = _expert_rows_kernel.warmup(h, down, out, ids, weights, hidden, width, *h.stride(), *down.stride(),
+        summed = _expert_rows_kernel.warmup(h, down, out, ids, weights, hidden, width, experts, *h.stride(),
+                                            *down.stride(),
                                             *out.stride(), PAIRS_PER_ROW=top_k, A_ROW_DIV=1, SCALED=True, GLU="none",
                                             **tile)  # fmt: skip
         for name, compiled in (("up", up), ("down", summed)):

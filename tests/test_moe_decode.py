@@ -71,6 +71,19 @@ def test_the_path_serves_half_a_pair_an_expert_or_fewer():
     assert serves(8, 8, 128) and not serves(9, 8, 128) and not serves(0, 8, 128)  # Qwen3-MoE: 1-8
 
 
+def test_a_pair_routed_to_no_expert_adds_nothing():
+    """An index outside [0, experts) (a sentinel some routers write for a dropped pair) reads no
+    weights and adds nothing, as the grouped path's histc drops it."""
+    x = rand(2, 24, seed="x")
+    gate_up, down = experts_weights(4, 24, 16, torch.float32, False)
+    ids = torch.tensor([[0, 4], [-1, 2]], device=DEVICE)
+    weights = torch.softmax(rand(2, 2, seed="w"), -1)
+    kept = torch.tensor([[1.0, 0.0], [0.0, 1.0]], device=DEVICE)
+    expected = reference(x, gate_up, down, ids.clamp(0, 3), weights * kept, "silu")
+    y = experts_decode(x, gate_up, down, ids, weights, "silu")
+    assert rel_error(y, expected) <= 2 * tolerance(torch.float32, 24)
+
+
 def test_weights_of_another_dtype_and_int32_ids():
     x = rand(2, 24, seed="x")
     gate_up, down = experts_weights(4, 24, 16, torch.float32, False)

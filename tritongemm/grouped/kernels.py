@@ -133,7 +133,7 @@ def _expert_rows_kernel(
     ids_ptr,  # (pairs,) each pair's expert: its group of B
     scale_ptr,  # (pairs,) each pair's routing weight, read when SCALED
     # sizes
-    N, K,
+    N, K, G,  # G experts: a pair routed outside [0, G) adds nothing, as histc drops it on the grouped path
     # strides (elements)
     stride_am, stride_ak,
     stride_bg, stride_bk, stride_bn,
@@ -153,6 +153,8 @@ def _expert_rows_kernel(
     for j in range(PAIRS_PER_ROW):
         pair = row * PAIRS_PER_ROW + j
         expert = tl.load(ids_ptr + pair).to(tl.int64)
+        routed = (expert >= 0) & (expert < G)
+        expert = tl.where(routed, expert, 0)
         a_row = a_ptr + (pair // A_ROW_DIV).to(tl.int64) * stride_am
         b_cols = b_ptr + expert * stride_bg + offs_n[:, None].to(tl.int64) * stride_bn
         acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
@@ -161,7 +163,7 @@ def _expert_rows_kernel(
             offs_k = k0 + tl.arange(0, BLOCK_K)
             k_ok = offs_k < K
             a = tl.load(a_row + offs_k * stride_ak, mask=k_ok, other=0.0).to(tl.float32)[None, :]
-            mask = n_ok[:, None] & k_ok[None, :]
+            mask = n_ok[:, None] & k_ok[None, :] & routed
             acc += tl.load(b_cols + offs_k[None, :] * stride_bk, mask=mask, other=0.0).to(tl.float32) * a
             if GLU != "none":  # the up half: B's columns N + offs_n
                 up += tl.load(b_cols + N * stride_bn + offs_k[None, :] * stride_bk, mask=mask,

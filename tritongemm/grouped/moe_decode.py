@@ -11,7 +11,8 @@ one row times its expert's weights:
     h[p]   = act(x[p // top_k] @ gate[e_p]) * (x[p // top_k] @ up[e_p])     one launch, all pairs
     out[t] = sum_j w[t, j] * (h[t * top_k + j] @ down[e_tj])                 one launch, all tokens
 the routing weights and the sum over each token's experts in the second kernel's fp32
-accumulator. Nothing is sorted and nothing synchronizes. Each pair reads its expert's weights on
+accumulator. A pair routed to no expert (an index outside [0, experts)) adds nothing, as on the
+grouped path, whose histc drops it. Nothing is sorted and nothing synchronizes. Each pair reads its expert's weights on
 its own, so two tokens that share an expert read it twice: the path serves calls of at most
 PAIRS_PER_EXPERT pairs an expert, where the grouped path, which reads each expert once, takes over.
 
@@ -66,8 +67,9 @@ def _plan(x, gate_up, down, ids, weights, top_k: int, glu: str):
     out = x.new_empty((tokens, hidden))
     up_n, down_n = _block_n(pairs, width, x.device), _block_n(tokens, hidden, x.device)
     common = dict(num_warps=TILE["num_warps"])
-    up_sizes = (width, hidden, *x.stride(), *gate_up.stride(), *h.stride())
-    down_sizes = (hidden, width, *h.stride(), *down.stride(), *out.stride())
+    experts = gate_up.shape[0]
+    up_sizes = (width, hidden, experts, *x.stride(), *gate_up.stride(), *h.stride())
+    down_sizes = (hidden, width, experts, *h.stride(), *down.stride(), *out.stride())
     launch_up = compile_launch(_expert_rows_kernel, (pairs, -(-width // up_n)),
                                (x, gate_up, h, ids, weights, *up_sizes),
                                dict(common, PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU=glu, BLOCK_N=up_n,
