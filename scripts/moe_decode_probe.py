@@ -65,7 +65,7 @@ def main() -> None:
             moe_decode.PAIRS_PER_EXPERT = limit
 
 
-def with_decode_tokens(limit: float, fn):
+def with_pair_limit(limit: float, fn):
     """fn, called with moe's decode path serving up to `limit` pairs an expert."""
     from tritongemm.grouped import moe_decode
 
@@ -86,8 +86,8 @@ def probe_family(family: str, writer) -> None:
     top_k = config.num_experts_per_tok
     weights64 = module.gate_up_proj.double(), module.down_proj.double()
     providers = {
-        "tritongemm-decode": with_decode_tokens(1 << 30, moe.experts_forward),
-        "tritongemm-grouped": with_decode_tokens(0, moe.experts_forward),
+        "tritongemm-decode": with_pair_limit(1 << 30, moe.experts_forward),
+        "tritongemm-grouped": with_pair_limit(0, moe.experts_forward),
         "hf-grouped_mm": ALL_EXPERTS_FUNCTIONS["grouped_mm"],
     }
     for tokens in TOKENS:
@@ -130,7 +130,7 @@ def probe_tiles(family: str, writer) -> None:
         for name, limit, tile in runs:  # each alone: the plan its check builds under this tile is the one timed
             moe_decode.TILE.update(tile)
             PLANS.clear()
-            call = functools.partial(with_decode_tokens(limit, moe.experts_forward), module, x, ids, weights)
+            call = functools.partial(with_pair_limit(limit, moe.experts_forward), module, x, ids, weights)
             errors, results = check_then_time({name: call}, ref, 2e-2, problem, timings=("graph",))
             rows.append((name, *results["graph"][name], errors[name]))
         base = rows[0][1]

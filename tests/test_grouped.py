@@ -98,7 +98,7 @@ def test_gradients_match_torch_on_the_same_groups(form):
 def test_a_transposed_weights_gradient_is_laid_out_as_the_weight(glu):
     """An MoE weight is stored (experts, out, in) and read as its transposed view: its gradient is
     computed in that layout, so autograd hands it over without a copy (in a Mixtral training step
-    those copies took as long as the weight-gradient GEMMs)."""
+    those copies took longer than the weight-gradient GEMMs)."""
     a, offs = rand(31, 16, seed="a").requires_grad_(), ends((10, 0, 17))
     weight = rand(3, 2 * 8 if glu else 8, 16, seed="w").requires_grad_()  # (experts, out, in)
     y = tritongemm.grouped_mm(a, weight.transpose(1, 2), offs, glu=glu)
