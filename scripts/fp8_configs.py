@@ -2,7 +2,8 @@
 torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_then_time's "graph").
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
-    PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] [--min-m 2048]
+    PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
+        [--min-m 2048] [--max-m 128]
 """
 
 from __future__ import annotations
@@ -28,6 +29,14 @@ SMALL = {  # decode-sized M: enough programs along N to stream the weight from e
     "tl 64x64x256 w4 s3": ("fp8_grouped", cfg(64, 64, 256, 4, 3)),
     "tl 64x128x128 w4 s4": ("fp8_grouped", cfg(64, 128, 128, 4, 4)),
     "tma 64x64x128 w4 s4": ("fp8_tma", cfg(64, 64, 128, 4, 4)),
+    "ws 64x64x128 w4 s12": ("fp8_ws", cfg(64, 64, 128, 4, 12)),
+    "ws 64x128x128 w4 s8": ("fp8_ws", cfg(64, 128, 128, 4, 8)),
+    "ws 128x64x128 w8 s8": ("fp8_ws", cfg(128, 64, 128, 8, 8)),
+}
+BLOCK_SMALL = {  # the block rung on one warpgroup, tiles narrow enough to give more SMs a tile
+    "block-ws 64x64 w4 s10": ("fp8_block", cfg(64, 64, 128, 4, 10)),
+    "block-ws 64x128 w4 s8": ("fp8_block", cfg(64, 128, 128, 4, 8)),
+    "block-ws 128x64 w8 s8": ("fp8_block", cfg(128, 64, 128, 8, 8)),
 }
 LARGE = {
     "tl 128x256x128 w8 s3": ("fp8_grouped", cfg(128, 256, 128, 8, 3)),
@@ -36,6 +45,10 @@ LARGE = {
     "tl 128x128x128 w4 s4": ("fp8_grouped", cfg(128, 128, 128, 4, 4)),
     "tma default": ("fp8_tma", None),
     "tma 128x256x128 w8 s3": ("fp8_tma", cfg(128, 256, 128, 8, 3)),
+    "ws 128x256x128 w8 s4": ("fp8_ws", cfg(128, 256, 128, 8, 4)),
+    "ws 128x256x128 w8 s4 g16": ("fp8_ws", cfg(128, 256, 128, 8, 4, group=16)),
+    "ws 128x128x128 w8 s6": ("fp8_ws", cfg(128, 128, 128, 8, 6)),
+    "pp 128x128x128 w4 s6": ("fp8_ws ping-pong", cfg(128, 128, 128, 4, 6)),
 }
 BLOCK = {  # hopper/fp8_block.py: block scales only; each half of BLOCK_N within a 128-wide scale block
     "block-ws 128x128 s5": ("fp8_block", cfg(128, 128, 128, 8, 5)),
@@ -60,13 +73,14 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--recipes", default="tensor,row,block")
     parser.add_argument("--min-m", type=int, default=0, help="only the shapes with M at least this")
+    parser.add_argument("--max-m", type=int, default=1 << 30, help="only the shapes with M at most this")
     args = parser.parse_args()
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["recipe", "m", "n", "k", "candidate", "ms", "tflops", "ratio_to_torch", "rel_err", "status"])
         for recipe in args.recipes.split(","):
-            for M, N, K in [shape for shape in SHAPES if shape[0] >= args.min_m]:
+            for M, N, K in [shape for shape in SHAPES if args.min_m <= shape[0] <= args.max_m]:
                 problem = Fp8Problem(recipe, M, N, K)
                 a, b, sa, sb = operands(problem, "cuda")
                 ref = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
@@ -84,10 +98,15 @@ def main() -> None:
                     except Exception as exc:
                         print(f"torch refuses block scales at {M}x{N}x{K}: {exc}", flush=True)
                 table = dict(BOTH, **(SMALL if M <= 128 else {}), **(LARGE if M >= 128 else {}))
-                if recipe == "block" and M >= 128:  # the `tl` tiles ran at 130-250 TFLOP/s (probes/fp8-configs.csv)
-                    table = dict(BOTH, **{"tma default": LARGE["tma default"]}, **BLOCK)
+                if recipe == "block":  # the `tl` tiles ran at 130-250 TFLOP/s past M = 128 (probes/fp8-configs.csv)
+                    small = {name: c for name, c in SMALL.items() if c[0] == "fp8_grouped"} if M <= 128 else {}
+                    large = dict(**{"tma default": LARGE["tma default"]}, **BLOCK) if M >= 128 else {}
+                    table = dict(BOTH, **small, **(BLOCK_SMALL if M <= 128 else {}), **large)
                 for name, (kernel, config) in table.items():
                     if recipe == "block" and config is not None and config.BLOCK_K != 128:
+                        continue
+                    if kernel == "fp8_ws ping-pong":  # two consumers: no scaled_mm kernel name takes it yet
+                        calls[name] = ping_pong(a, b, sa, sb, recipe, config)
                         continue
                     calls[name] = functools.partial(
                         scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, kernel=kernel, config=config
@@ -101,6 +120,23 @@ def main() -> None:
                     f.flush()
                     print(f"[{time.time() - t0:4.0f}s] {recipe:6s} {M:5d}x{N}x{K} {name:28s} {(ms or 0):.4f} ms "
                           f"{(tflops or 0):7.1f} TF/s ratio {ratio or 0:.3f} {status}", flush=True)  # fmt: skip
+
+
+def ping_pong(a, b, sa, sb, recipe, config):
+    """scaled_mm on fp8_ws's plan with two consumers (ping-pong), as a call like scaled_mm's."""
+    from tritongemm.epilogue import PLAIN
+    from tritongemm.hopper import fp8_ws
+
+    c = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
+    run = fp8_ws.plan(a, b, c, sa, sb.contiguous(), recipe, config, PLAIN, consumers=2)
+    sb = sb.contiguous()
+
+    def call():
+        out = torch.empty_like(c)
+        run(a, b, out, sa, sb)
+        return out
+
+    return call
 
 
 if __name__ == "__main__":

@@ -107,6 +107,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_fp8_tma()
     if kernel == "fp8_block":
         return _compile_fp8_block()
+    if kernel == "fp8_ws":
+        return _compile_fp8_ws()
     if kernel == "gated":
         return _compile_gated()
     if kernel == "grouped_ws":
@@ -167,7 +169,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
             fn = tma_warp_specialized._tma_warp_specialized_kernel
             registers = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS,
                              CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
-            extra = dict(MMA=mma, Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], GLU="none", **registers)
+            extra = dict(MMA=mma, Scheduler=scheduler, CONSUMERS=WARP_SPECIALIZED[kernel], GLU="none", SCALES="none",
+                         **registers)  # fmt: skip
         else:
             desc = make_descriptors(a, b, c, *tiles)
             persistent = kernel == "tma_persistent"
@@ -177,6 +180,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         bias, residual, preact = torch.empty(N, dtype=torch.float16), *(torch.empty(M, N, dtype=torch.float16),) * 2
         epilogue_args = (*epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact))
         args, extra = (desc.a, desc.b, desc.c, *epilogue_args), extra | epilogue.constexprs()
+        if kernel in WARP_SPECIALIZED:
+            args += (0, 0)  # no fp8 scales
         if kernel == "split_k":  # the partial kernel: the epilogue is the reduction's, a tl kernel
             workspace = torch.empty(3, M, N, dtype=torch.float32)
             _, k_per_split = split_k.ring_split_plan(M, N, K, config, num_sms=132)
@@ -250,13 +255,71 @@ def test_the_fp8_rung_compiles_to_fp8_wgmma_for_sm90():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
-# The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, BLOCK_N):
-# both fp8 formats, a fused epilogue, ConSan's ring, both tile widths.
+# fp8 on rung 9 (hopper/fp8_ws.py): (recipe, fp8 dtype, C's dtype, fused epilogue, consumers, tile):
+# auto's four tiles (fp8_ws.TILES; the first's C in halves beside 4 slots), ping-pong's, fused.
+FP8_WS_CASES = [
+    ("row", "float8_e4m3fn", "bfloat16", None, 1, 0),
+    ("tensor", "float8_e4m3fn", "bfloat16", None, 1, 1),
+    ("tensor", "float8_e4m3fn", "bfloat16", None, 1, 2),
+    ("row", "float8_e4m3fn", "bfloat16", None, 1, 3),
+    ("tensor", "float8_e5m2", "float16", None, 2, "ping-pong"),
+    ("row", "float8_e4m3fn", "bfloat16", "gelu", 1, 0),
+]
+
+
+def _compile_fp8_ws() -> list[dict]:
+    from tritongemm.hopper import fp8_ws, tma_warp_specialized
+    from tritongemm.hopper.descriptors import _descriptor
+    from tritongemm.hopper.mma import WGMMA
+
+    results = []
+    for recipe, fp8, out, fused, consumers, tile in FP8_WS_CASES:
+        ping_pong = fp8_ws.DEFAULT_CONFIG.with_(BLOCK_N=128, num_warps=4, num_stages=6)
+        config = ping_pong if tile == "ping-pong" else fp8_ws.TILES[tile]
+        M, N, K = 1000, 1504, 704
+        a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
+        c = torch.empty(M, N, dtype=getattr(torch, out))
+        pieces = tma_warp_specialized.c_pieces(config, 1, consumers, c_elem_bytes=c.element_size())
+        desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
+                _descriptor(c, (config.BLOCK_M, config.BLOCK_N // pieces)))  # fmt: skip
+        epilogue = FUSED[fused] if fused else PLAIN
+        bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
+        scales = (torch.empty(M), torch.empty(N)) if recipe == "row" else (torch.empty(()),) * 2
+        args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact), *scales)
+        _, constexprs = tma_warp_specialized.programs(config, c, config.BLOCK_N, WGMMA, consumers, 1, scales=recipe)
+        constexprs.update(A_M_MAJOR=False, B_K_MAJOR=True, **epilogue.constexprs())
+        compiled = tma_warp_specialized._tma_warp_specialized_kernel.warmup(*args, **constexprs, grid=(1,))
+        ptx = compiled.asm["ptx"]
+        wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
+        instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg")
+        planned = tma_warp_specialized.smem_bytes(config, 1, consumers, c_elem_bytes=c.element_size())
+        results.append(dict(case=[recipe, fp8, out, fused, consumers, config.short()], shared=compiled.metadata.shared,
+                            missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
+                            planned=planned))  # fmt: skip
+    return results
+
+
+def test_fp8_on_the_warp_specialized_rung_compiles_without_spills():
+    """hopper/fp8_ws.py: rung 9 on fp8 operands, warp-specialized (setmaxnreg), TMA + mbarriers +
+    fp8 WGMMA, the tile scaled in registers before the epilogue; C staged in its own dtype, in
+    the shared memory its plan counts; no spills, MMAs not serialized."""
+    for result in compile_kernel("fp8_ws"):
+        label = "fp8_ws " + " ".join(map(str, result["case"]))
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+
+
+# The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, tile):
+# both fp8 formats, a fused epilogue, ConSan's ring, auto's four tiles (fp8_block.TILES).
 FP8_BLOCK_CASES = [
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 128),
-    ("float8_e5m2", "float16", 640, "gelu", 1, 128),
-    ("float8_e4m3fn", "bfloat16", 768, None, 2, 128),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 256),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 1),
+    ("float8_e5m2", "float16", 640, "gelu", 1, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 2, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 2),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 3),
 ]
 
 
@@ -266,8 +329,8 @@ def _compile_fp8_block() -> list[dict]:
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
-    for fp8, out, K, fused, per_slot, block_n in FP8_BLOCK_CASES:
-        config = fp8_block.DEFAULT_CONFIG if block_n == 256 else fp8_block.NARROW_CONFIG
+    for fp8, out, K, fused, per_slot, tile in FP8_BLOCK_CASES:
+        config = fp8_block.TILES[tile]
         M, N = 1000, 1504
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
@@ -285,7 +348,7 @@ def _compile_fp8_block() -> list[dict]:
         ptx = compiled.asm["ptx"]
         wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
         instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg")
-        results.append(dict(case=[fp8, out, K, fused, per_slot, block_n], shared=compiled.metadata.shared,
+        results.append(dict(case=[fp8, out, K, fused, per_slot, config.short()], shared=compiled.metadata.shared,
                             missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
                             planned=fp8_block.smem_bytes(config, c.element_size())))  # fmt: skip
     return results
@@ -338,16 +401,17 @@ def _compile_gated() -> list[dict]:
                 planned = tma_warp_specialized.smem_bytes(config, 2, gated=gated)
                 fn = tma_warp_specialized._tma_warp_specialized_kernel
                 extra = dict(LOAD_REGS=tma_warp_specialized.LOAD_REGISTERS, CONSUMERS=1,
-                             CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS)  # fmt: skip
+                             CONSUMER_REGS=tma_warp_specialized.CONSUMER_REGISTERS, SCALES="none")  # fmt: skip
+                scales = (0, 0)
             else:
                 ring = pipeline.plan_ring(config, 2, gated=gated)
                 pieces, planned = ring.epi_split, ring.smem_bytes
                 fn = tma_persistent_pipelined._tma_persistent_pipelined_kernel
-                extra = dict(STEAL_B=ring.steal_b)
+                extra, scales = dict(STEAL_B=ring.steal_b), ()
             tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
             out = c if gated else torch.empty(M, 2 * N, dtype=torch.bfloat16)
             desc = make_descriptors(a, b, out, config.BLOCK_M, tile_n, config.BLOCK_K, epi_split=pieces)
-            compiled = fn.warmup(desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None),
+            compiled = fn.warmup(desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None), *scales,
                                  **desc.layout_constexprs(), **common, **extra, GLU=glu, grid=(1,))  # fmt: skip
             ptx = compiled.asm["ptx"]
             copies.append(len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)))

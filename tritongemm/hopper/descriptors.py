@@ -299,11 +299,11 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
 
 def planned_launch(
     kernel, grid, desc: Descriptors, constexprs: dict, c: torch.Tensor, epilogue: Epilogue = PLAIN, bias=None,
-    residual=None, preact=None,
+    residual=None, preact=None, trailing: tuple = (),
 ):  # fmt: skip
-    """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *epilogue arguments,
+    """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *epilogue arguments, *trailing,
     *constexprs) for this geometry and return `launch(a, b, c, bias=None, residual=None,
-    preact=None)` for tensors of the same geometry.
+    preact=None)` for tensors of the same geometry. `trailing`: arguments the same in every call.
 
     A descriptor is its tensor's address, shape, strides and block: only the address changes from
     call to call, so each call encodes the plan's descriptors at the new tensors' addresses
@@ -311,7 +311,7 @@ def planned_launch(
     building and checking one from scratch took about 40 us; an operand at an address it was
     called at before (a weight, always) reuses that call's encoding.
     """
-    fixed = epilogue.fixed_args(residual, preact)
+    fixed = (*epilogue.fixed_args(residual, preact), *trailing)
     runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(bias, residual, preact), *fixed)
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
     # A transposed operand's descriptor describes its .T: the same data pointer and dtype, which is

@@ -62,7 +62,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 from tritongemm.config import MatmulConfig
-from tritongemm.epilogue.kernels import apply_gl, gated_gl
+from tritongemm.epilogue.kernels import apply_gl, gated_gl, scale_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.mma import WGMMA, mma_for
 from tritongemm.hopper.pipeline import (
@@ -140,15 +140,17 @@ def _load_partition(
 @gluon.jit
 def _mma_partition(
     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty, turns,
-    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha, sa_ptr, sb_ptr,
     MMA: gl.constexpr, Scheduler: gl.constexpr, A_M_MAJOR: gl.constexpr, B_K_MAJOR: gl.constexpr,
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-    STORE_PREACT: gl.constexpr, GLU: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
-    num_warps: gl.constexpr,
+    STORE_PREACT: gl.constexpr, GLU: gl.constexpr, SCALES: gl.constexpr, CONSUMER: gl.constexpr,
+    CONSUMERS: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """A consumer: wait for a slot, multiply, release the slot; per tile, the epilogue. Consumer c
     of CONSUMERS takes the program's tiles c, c + CONSUMERS, ... (ping-pong when there are two).
-    GLU (an activation's name, else "none"): the tile is a gated pair's, stored as act(gate) * up."""
+    GLU (an activation's name, else "none"): the tile is a gated pair's, stored as act(gate) * up.
+    SCALES ("tensor" or "row", else "none"): fp8 operands, the tile dequantized by their scales
+    before the epilogue (fp8_ws.py)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1] if A_M_MAJOR else a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[0] if A_M_MAJOR else a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_bufs.shape[1] if B_K_MAJOR else b_bufs.shape[2]  # the MMA's N
@@ -188,6 +190,8 @@ def _mma_partition(
         # 3. Epilogue, while the load warp fills the ring for the next tile (and, in ping-pong,
         #    the other consumer multiplies it).
         acc, mma = mma.take_result()
+        if SCALES != "none":
+            acc = scale_gl(acc, off_m, off_n, M, N, sa_ptr, sb_ptr, SCALES == "row")
         if GLU != "none":
             acc = gated_gl(acc, GLU)
         else:
@@ -214,6 +218,10 @@ def _tma_warp_specialized_kernel(
     stride_rn,
     stride_pm,
     alpha,
+    # fp8 operands' dequantization scales (fp32), read where SCALES says: one element each, or
+    # scale_a (M,) and scale_b (N,) contiguous
+    sa_ptr,
+    sb_ptr,
     # meta-parameters
     MMA: gl.constexpr,  # the tensor-core step: mma.WGMMA (Hopper) or tcgen05.TCGen05MMA (Blackwell)
     Scheduler: gl.constexpr,  # a class from schedulers.py
@@ -230,6 +238,7 @@ def _tma_warp_specialized_kernel(
     HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr,
     GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ W[:N].T) * (A @ W[N:2N].T)
+    SCALES: gl.constexpr,  # "none", or fp8 operands' recipe, "tensor" or "row" (fp8_ws.py)
     num_warps: gl.constexpr,
 ):
     dtype: gl.constexpr = a_desc.dtype
@@ -244,7 +253,7 @@ def _tma_warp_specialized_kernel(
         b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, 2 * B_BOX[0], B_BOX[1]], b_desc.layout)
     else:
         b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     turns = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
@@ -260,9 +269,9 @@ def _tma_warp_specialized_kernel(
             [
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
-                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha, sa_ptr, sb_ptr,
                     MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-                    GLU, 0, 1, num_warps,
+                    GLU, SCALES, 0, 1, num_warps,
                 )),
                 (_load_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, A_M_MAJOR, B_K_MAJOR,
@@ -277,15 +286,15 @@ def _tma_warp_specialized_kernel(
             [
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, turns,
-                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha, sa_ptr, sb_ptr,
                     MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-                    GLU, 0, 2, num_warps,
+                    GLU, SCALES, 0, 2, num_warps,
                 )),
                 (_mma_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, turns,
-                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha, sa_ptr, sb_ptr,
                     MMA, Scheduler, A_M_MAJOR, B_K_MAJOR, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-                    GLU, 1, 2, num_warps,
+                    GLU, SCALES, 1, 2, num_warps,
                 )),
                 (_load_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, A_M_MAJOR, B_K_MAJOR,
@@ -302,31 +311,34 @@ def _tma_warp_specialized_kernel(
     invalidate_barriers(turns)
 
 
-def c_pieces(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
-             smem_limit: int = H100_SHARED_MEMORY_BYTES, gated: bool = False) -> int:  # fmt: skip
+def c_pieces(config: MatmulConfig, elem_bytes: int, consumers: int = 1, smem_limit: int = H100_SHARED_MEMORY_BYTES,
+             gated: bool = False, c_elem_bytes: int | None = None) -> int:  # fmt: skip
     """Into how many column pieces C's staging buffer cuts a tile: 1 (a whole C tile per consumer)
     when that fits beside the ring, else 2 (a half-tile buffer, stored one half after the other).
-    A gated pair's C tile is half the MMA's width (act(gate) * up)."""
+    A gated pair's C tile is half the MMA's width (act(gate) * up). C's elements are the operands'
+    unless `c_elem_bytes` says otherwise (fp8 operands, a bf16 C)."""
     ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
-    whole = ring + consumers * c_tile_bytes(config, elem_bytes, gated)
+    whole = ring + consumers * c_tile_bytes(config, c_elem_bytes or elem_bytes, gated)
     tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
     return 1 if whole <= smem_limit - _SMEM_SLACK_BYTES or tile_n < 32 else 2
 
 
 def smem_bytes(config: MatmulConfig, elem_bytes: int, consumers: int = 1,
-               smem_limit: int = H100_SHARED_MEMORY_BYTES, gated: bool = False) -> int:  # fmt: skip
+               smem_limit: int = H100_SHARED_MEMORY_BYTES, gated: bool = False,
+               c_elem_bytes: int | None = None) -> int:  # fmt: skip
     """The ring plus C's staging buffer of each consumer, all live for the whole program (barriers aside)."""
-    pieces = c_pieces(config, elem_bytes, consumers, smem_limit, gated)
+    pieces = c_pieces(config, elem_bytes, consumers, smem_limit, gated, c_elem_bytes)
     ring = config.num_stages * operand_stage_bytes(config, elem_bytes)
-    return ring + consumers * c_tile_bytes(config, elem_bytes, gated) // pieces
+    return ring + consumers * c_tile_bytes(config, c_elem_bytes or elem_bytes, gated) // pieces
 
 
 def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES,
-                 consumers: int = 1, mma=WGMMA, gated: bool = False) -> None:  # fmt: skip
-    """Raise ValueError when the MMA (WGMMA unless `mma` says otherwise) can't compute the tile or
-    the ring and C (in halves, if need be) don't fit in shared memory; in ping-pong (two
-    consumers), also when a consumer is not one warpgroup."""
-    name = NAME if consumers == 1 else PING_PONG_NAME
+                 consumers: int = 1, mma=WGMMA, gated: bool = False, c_elem_bytes: int | None = None,
+                 name: str | None = None) -> None:  # fmt: skip
+    """Raise ValueError, naming the kernel (`name`, else this rung's), when the MMA (WGMMA unless
+    `mma` says otherwise) can't compute the tile or the ring and C (in halves, if need be) don't
+    fit in shared memory; in ping-pong (two consumers), also when a consumer is not one warpgroup."""
+    name = name or (NAME if consumers == 1 else PING_PONG_NAME)
     check_mma_tile(name, config, mma)
     if consumers > 1 and config.num_warps != 4:
         raise ValueError(
@@ -338,9 +350,9 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
             f"the next loads; got {config.num_stages}"
         )
     budget = smem_limit - _SMEM_SLACK_BYTES
-    need = smem_bytes(config, elem_bytes, consumers, smem_limit, gated)
+    need = smem_bytes(config, elem_bytes, consumers, smem_limit, gated, c_elem_bytes)
     if need > budget:
-        c_halves = consumers * c_tile_bytes(config, elem_bytes, gated) // 2
+        c_halves = consumers * c_tile_bytes(config, c_elem_bytes or elem_bytes, gated) // 2
         fitting = (budget - c_halves) // operand_stage_bytes(config, elem_bytes)
         hint = f"num_stages <= {fitting}" if fitting >= 2 else "a smaller tile"
         raise ValueError(
@@ -348,6 +360,23 @@ def check_config(config: MatmulConfig, elem_bytes: int, smem_limit: int = H100_S
             f"buffer(s) of half a tile), more than the {smem_limit} a block may have (less {_SMEM_SLACK_BYTES} "
             f"for barriers and alignment); use {hint}"
         )
+
+
+def programs(config: MatmulConfig, c: torch.Tensor, tile_n: int, mma, consumers: int = 1,
+             num_programs: int | None = None, glu: str | None = None, scales: str | None = None):  # fmt: skip
+    """(grid, constexprs) of a launch over C's tiles of BLOCK_M x tile_n columns: min(#SMs, #tiles)
+    persistent programs (`num_programs` replaces the SM count), and every constexpr but the
+    operands' layouts and the epilogue's."""
+    M, N = c.shape
+    tiles = -(-M // config.BLOCK_M) * -(-N // tile_n)
+    grid = (num_persistent_programs(tiles, c.device, num_programs),)
+    constexprs = dict(
+        MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
+        LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, GLU=glu or "none",
+        SCALES=scales or "none", num_warps=config.num_warps,
+    )  # fmt: skip
+    return grid, constexprs
 
 
 def plan(
@@ -382,21 +411,15 @@ def plan(
     check_config(config, a.element_size(), consumers=consumers, mma=mma, gated=gated)
     if a.shape[1] == 0:  # matmul never launches for K = 0; a tile's release would have no load to match
         raise ValueError(f"{name}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
-    M, N = c.shape
     pieces = c_pieces(config, a.element_size(), consumers, gated=gated)
     if pieces > 1:
         refuse_c_pieces_for_tcgen05(name, config, a.element_size(), mma)
     tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N  # C's columns per tile; a gated B box's rows
     desc = make_descriptors(a, b, c, config.BLOCK_M, tile_n, config.BLOCK_K, epi_split=pieces)
-    tiles = -(-M // config.BLOCK_M) * -(-N // tile_n)
-    grid = (num_persistent_programs(tiles, c.device, num_programs),)
-    constexprs = dict(
-        MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
-        NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(), **desc.layout_constexprs(),
-        LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers, CONSUMER_REGS=CONSUMER_REGISTERS, GLU=glu or "none",
-        num_warps=config.num_warps,
-    )  # fmt: skip
-    return planned_launch(_tma_warp_specialized_kernel, grid, desc, constexprs, c, **epilogue)
+    grid, constexprs = programs(config, c, tile_n, mma, consumers, num_programs, glu)
+    constexprs.update(desc.layout_constexprs())
+    # No scales (they are fp8_ws.py's): two integers stand for their pointers, never read.
+    return planned_launch(_tma_warp_specialized_kernel, grid, desc, constexprs, c, trailing=(0, 0), **epilogue)
 
 
 def launch(
