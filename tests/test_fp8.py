@@ -130,12 +130,14 @@ def test_fp8_formats_in_any_pairing(recipe, a_dtype, b_dtype):
     check(9, 40, 256, recipe, torch.float32, a_dtype, b_dtype)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="auto's choice past M = 128 is the GPU's (the interpreter's is one tile)")
-@pytest.mark.parametrize("shape", [(129, 136, 256), (300, 264, 384), (200, 100, 128)], ids=str)
+@pytest.mark.skipif(not ON_GPU, reason="auto's choice past M = 64 is the GPU's (the interpreter's is one tile)")
+@pytest.mark.parametrize("shape", [(65, 72, 128), (128, 4096, 256), (129, 136, 256), (300, 264, 384), (200, 100, 128)],
+                         ids=str)  # fmt: skip
 @pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
 def test_auto_past_the_small_m_tiles(recipe, shape):
-    """M > 128 takes the Gluon rung on Hopper where it can (bf16 out, TMA-aligned), else the `tl`
-    rung's wide tile; N = 100 leaves C's rows misaligned for TMA: the `tl` rung."""
+    """M > 64 takes the warp-specialized Gluon rungs on Hopper where they can (bf16 out,
+    TMA-aligned), on the tile that fills the SMs (64 x 64 for the first two shapes), else the
+    `tl` rung; N = 100 leaves C's rows misaligned for TMA: the `tl` rung."""
     check(*shape, recipe, out_dtype=torch.bfloat16)
     check(*shape, recipe, out_dtype=torch.float32)
 
@@ -257,16 +259,16 @@ def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (200, 136, 384), (1000, 1504, 768), (300, 520, 1280)],
                          ids=str)  # fmt: skip
-@pytest.mark.parametrize("block_n", [128, 256])
-def test_the_block_scaled_rung(shape, out_dtype, block_n):
-    """hopper/fp8_block.py against the fp64 reference, both tile widths: odd and even numbers of
-    K-steps, rows and columns past the last whole tile; bias and GELU in its epilogue on the
-    1000-row shape."""
-    from tritongemm.hopper.fp8_block import DEFAULT_CONFIG, NARROW_CONFIG
+@pytest.mark.parametrize("tile", range(4))
+def test_the_block_scaled_rung(shape, out_dtype, tile):
+    """hopper/fp8_block.py against the fp64 reference, on auto's four tiles (fp8_block.TILES:
+    two widths, on two warpgroups and on one): odd and even numbers of K-steps, rows and columns
+    past the last whole tile; bias and GELU in its epilogue on the 1000-row shape."""
+    from tritongemm.hopper.fp8_block import TILES
 
     fused = dict(bias=rand(shape[1], seed="bias"), activation="gelu") if shape[0] == 1000 else {}
     a, b, sa, sb = operands(*shape, "block", seed="ws")
-    config = DEFAULT_CONFIG if block_n == 256 else NARROW_CONFIG
+    config = TILES[tile]
     y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, kernel="fp8_block", config=config, **fused)
     expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **fused)
     assert rel_error(y, expected) <= fp8_tolerance(out_dtype, shape[2])
@@ -286,6 +288,44 @@ def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs):
     run(a, b, c, sa, sb)
     expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
     assert rel_error(c, expected) <= fp8_tolerance(torch.bfloat16, 1152)
+
+
+# fp8 on rung 9 (hopper/fp8_ws.py): auto's four tiles (fp8_ws.TILES; the first stores C in halves), and ping-pong's.
+FP8_WS_TILES = [0, 1, 2, 3, "ping-pong"]
+PING_PONG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=6)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU (CPU: compiled in test_gluon_compile)")
+@pytest.mark.parametrize("tile", FP8_WS_TILES)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (200, 136, 384), (1000, 1504, 768), (300, 520, 1296)],
+                         ids=str)  # fmt: skip
+@pytest.mark.parametrize("recipe", ["tensor", "row"])
+def test_the_warp_specialized_rung(recipe, shape, out_dtype, tile):
+    """hopper/fp8_ws.py against the fp64 reference: rows, columns and K past the last whole tile,
+    into a poisoned output; bias, GELU and a residual in its epilogue on the 1000-row shape; one
+    program walking every tile of the last shape, so the ring's phases carry over tiles."""
+    from tritongemm.epilogue import Epilogue
+    from tritongemm.hopper import fp8_ws
+
+    M, N, K = shape
+    config, consumers = (PING_PONG, 2) if tile == "ping-pong" else (fp8_ws.TILES[tile], 1)
+    fused = dict(bias=rand(N, seed="bias"), activation="gelu", residual=rand(M, N, seed="res")) if M == 1000 else {}
+    a, b, sa, sb = operands(*shape, recipe, seed="fp8-ws")
+    c = torch.full((M, N), float("nan"), dtype=out_dtype, device=DEVICE)
+    spec = Epilogue(fused.get("activation"), 1.0, "bias" in fused, "residual" in fused)
+    run = fp8_ws.plan(a, b, c, sa, sb.contiguous(), recipe, config, spec, fused.get("bias"), fused.get("residual"),
+                      consumers=consumers, num_programs=1 if K == 1296 else None)  # fmt: skip
+    run(a, b, c, sa, sb.contiguous(), fused.get("bias"), fused.get("residual"))
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **fused)
+    assert rel_error(c, expected) <= fp8_tolerance(out_dtype, K)
+
+
+def test_the_warp_specialized_rung_takes_tensor_and_row_scales_only():
+    a, b, sa, sb = operands(8, 128, 128, "block")
+    match = "fp8_ws: takes tensor- or row-wise scales" if ON_HOPPER else "'fp8_ws' runs on a CUDA GPU"
+    with pytest.raises(ValueError, match=match):
+        scaled_mm(a, b, sa, sb, kernel="fp8_ws")
 
 
 def test_the_block_scaled_rung_takes_block_scales_only():
@@ -397,7 +437,7 @@ def test_patch_with_fp8_replaces_what_the_recipe_takes_and_says_why_not_the_rest
 # Fuzzing: random problems, each kernel, against the reference
 # ----------------------------------------------------------------------------------------------
 
-FUZZ_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_block") if ON_HOPPER else ("fp8_grouped",)
+FUZZ_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_ws", "fp8_block") if ON_HOPPER else ("fp8_grouped",)
 FUZZ_MAX_DIM = 700 if ON_GPU else 96  # the interpreter runs ~200 tile steps a second
 
 
@@ -414,11 +454,12 @@ def test_fuzz(kernel):
     from hypothesis import strategies as st
 
     examples = int(os.environ.get("FUZZ_EXAMPLES", 30 if not ON_GPU else 300))
-    tma = kernel in ("fp8_tma", "fp8_block")
+    tma = kernel in ("fp8_tma", "fp8_ws", "fp8_block")
 
     @st.composite
     def problems(draw):
-        recipe = draw(st.sampled_from(["tensor", "block"] if kernel == "fp8_block" else ["tensor", "row", "block"]))
+        recipes = {"fp8_block": ["tensor", "block"], "fp8_ws": ["tensor", "row"]}
+        recipe = draw(st.sampled_from(recipes.get(kernel, ["tensor", "row", "block"])))
         dim = st.integers(1, FUZZ_MAX_DIM)
         M, N = draw(dim), draw(dim) if not tma else 8 * draw(st.integers(1, FUZZ_MAX_DIM // 8))
         step = 128 if recipe == "block" or kernel == "fp8_block" else 16 if tma else 1

@@ -19,10 +19,11 @@ from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scal
 from tritongemm.plan import PLANS, tensor_facts
 
 # "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input; "fp8_tma": the Gluon rung
-# (hopper/fp8_tma.py), Hopper and TMA-aligned operands; "fp8_block": its warp-specialized block-scaled
-# successor (hopper/fp8_block.py), block scales only. "auto" chooses among them (_auto).
-KERNELS = ("auto", "fp8_grouped", "fp8_tma", "fp8_block")
-GLUON_KERNELS = ("fp8_tma", "fp8_block")
+# (hopper/fp8_tma.py), Hopper and TMA-aligned operands; its warp-specialized persistent successors,
+# "fp8_ws" (hopper/fp8_ws.py) for tensor- and row-wise scales and "fp8_block" (hopper/fp8_block.py)
+# for block scales. "auto" chooses among them (_auto).
+KERNELS = ("auto", "fp8_grouped", "fp8_tma", "fp8_ws", "fp8_block")
+GLUON_KERNELS = ("fp8_tma", "fp8_ws", "fp8_block")
 
 # Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
 _QUANT_ROWS, _QUANT_COLS = 32, 128
@@ -150,8 +151,9 @@ def scaled_mm(
         activation, alpha: as for `tritongemm.linear`.
         kernel: "auto" (the measured choice of `_auto`), "fp8_grouped" (the `triton.language`
             rung, any input), "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
-            bf16 or fp16 out, TMA-aligned operands) or "fp8_block" (its warp-specialized
-            successor for block scales, K a multiple of 128); config: a MatmulConfig for it
+            bf16 or fp16 out, TMA-aligned operands), "fp8_ws" (its warp-specialized persistent
+            successor for tensor- and row-wise scales) or "fp8_block" (the same for block scales,
+            K a multiple of 128); config: a MatmulConfig for it
             (BLOCK_K = 128 under block scales), None for the default; with "auto" it takes the
             `tl` rung.
     """
@@ -189,13 +191,15 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     config = _config(config, recipe, M, N, K, a.device, kernel)
     fixed = spec.fixed_args(residual)
     if kernel in GLUON_KERNELS:
-        from tritongemm.hopper import fp8_block, fp8_tma
+        from tritongemm.hopper import fp8_block, fp8_tma, fp8_ws
 
         # The rungs index row scales as contiguous vectors: other layouts are copied per call.
         sa_given, sb_given = scale_a.is_contiguous(), scale_b.is_contiguous()
         sa, sb = scale_a.contiguous(), scale_b.contiguous()
         if kernel == "fp8_block":
             run = fp8_block.plan(a, b, c, sa, sb, config, spec, bias, residual)
+        elif kernel == "fp8_ws":
+            run = fp8_ws.plan(a, b, c, sa, sb, recipe, config, spec, bias, residual)
         else:
             run = fp8_tma.plan(a, b, c, sa, sb, recipe, config, spec, bias, residual)
 
@@ -258,19 +262,28 @@ def _key(*facts) -> tuple | None:
     return key
 
 
-# "auto"'s tiles, from scripts/fp8_configs.py on the H100 (results/h100/probes/fp8-configs.csv):
-# - M > 128: the Gluon rung, 128 x 256 for tensor- and row-wise scales (0.93-1.09x torch's
-#   _scaled_mm where the 128 x 128 tile of the `tl` rung gave 0.80-0.99x); for block scales the
-#   warp-specialized block rung, 128 x 256 (0.86-0.98x torch's block-wise where fp8_tma's 128 x 128
-#   gave 0.50-0.57x; probes/fp8-block-configs.csv), 128 x 128 where that leaves SMs without a tile
-#   (the wave-quantization rule, not measured on its own).
-# - M <= 128: the `tl` rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a
-#   128 x 128 tile left 100 of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep
-#   along K where the scales allow.
+# "auto"'s tiles, from scripts/fp8_configs.py (results/h100/probes/fp8-configs.csv, the H100;
+# results/h200/probes/fp8-ws-configs-large.csv and -small.csv, an H200):
+# - M > 64, where TMA takes the call on Hopper: the warp-specialized persistent rungs, fp8_ws for
+#   tensor- and row-wise scales and fp8_block for block scales, on the largest of their tiles
+#   (TILES, largest first) that gives at least half the SMs a tile (_filling_tile).
+#   - M >= 2048: 128 x 256 on two warpgroups. fp8_ws 1.03-1.10x torch's _scaled_mm on the H200,
+#     where fp8_tma's 128 x 256 (one tile a program) gave 0.95-1.07x, below 1 at M = 8192; fp8_block
+#     0.86-0.98x torch's block-wise on the H100, where fp8_tma's 128 x 128 gave 0.50-0.57x.
+#   - M = 128, the H200: the rule's tiles were the probe's best ws tile on each of the four weights
+#     (64 x 128 at N = 6144, 64 x 64 at N = 4096, 128 x 256 at N = 28672), tensor-wise 0.91-1.01x
+#     torch's where the `tl` rung's 64-row tiles gave 0.68-0.84x; block-wise 0.91-1.07x where the
+#     tiles before gave 0.51-0.86x. Filling every SM instead (the rule before, for block scales)
+#     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x.
+# - M <= 64 (the probe: M = 16), or where TMA can't take the call: the `tl` rung, a 64-row tile
+#   narrow enough that the tiles along N fill the SMs (a 128 x 128 tile left 100 of 132 idle at
+#   16 x 4096 x 4096, 0.34x torch's tensor-wise), deep along K where the scales allow. At M = 16 the
+#   ws tiles ran 0.45-0.78x torch's tensor-wise, the `tl` rung 0.64-0.92x.
 # The wide tile serves both rungs on Hopper: the `tl` rung's best at M > 128 too, where the Gluon one can't run.
 _WIDE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _BLOCK_TL = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _SMALL_M = 128
+_TL_MAX_M = 64
 
 
 def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
@@ -279,23 +292,26 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     if a.device.type != "cuda":
         return "fp8_grouped", None
     hopper = device_info.capability(a.device) == (9, 0)  # the GPU the tiles were measured on
-    if M > _SMALL_M:
+    if hopper and M > _TL_MAX_M:
         from tritongemm.hopper import fp8_tma
 
-        if hopper and fp8_tma.unsupported_reason(a, b, c, recipe) is None:
-            if recipe == "block":
-                from tritongemm.hopper import fp8_block
+        if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
+            from tritongemm.hopper import fp8_block, fp8_ws
 
-                wide = fp8_block.DEFAULT_CONFIG
-                filled = wide.num_tiles(M, N) >= device_info.sm_count(a.device)
-                return "fp8_block", wide if filled else fp8_block.NARROW_CONFIG
-            return "fp8_tma", _WIDE
+            kernel, tiles = ("fp8_block", fp8_block.TILES) if recipe == "block" else ("fp8_ws", fp8_ws.TILES)
+            return kernel, _filling_tile(tiles, M, N, device_info.sm_count(a.device))
+    if M > _SMALL_M:
         # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
         return "fp8_grouped", _WIDE if hopper and recipe != "block" else _BLOCK_TL
     wide = _cdiv(M, 64) * _cdiv(N, 64) >= device_info.sm_count(a.device)
     deep = recipe != "block" and hopper  # 96 KB of ring, near an Ada SM's 100 KB
     return "fp8_grouped", MatmulConfig(BLOCK_M=64, BLOCK_N=64 if wide else 32, BLOCK_K=256 if deep else SCALE_BLOCK,
                                        GROUP_SIZE_M=8, num_warps=4, num_stages=3 if deep else 4)  # fmt: skip
+
+
+def _filling_tile(tiles: tuple[MatmulConfig, ...], M: int, N: int, sms: int) -> MatmulConfig:
+    """The first (largest) of `tiles` whose grid gives at least half the SMs a tile, else the last."""
+    return next((t for t in tiles if 2 * t.num_tiles(M, N) >= sms), tiles[-1])
 
 
 def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, kernel: str) -> MatmulConfig:
@@ -306,6 +322,10 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
         return default_config(recipe)
     if config is None and kernel == "fp8_block":
         from tritongemm.hopper.fp8_block import DEFAULT_CONFIG
+
+        return DEFAULT_CONFIG
+    if config is None and kernel == "fp8_ws":
+        from tritongemm.hopper.fp8_ws import DEFAULT_CONFIG
 
         return DEFAULT_CONFIG
     if config is None:
