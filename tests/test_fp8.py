@@ -51,6 +51,8 @@ QUANTIZE_CASES = [
     ("block", (128, 128), (200, 384)),
     ("block", (128, 128), (129, 100)),
 ]
+if ON_GPU:  # prefill sizes: rows a program halved until the SMs have programs enough (2, 4 and 8 rows)
+    QUANTIZE_CASES += [("row", None, (2048, 4096)), ("row", None, (1000, 14336)), ("tensor", None, (4099, 1000))]
 
 
 @pytest.mark.parametrize("dtype", [E4M3, E5M2], ids=str)

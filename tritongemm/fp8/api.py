@@ -29,6 +29,9 @@ GLUON_KERNELS = ("fp8_tma", "fp8_ws", "fp8_block")
 _QUANT_ROWS, _QUANT_COLS = 32, 128
 # The tensor recipe's programs each take this many columns of their rows.
 _TENSOR_GROUP_COLS = 1024
+# Quantization programs a GPU's SM should get at least (rows a program halve until they do):
+# each program reads its rows twice, the absmax pass and the cast, one load in flight at a time.
+_PROGRAMS_PER_SM = 2
 
 
 def quantize_fp8(x: torch.Tensor, recipe: str = "row", *, block: tuple[int, int] | None = None,
@@ -84,11 +87,17 @@ def _plan_quantize(x, recipe, block, dtype):
     if group_rows > 1:  # a weight's 128 x 128 blocks: all their rows at once
         rows, cols = group_rows, min(_QUANT_COLS, group_cols)
     else:
-        # Few rows (decode sizes): fewer a program and longer steps along them, the tile's 4096
-        # elements kept. The row recipe's single program at M = 1 had walked K in 32 x 128 tiles
-        # of one real row, twice: with the GEMM 177 us for a 1 x 4096 input on the H100, where
-        # scaled_mm alone takes 9 us at M = 16.
+        # Fewer rows a program where that gives the GPU too few programs, and longer steps along
+        # them, the tile's 4096 elements kept. At decode sizes the row recipe's single program had
+        # walked K in 32 x 128 tiles of one real row, twice: with the GEMM 177 us for a 1 x 4096
+        # input on the H100, where scaled_mm alone takes 9 us at M = 16. At prefill sizes its 32-row
+        # programs were 64 for 2048 tokens, each reading its rows twice from one SM: 1.4 of a 2-layer
+        # Llama-3-8B-shaped prefill's 5.6 ms of GPU time on an H200, the 1 x 128 blocks' 0.24.
         rows = min(_QUANT_ROWS, _next_power_of_2(R))
+        groups_per_row = _cdiv(K, group_cols)
+        if x.device.type == "cuda":
+            while rows > 1 and _cdiv(R, rows) * groups_per_row < _PROGRAMS_PER_SM * device_info.sm_count(x.device):
+                rows //= 2
         cols = min(_QUANT_ROWS * _QUANT_COLS // rows, _next_power_of_2(group_cols))
     x2 = x.reshape(R, K)
     q = torch.empty(shape, dtype=dtype, device=x.device)
