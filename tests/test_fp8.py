@@ -435,6 +435,47 @@ def test_patch_with_fp8_replaces_what_the_recipe_takes_and_says_why_not_the_rest
         tritongemm.patch(model, fp8="int4")
 
 
+class _Attention(torch.nn.Module):
+    """The projections that transformers' attention and gated MLP call on one input."""
+
+    def __init__(self):
+        super().__init__()
+        self.q_proj, self.k_proj, self.v_proj = (torch.nn.Linear(256, n, bias=False) for n in (128, 64, 64))
+        self.gate_proj, self.up_proj = torch.nn.Linear(256, 96), torch.nn.Linear(256, 96)
+
+
+def test_layers_of_one_input_share_its_quantization(monkeypatch):
+    """q, k and v (and gate and up) called on one input quantize it once, and compute what each
+    would alone; an input modified in place since, another input, or a second call of one layer
+    is quantized afresh."""
+    import tritongemm
+    from tritongemm.fp8 import linear
+
+    module = _Attention().to(DEVICE)
+    tritongemm.patch(module, fp8="row")
+    assert module.tritongemm_patch_report.shared_quantization == ["q_proj, k_proj, v_proj", "gate_proj, up_proj"]
+    alone = {name: tritongemm.nn.Fp8Linear(layer.weight_fp8, layer.weight_scale, layer.bias, "row")
+             for name, layer in module.named_children()}  # fmt: skip
+    x = rand(3, 5, 256, seed="shared")
+    with torch.no_grad():
+        expected = {name: layer(x) for name, layer in alone.items()}
+        expected_k = alone["k_proj"](x + 1.0)
+    calls, quantize = [], linear.quantize_fp8
+    monkeypatch.setattr(linear, "quantize_fp8", lambda *args, **kw: calls.append(args) or quantize(*args, **kw))
+    with torch.no_grad():
+        for name in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"):
+            assert torch.equal(getattr(module, name)(x), expected[name]), name
+        assert len(calls) == 2  # one per group
+        module.q_proj(x)
+        x.add_(1.0)  # in place: a new version
+        assert torch.equal(module.k_proj(x), expected_k)
+        module.v_proj(x)  # the kept quantization is k's input's: v takes it
+        module.v_proj(x)  # taken already: afresh
+        module.gate_proj(rand(3, 5, 256, seed="other"))
+        module.up_proj(x)
+    assert len(calls) == 2 + 5
+
+
 # ----------------------------------------------------------------------------------------------
 # Fuzzing: random problems, each kernel, against the reference
 # ----------------------------------------------------------------------------------------------

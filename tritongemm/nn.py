@@ -23,7 +23,7 @@ from tritongemm.blocks.gated_mlp import GatedMLP  # noqa: F401  tritongemm.nn.Ga
 from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
 from tritongemm.checks import _dtype_name
 from tritongemm.epilogue import ACTIVATIONS
-from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
+from tritongemm.fp8.linear import Fp8Linear, SharedQuantization, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
 
 logger = logging.getLogger("tritongemm")
@@ -97,6 +97,8 @@ class PatchReport:
     fused: list[str] = field(default_factory=list)
     fused_qkv: list[str] = field(default_factory=list)
     not_fused: dict[str, str] = field(default_factory=dict)
+    # fp8: the modules whose Fp8Linears of one input share its quantization (SHARED_INPUTS).
+    shared_quantization: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         total = len(self.replaced) + len(self.skipped)
@@ -105,6 +107,8 @@ class PatchReport:
             text += "; left: " + ", ".join(f"{name or '<root>'} ({why})" for name, why in self.skipped.items())
         if self.experts is not None:
             text += f"; experts: {self.experts}"
+        if self.shared_quantization:
+            text += f"; {len(self.shared_quantization)} groups of fp8 layers share their input's quantization"
         if self.fused or self.fused_qkv or self.not_fused:
             text += f"; fused {len(self.fused)} gated MLPs into GatedMLP"
             text += f" and {len(self.fused_qkv)} attention q/k/v projections into one GEMM each"
@@ -176,12 +180,30 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         if seen[id(module)] is not None:
             parent_name, _, child_name = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child_name, seen[id(module)])
+    if fp8 is not None:
+        report.shared_quantization = _share_quantization(model)
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
         report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
     report.experts = _patch_experts(model, served, fp8)
     model.tritongemm_patch_report = report  # a plain attribute: not in the state_dict
     logger.info(str(report))
     return model
+
+
+# The Fp8Linears that transformers' forwards call back to back on one input: attention's
+# projections and a gated MLP's pair (Llama and its kin).
+SHARED_INPUTS = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
+def _share_quantization(model: torch.nn.Module) -> list[str]:
+    """Give each group of SHARED_INPUTS that patch made Fp8Linears one SharedQuantization; the
+    names of the modules that hold them."""
+    shared = []
+    for name, module in model.named_modules():
+        for names in SHARED_INPUTS:
+            if SharedQuantization.install([getattr(module, child, None) for child in names]) is not None:
+                shared.append(f"{name}: {', '.join(names)}" if name else ", ".join(names))
+    return shared
 
 
 def _patch_experts(model: torch.nn.Module, served, fp8: str | None) -> str | None:

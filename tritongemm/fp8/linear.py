@@ -6,9 +6,16 @@ puts it in place of a model's `nn.Linear` modules.
 Activations and weights follow one recipe: "row" (per token and per output channel), "block" (1 x
 128 blocks of a token, 128 x 128 blocks of the weight: DeepSeek-V3's) or "tensor". Training in
 fp8 is not offered: a call that autograd would differentiate is refused, not silently cut off.
+
+Layers that read one input (attention's q, k and v projections; a gated MLP's gate and up) can
+share its quantization (`SharedQuantization`, which `patch` gives them): the first of them called
+with an input quantizes it and keeps the result for the others, so a transformer layer quantizes
+four inputs, not seven.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -39,6 +46,7 @@ class Fp8Linear(torch.nn.Module):
         self.register_buffer("weight_fp8", weight_fp8)
         self.register_buffer("weight_scale", weight_scale)
         self.register_buffer("bias", bias)
+        self.shared: SharedQuantization | None = None  # set by SharedQuantization.install
 
     @classmethod
     @torch.no_grad()
@@ -66,7 +74,10 @@ class Fp8Linear(torch.nn.Module):
         if x.dtype not in IO_DTYPES:
             raise TypeError(f"Fp8Linear: expected x of dtype bfloat16, float16 or float32, but got {x.dtype}")
         *lead, K = x.shape
-        x_fp8, x_scale = quantize_fp8(x.reshape(-1, K), self.recipe)
+        if self.shared is not None and not torch.compiler.is_compiling():
+            x_fp8, x_scale = self.shared.quantized(self, x)
+        else:
+            x_fp8, x_scale = quantize_fp8(x.reshape(-1, K), self.recipe)
         y = scaled_mm(x_fp8, self.weight_fp8.T, x_scale, self.weight_scale, bias=self.bias, out_dtype=x.dtype,
                       activation=self.activation)  # fmt: skip
         return y.view(*lead, self.out_features)
@@ -74,6 +85,62 @@ class Fp8Linear(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"recipe={self.recipe!r}, activation={self.activation!r}")  # fmt: skip
+
+
+@dataclass
+class _Kept:
+    """An input's quantization, kept for the layers of the group that have not taken it yet."""
+
+    input: torch.Tensor
+    version: int | None  # None for an inference tensor, which has no version counter
+    result: tuple[torch.Tensor, torch.Tensor]
+    waiting: list  # the layers that may still take it
+
+
+class SharedQuantization:
+    """One input's quantization for a group of Fp8Linears of one recipe that read it one after
+    the other (q, k and v; gate and up): the first called with an input quantizes it and keeps
+    the result; each other layer of the group takes it once when called with that same tensor
+    object, unmodified since (its version counter). Any other input is quantized afresh. The kept
+    result is dropped once every layer has taken it, or replaced at the next input: one per group.
+
+    As with blocks.QKVProjection's hand-over, an inference tensor has no version counter, so an
+    in-place change to it between two layers of a group would go unseen; transformers' forwards
+    call the group's layers on the hidden states back to back. Not thread-safe: one group, one
+    forward at a time, as in a model. Under torch.compile each layer quantizes its own input."""
+
+    def __init__(self, recipe: str, layers: list[Fp8Linear]) -> None:
+        self.recipe = recipe
+        self.layers = layers
+        self._kept: _Kept | None = None
+
+    @classmethod
+    def install(cls, layers: list[Fp8Linear]) -> SharedQuantization | None:
+        """Share one quantization among `layers` (None, and nothing done, unless they are two or
+        more Fp8Linears of one recipe and width, none of them sharing already)."""
+        if len(layers) < 2 or not all(isinstance(layer, Fp8Linear) and layer.shared is None for layer in layers):
+            return None
+        if len({(layer.recipe, layer.in_features) for layer in layers}) != 1:
+            return None
+        shared = cls(layers[0].recipe, list(layers))
+        for layer in layers:
+            layer.shared = shared
+        return shared
+
+    def quantized(self, layer: Fp8Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        version = None if x.is_inference() else x._version
+        kept = self._kept
+        if kept is not None and kept.input is x and kept.version == version and layer in kept.waiting:
+            kept.waiting.remove(layer)
+            if not kept.waiting:
+                self._kept = None
+            return kept.result
+        result = quantize_fp8(x.reshape(-1, x.shape[-1]), self.recipe)
+        self._kept = _Kept(x, version, result, [other for other in self.layers if other is not layer])
+        return result
+
+    def __repr__(self) -> str:
+        return f"SharedQuantization(recipe={self.recipe!r})"
 
 
 def fp8_unsupported_reason(module: torch.nn.Linear, recipe: str) -> str | None:
