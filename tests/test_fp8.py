@@ -105,9 +105,9 @@ def operands(M, N, K, recipe, a_dtype=E4M3, b_dtype=E4M3, seed=""):
     return a, wq.T, sa, sw.T if recipe == "row" else sw
 
 
-def check(M, N, K, recipe, out_dtype=torch.bfloat16, a_dtype=E4M3, b_dtype=E4M3, **epilogue):
+def check(M, N, K, recipe, out_dtype=torch.bfloat16, a_dtype=E4M3, b_dtype=E4M3, kernel="auto", **epilogue):
     a, b, sa, sb = operands(M, N, K, recipe, a_dtype, b_dtype, f"{M}{N}{K}")
-    y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, **epilogue)
+    y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, kernel=kernel, **epilogue)
     expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **epilogue)
     assert y.shape == (M, N) and y.dtype == out_dtype and y.device == a.device
     # The products of fp8 values are exact; the sum is as exact as the fp8 MMA's accumulator (reference.py).
@@ -124,6 +124,15 @@ SHAPES = [(1, 1, 128), (33, 70, 256), (5, 129, 384), (64, 64, 128), (17, 200, 51
 @pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
 def test_every_recipe_on_odd_shapes(recipe, shape):
     check(*shape, recipe, out_dtype=torch.float32)
+
+
+@pytest.mark.parametrize("shape", SHAPES + [(16, 4096, 256)], ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row"])
+def test_the_swapped_tile_on_odd_shapes(recipe, shape):
+    """fp8_swap_ab: C.T's tiles, transposed back before the scales and the epilogue (bias and
+    SiLU on the last shape); its GPU tile (16 tokens x 64 weight rows) on the GPU."""
+    fused = dict(bias=rand(shape[1], seed="bias"), activation="silu") if shape[0] == 16 else {}
+    check(*shape, recipe, out_dtype=torch.bfloat16 if fused else torch.float32, kernel="fp8_swap_ab", **fused)
 
 
 @pytest.mark.parametrize("a_dtype, b_dtype", [(E4M3, E5M2), (E5M2, E4M3), (E5M2, E5M2)], ids=str)
@@ -221,6 +230,7 @@ def _bad_calls():
         (lambda: scaled_mm(a, b, sa, sb, alpha=True), TypeError, "expected alpha to be a finite real number"),
         (lambda: scaled_mm(a, b, sa, sb, kernel="tma_pipelined"), ValueError, "expected kernel to be one of"),
         (lambda: scaled_mm(ab, bb, sab, sbb, config=k64), ValueError, "BLOCK_K must be 128, but got BLOCK_K=64"),
+        (lambda: scaled_mm(ab, bb, sab, sbb, kernel="fp8_swap_ab"), ValueError, "'fp8_swap_ab' takes tensor- or row"),
         (lambda: quantize_fp8(x, "column"), ValueError, "expected recipe to be one of"),
         (lambda: quantize_fp8(x.to(torch.int32), "row"), TypeError, "expected x of dtype bfloat16, .* but got int32"),
         (lambda: quantize_fp8(x, "row", dtype=torch.float16), TypeError, "expected dtype float8_e4m3fn or float8_e5m2"),
@@ -230,7 +240,7 @@ def _bad_calls():
     ]
 
 
-@pytest.mark.parametrize("index", range(20))
+@pytest.mark.parametrize("index", range(21))
 def test_bad_input_is_refused_naming_it(index):
     call, exc, pattern = _bad_calls()[index]
     with pytest.raises(exc, match=pattern):
@@ -238,7 +248,7 @@ def test_bad_input_is_refused_naming_it(index):
 
 
 def test_every_bad_call_is_tested():
-    assert len(_bad_calls()) == 20
+    assert len(_bad_calls()) == 21
 
 
 ON_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
@@ -363,23 +373,28 @@ def test_scales_on_another_device_are_refused():
         scaled_mm(a, b, sa.cpu(), sb)
 
 
-@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
-def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe):
+@pytest.mark.parametrize("recipe, swap", [("tensor", False), ("row", False), ("block", False), ("row", True)])
+def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe, swap):
     """Checked on the CPU, since Triton compiles for sm_90 without a GPU: each recipe's kernel is
-    Hopper's fp8 tensor-core MMA (e4m3 x e4m3 into fp32), its block scales included."""
+    Hopper's fp8 tensor-core MMA (e4m3 x e4m3 into fp32), its block scales included; the swapped
+    tile (fp8_swap_ab) is 64 weight rows by 16 tokens, WGMMA's narrow n16."""
     from test_codegen import compile_call_ptx
 
     from tritongemm.epilogue import PLAIN
 
-    M = N = K = 4096
+    M, N, K = (16 if swap else 4096), 4096, 4096
     scales = {"tensor": ((0, 0), (0, 0)), "row": ((1, 0), (1, 0)), "block": ((K // 128, 1), (K // 128, 1))}[recipe]
     tensor = lambda dtype: ["tensor", dtype]  # noqa: E731
     args = [tensor("float8_e4m3fn"), tensor("float8_e4m3fn"), tensor("bfloat16"), tensor("float32"), tensor("float32"),
             M, N, K, K, 1, 1, K, N, 1, *scales[0], *scales[1], 0, 0, 0, 0, 0, 0, 1.0]  # fmt: skip
-    meta = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9,
-                num_warps=8, num_stages=3, **PLAIN.constexprs())  # fmt: skip
+    tile = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=8)
+    if swap:
+        tile = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4)
+    meta = dict(**tile, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9, SWAP_AB=swap,
+                ALIGN_T=[1] * 9, num_stages=3, **PLAIN.constexprs())  # fmt: skip
     ptx = compile_call_ptx("tritongemm.fp8.kernels", "_scaled_mm_kernel", args, meta)
-    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n\d+k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"
+    shape = "m64n16" if swap else r"m64n\d+"
+    assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.{shape}k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -480,7 +495,7 @@ def test_layers_of_one_input_share_its_quantization(monkeypatch):
 # Fuzzing: random problems, each kernel, against the reference
 # ----------------------------------------------------------------------------------------------
 
-FUZZ_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_ws", "fp8_block") if ON_HOPPER else ("fp8_grouped",)
+FUZZ_KERNELS = ("fp8_grouped", "fp8_swap_ab") + (("fp8_tma", "fp8_ws", "fp8_block") if ON_HOPPER else ())
 FUZZ_MAX_DIM = 700 if ON_GPU else 96  # the interpreter runs ~200 tile steps a second
 
 
@@ -501,7 +516,7 @@ def test_fuzz(kernel):
 
     @st.composite
     def problems(draw):
-        recipes = {"fp8_block": ["tensor", "block"], "fp8_ws": ["tensor", "row"]}
+        recipes = {"fp8_block": ["tensor", "block"], "fp8_ws": ["tensor", "row"], "fp8_swap_ab": ["tensor", "row"]}
         recipe = draw(st.sampled_from(recipes.get(kernel, ["tensor", "row", "block"])))
         dim = st.integers(1, FUZZ_MAX_DIM)
         M, N = draw(dim), draw(dim) if not tma else 8 * draw(st.integers(1, FUZZ_MAX_DIM // 8))

@@ -18,11 +18,13 @@ from tritongemm.epilogue import Epilogue
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
 from tritongemm.plan import PLANS, tensor_facts
 
-# "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input; "fp8_tma": the Gluon rung
+# "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input; "fp8_swap_ab": the same
+# kernel computing C.T's tiles, the tokens on the MMA's narrow side (decode sizes; tensor- and
+# row-wise scales); "fp8_tma": the Gluon rung
 # (hopper/fp8_tma.py), Hopper and TMA-aligned operands; its warp-specialized persistent successors,
 # "fp8_ws" (hopper/fp8_ws.py) for tensor- and row-wise scales and "fp8_block" (hopper/fp8_block.py)
 # for block scales. "auto" chooses among them (_auto).
-KERNELS = ("auto", "fp8_grouped", "fp8_tma", "fp8_ws", "fp8_block")
+KERNELS = ("auto", "fp8_grouped", "fp8_swap_ab", "fp8_tma", "fp8_ws", "fp8_block")
 GLUON_KERNELS = ("fp8_tma", "fp8_ws", "fp8_block")
 
 # Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
@@ -159,7 +161,8 @@ def scaled_mm(
         out_dtype: bfloat16 (default), float16 or float32.
         activation, alpha: as for `tritongemm.linear`.
         kernel: "auto" (the measured choice of `_auto`), "fp8_grouped" (the `triton.language`
-            rung, any input), "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
+            rung, any input), "fp8_swap_ab" (the same computing C.T's tiles, for a few tokens;
+            tensor- and row-wise scales), "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
             bf16 or fp16 out, TMA-aligned operands), "fp8_ws" (its warp-specialized persistent
             successor for tensor- and row-wise scales) or "fp8_block" (the same for block scales,
             K a multiple of 128); config: a MatmulConfig for it
@@ -181,6 +184,11 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
     if kernel not in KERNELS:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    if kernel == "fp8_swap_ab" and recipe == "block":
+        raise ValueError(
+            "scaled_mm: kernel 'fp8_swap_ab' takes tensor- or row-wise scales (a transposed tile would read the "
+            "weight's 128 x 128 scale blocks along its rows), but got block-wise scales"
+        )
     if kernel == "fp8_block" and (recipe == "row" or a.shape[1] % SCALE_BLOCK):
         # One element each is a block grid too (M = 1, N <= 128, K = 128), and the rung reads it broadcast.
         raise ValueError(
@@ -222,6 +230,7 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     from tritongemm.fast_launch import compile_launch
     from tritongemm.fp8.kernels import _scaled_mm_kernel
     from tritongemm.ladder._host import alignment_hints
+    from tritongemm.ladder.swap_ab import transposed_alignment
 
     if recipe == "block":
         sa_strides, sb_strides = scale_a.stride(), scale_b.stride()  # (along M, along K), (along N, along K)
@@ -232,7 +241,8 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     sizes = (M, N, K, *a.stride(), *b.stride(), *c.stride(), *sa_strides, *sb_strides)
     meta = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
                 GROUP_SIZE_M=config.GROUP_SIZE_M, RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK,
-                ALIGN=alignment_hints(a, b, c), num_warps=config.num_warps, num_stages=config.num_stages,
+                ALIGN=(align := alignment_hints(a, b, c)), SWAP_AB=kernel == "fp8_swap_ab",
+                ALIGN_T=transposed_alignment(align, K), num_warps=config.num_warps, num_stages=config.num_stages,
                 **spec.constexprs())  # fmt: skip
     grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
     runtime = (a, b, c, scale_a, scale_b, *sizes, *spec.pointers(bias, residual), *fixed)
@@ -293,6 +303,9 @@ _WIDE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_
 _BLOCK_TL = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _SMALL_M = 128
 _TL_MAX_M = 64
+# fp8_swap_ab's: 16 tokens (C.T's columns) x 64 of the weight's rows, 256 deep: rung 8's bf16 tile
+# for M <= 16 with the K-step's bytes kept.
+_SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
 
 
 def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
@@ -337,6 +350,8 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
         from tritongemm.hopper.fp8_ws import DEFAULT_CONFIG
 
         return DEFAULT_CONFIG
+    if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":
+        return _SWAP_TILE
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
             return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)

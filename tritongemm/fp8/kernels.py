@@ -120,6 +120,8 @@ def _scaled_mm_kernel(
     RECIPE: tl.constexpr,  # "tensor", "row" or "block" (recipes.py)
     SCALE_BLOCK: tl.constexpr,  # the block recipe's 128 (BLOCK_K is 128 then)
     ALIGN: tl.constexpr,  # _host.alignment_hints
+    SWAP_AB: tl.constexpr,  # tensor- and row-wise: the tile as C.T's, the weight's rows on the dot's tall side
+    ALIGN_T: tl.constexpr,  # SWAP_AB: the hints of the transposed product (swap_ab.transposed_alignment)
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     STORE_PREACT: tl.constexpr,
 ):
@@ -150,6 +152,13 @@ def _scaled_mm_kernel(
             acc += partial * sa[:, None] * sb[None, :]
             a_ptrs += BLOCK_K * stride_ak
             b_ptrs += BLOCK_K * stride_bk
+    elif SWAP_AB:
+        # Rung 8's transposed tile (ladder/swap_ab.py): C.T's = W[offs_n] @ x[offs_m].T, so a few
+        # tokens are the MMA's narrow side, not padding rows of a 64-row tile; both operands stay
+        # K-major, as fp8's MMA reads them.
+        acc_t = dot_tile(b_ptr, a_ptr, offs_n, offs_m, N, M, K, stride_bn, stride_bk, stride_ak, stride_am,
+                         BLOCK_N, BLOCK_M, BLOCK_K, True, "tf32", ALIGN_T)  # fmt: skip
+        acc = scale_tl(tl.trans(acc_t), offs_m, offs_n, M, N, sa_ptr, sb_ptr, stride_sam, stride_sbn, RECIPE == "row")
     else:
         acc = dot_tile(a_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
                        BLOCK_M, BLOCK_N, BLOCK_K, True, "tf32", ALIGN)  # fmt: skip
