@@ -294,18 +294,22 @@ def _key(*facts) -> tuple | None:
 #     torch's where the `tl` rung's 64-row tiles gave 0.68-0.84x; block-wise 0.91-1.07x where the
 #     tiles before gave 0.51-0.86x. Filling every SM instead (the rule before, for block scales)
 #     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x.
-# - M <= 64 (the probe: M = 16), or where TMA can't take the call: the `tl` rung, a 64-row tile
-#   narrow enough that the tiles along N fill the SMs (a 128 x 128 tile left 100 of 132 idle at
-#   16 x 4096 x 4096, 0.34x torch's tensor-wise), deep along K where the scales allow. At M = 16 the
-#   ws tiles ran 0.45-0.78x torch's tensor-wise, the `tl` rung 0.64-0.92x.
+# - M <= 16 on Hopper, tensor- and row-wise scales: fp8_swap_ab's 16 tokens x 64 weight rows x 512
+#   (results/h100/probes/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
+#   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x.
+# - Else at M <= 64 (block scales at M = 16 were probed), or where TMA can't take the call: the `tl`
+#   rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a 128 x 128 tile left 100
+#   of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep along K where the scales
+#   allow. At M = 16 the ws tiles ran 0.45-0.78x torch's tensor-wise, the `tl` rung 0.64-0.92x.
 # The wide tile serves both rungs on Hopper: the `tl` rung's best at M > 128 too, where the Gluon one can't run.
 _WIDE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _BLOCK_TL = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _SMALL_M = 128
 _TL_MAX_M = 64
-# fp8_swap_ab's: 16 tokens (C.T's columns) x 64 of the weight's rows, 256 deep: rung 8's bf16 tile
-# for M <= 16 with the K-step's bytes kept.
-_SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
+# fp8_swap_ab's: 16 tokens (C.T's columns) x 64 of the weight's rows, 512 deep (the probe's best of
+# 16 x 32, 64, 128 and 256 or 512 deep; 120 KB of ring, past an Ada SM's 100 KB).
+_SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
+_SWAP_MAX_M = 16
 
 
 def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
@@ -322,6 +326,8 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
 
             kernel, tiles = ("fp8_block", fp8_block.TILES) if recipe == "block" else ("fp8_ws", fp8_ws.TILES)
             return kernel, _filling_tile(tiles, M, N, device_info.sm_count(a.device))
+    if hopper and M <= _SWAP_MAX_M and recipe != "block":
+        return "fp8_swap_ab", _SWAP_TILE
     if M > _SMALL_M:
         # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
         return "fp8_grouped", _WIDE if hopper and recipe != "block" else _BLOCK_TL
@@ -350,8 +356,8 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
         from tritongemm.hopper.fp8_ws import DEFAULT_CONFIG
 
         return DEFAULT_CONFIG
-    if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":
-        return _SWAP_TILE
+    if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":  # 256 deep: 60 KB of ring for an Ada SM
+        return _SWAP_TILE if device_info.capability(device) == (9, 0) else _SWAP_TILE.with_(BLOCK_K=256)
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
             return MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=4, num_warps=4, num_stages=1)
