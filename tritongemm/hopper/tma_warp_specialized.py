@@ -54,6 +54,10 @@ A gated pair (`glu`, blocks/gated_pair.py; one consumer, WGMMA): C = act(A @ gat
 for a weight [gate; up]. Each B slot holds the gate's box above the up projection's
 (pipeline.issue_loads), the MMA covers both, and the epilogue stores act(gate) * up, a tile half
 the MMA's width (epilogue/kernels.py `gated_gl`). Checked and timed on the H100 (docs/blocks.md).
+
+fp8 operands with tensor- or row-wise scales (`SCALES`, fp8_ws.py): the same loop, one WGMMA
+taking 32 fp8 elements of K, and the finished tile dequantized (epilogue/kernels.py `scale_gl`)
+before the epilogue; C is staged in its own dtype.
 """
 
 import torch
