@@ -458,11 +458,14 @@ class _Attention(torch.nn.Module):
         self.q_proj, self.k_proj, self.v_proj = (torch.nn.Linear(256, n, bias=False) for n in (128, 64, 64))
         self.gate_proj, self.up_proj = torch.nn.Linear(256, 96), torch.nn.Linear(256, 96)
 
+    def forward(self, x):  # the MLP pair's only: the projections' group is dropped by the hook alone
+        return self.gate_proj(x)
+
 
 def test_layers_of_one_input_share_its_quantization(monkeypatch):
     """q, k and v (and gate and up) called on one input quantize it once, and compute what each
-    would alone; an input modified in place since, another input, or a second call of one layer
-    is quantized afresh."""
+    would alone; an input modified in place since, another input, a second call of one layer, a
+    call after the parent module's forward, or an inference tensor is quantized afresh."""
     import tritongemm
     from tritongemm.fp8 import linear
 
@@ -488,7 +491,18 @@ def test_layers_of_one_input_share_its_quantization(monkeypatch):
         module.v_proj(x)  # taken already: afresh
         module.gate_proj(rand(3, 5, 256, seed="other"))
         module.up_proj(x)
-    assert len(calls) == 2 + 5
+        assert len(calls) == 2 + 5
+        z = rand(3, 5, 256, seed="z")
+        module.k_proj(z)  # kept for q and v ...
+        module(rand(3, 5, 256, seed="forward"))  # ... until the parent's forward ends
+        module.v_proj(z)
+        assert len(calls) == 7 + 3
+    with torch.inference_mode():  # no version counter to see an in-place change by: nothing kept
+        y = rand(3, 5, 256, seed="inference")
+        for name in ("q_proj", "k_proj", "v_proj"):
+            getattr(module, name)(y)
+    assert len(calls) == 10 + 3
+    assert module.q_proj.shared._kept.input is z  # v's, from before: the inference tensor's was not kept
 
 
 # ----------------------------------------------------------------------------------------------

@@ -194,6 +194,11 @@ def test_every_kernel_passes_runtime_arguments_first():
     ]
     for kernel in gluon:
         assert split_parameters(kernel)[0] == ["a_desc", "b_desc", "c_desc", *epilogue]  # descriptors.planned_launch's
+    # Rung 9 then takes fp8's scale pointers: planned_launch's `trailing` (bf16), fp8_ws's scales.
+    from tritongemm.hopper.tma_warp_specialized import _tma_warp_specialized_kernel
+
+    runtime = split_parameters(_tma_warp_specialized_kernel)[0]
+    assert runtime == ["a_desc", "b_desc", "c_desc", *epilogue, "sa_ptr", "sb_ptr"]
 
 
 @pytest.mark.skipif(not ON_GPU, reason="the direct launch path exists for compiled kernels only")

@@ -201,7 +201,7 @@ def _share_quantization(model: torch.nn.Module) -> list[str]:
     shared = []
     for name, module in model.named_modules():
         for names in SHARED_INPUTS:
-            if SharedQuantization.install([getattr(module, child, None) for child in names]) is not None:
+            if SharedQuantization.install([getattr(module, child, None) for child in names], module) is not None:
                 shared.append(f"{name}: {', '.join(names)}" if name else ", ".join(names))
     return shared
 

@@ -18,12 +18,13 @@ from tritongemm.epilogue import Epilogue
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
 from tritongemm.plan import PLANS, tensor_facts
 
-# "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input; "fp8_swap_ab": the same
-# kernel computing C.T's tiles, the tokens on the MMA's narrow side (decode sizes; tensor- and
-# row-wise scales); "fp8_tma": the Gluon rung
-# (hopper/fp8_tma.py), Hopper and TMA-aligned operands; its warp-specialized persistent successors,
-# "fp8_ws" (hopper/fp8_ws.py) for tensor- and row-wise scales and "fp8_block" (hopper/fp8_block.py)
-# for block scales. "auto" chooses among them (_auto).
+# - "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input;
+# - "fp8_swap_ab": the same kernel computing C.T's tiles, the tokens on the MMA's narrow side
+#   (decode sizes; tensor- and row-wise scales);
+# - "fp8_tma": the Gluon rung (hopper/fp8_tma.py), Hopper and TMA-aligned operands;
+# - its warp-specialized persistent successors: "fp8_ws" (hopper/fp8_ws.py) for tensor- and
+#   row-wise scales, "fp8_block" (hopper/fp8_block.py) for block scales.
+# "auto" chooses among them (_auto).
 KERNELS = ("auto", "fp8_grouped", "fp8_swap_ab", "fp8_tma", "fp8_ws", "fp8_block")
 GLUON_KERNELS = ("fp8_tma", "fp8_ws", "fp8_block")
 
@@ -287,13 +288,14 @@ def _key(*facts) -> tuple | None:
 #   tensor- and row-wise scales and fp8_block for block scales, on the largest of their tiles
 #   (TILES, largest first) that gives at least half the SMs a tile (_filling_tile).
 #   - M >= 2048: 128 x 256 on two warpgroups. fp8_ws 1.03-1.10x torch's _scaled_mm on the H200,
-#     where fp8_tma's 128 x 256 (one tile a program) gave 0.95-1.07x, below 1 at M = 8192; fp8_block
+#     where fp8_tma's 128 x 256 (one tile a program) gave 0.94-1.09x, below 1 on 6 of 18; fp8_block
 #     0.86-0.98x torch's block-wise on the H100, where fp8_tma's 128 x 128 gave 0.50-0.57x.
 #   - M = 128, the H200: the rule's tiles were the probe's best ws tile on each of the four weights
 #     (64 x 128 at N = 6144, 64 x 64 at N = 4096, 128 x 256 at N = 28672), tensor-wise 0.91-1.01x
 #     torch's where the `tl` rung's 64-row tiles gave 0.68-0.84x; block-wise 0.91-1.07x where the
 #     tiles before gave 0.51-0.86x. Filling every SM instead (the rule before, for block scales)
-#     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x.
+#     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x. At 128 x 4096 x 4096 the `tl` rung's
+#     64 x 64 x 256 tile ran faster still (1.05x against the rule's 0.91x): one shape, not taken.
 # - M <= 16 on Hopper, tensor- and row-wise scales: fp8_swap_ab's 16 tokens x 64 weight rows x 512
 #   (results/h100/probes/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
 #   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x.

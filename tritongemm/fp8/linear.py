@@ -92,7 +92,7 @@ class _Kept:
     """An input's quantization, kept for the layers of the group that have not taken it yet."""
 
     input: torch.Tensor
-    version: int | None  # None for an inference tensor, which has no version counter
+    version: int
     result: tuple[torch.Tensor, torch.Tensor]
     waiting: list  # the layers that may still take it
 
@@ -101,13 +101,14 @@ class SharedQuantization:
     """One input's quantization for a group of Fp8Linears of one recipe that read it one after
     the other (q, k and v; gate and up): the first called with an input quantizes it and keeps
     the result; each other layer of the group takes it once when called with that same tensor
-    object, unmodified since (its version counter). Any other input is quantized afresh. The kept
-    result is dropped once every layer has taken it, or replaced at the next input: one per group.
+    object, unmodified since (its version counter). Any other input is quantized afresh.
 
-    As with blocks.QKVProjection's hand-over, an inference tensor has no version counter, so an
-    in-place change to it between two layers of a group would go unseen; transformers' forwards
-    call the group's layers on the hidden states back to back. Not thread-safe: one group, one
-    forward at a time, as in a model. Under torch.compile each layer quantizes its own input."""
+    The kept result lives no longer than the parent module's forward (a hook drops it, also
+    after an exception), so a layer left uncalled (cross-attention's k and v read another input)
+    keeps nothing alive. An inference tensor (torch.inference_mode) has no version counter to
+    tell an in-place change by, so its quantization is never kept: each layer quantizes it. Not
+    thread-safe: one group, one forward at a time, as in a model. Under torch.compile each layer
+    quantizes its own input."""
 
     def __init__(self, recipe: str, layers: list[Fp8Linear]) -> None:
         self.recipe = recipe
@@ -115,9 +116,9 @@ class SharedQuantization:
         self._kept: _Kept | None = None
 
     @classmethod
-    def install(cls, layers: list[Fp8Linear]) -> SharedQuantization | None:
-        """Share one quantization among `layers` (None, and nothing done, unless they are two or
-        more Fp8Linears of one recipe and width, none of them sharing already)."""
+    def install(cls, layers: list, parent: torch.nn.Module) -> SharedQuantization | None:
+        """Share one quantization among `layers`, children of `parent` (None, and nothing done,
+        unless they are two or more Fp8Linears of one recipe and width, none sharing already)."""
         if len(layers) < 2 or not all(isinstance(layer, Fp8Linear) and layer.shared is None for layer in layers):
             return None
         if len({(layer.recipe, layer.in_features) for layer in layers}) != 1:
@@ -125,19 +126,25 @@ class SharedQuantization:
         shared = cls(layers[0].recipe, list(layers))
         for layer in layers:
             layer.shared = shared
+        parent.register_forward_hook(shared.forward_done, always_call=True)
         return shared
 
     def quantized(self, layer: Fp8Linear, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        version = None if x.is_inference() else x._version
+        if x.is_inference():
+            return quantize_fp8(x.reshape(-1, x.shape[-1]), self.recipe)
         kept = self._kept
-        if kept is not None and kept.input is x and kept.version == version and layer in kept.waiting:
+        if kept is not None and kept.input is x and kept.version == x._version and layer in kept.waiting:
             kept.waiting.remove(layer)
             if not kept.waiting:
                 self._kept = None
             return kept.result
         result = quantize_fp8(x.reshape(-1, x.shape[-1]), self.recipe)
-        self._kept = _Kept(x, version, result, [other for other in self.layers if other is not layer])
+        self._kept = _Kept(x, x._version, result, [other for other in self.layers if other is not layer])
         return result
+
+    def forward_done(self, module, args, output) -> None:
+        """The parent's forward hook: nothing kept past it."""
+        self._kept = None
 
     def __repr__(self) -> str:
         return f"SharedQuantization(recipe={self.recipe!r})"

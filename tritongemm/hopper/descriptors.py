@@ -29,7 +29,7 @@ from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.fast_launch import compile_launch
 
 GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
-# The fp8 operands of the fp8 rung (fp8/, hopper/fp8_tma.py): the bf16 rungs do not take them.
+# The fp8 operands of the fp8 rungs (fp8/; hopper/fp8_tma.py, fp8_ws.py, fp8_block.py): the bf16 rungs do not take them.
 FP8_GL_DTYPES = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
 _TMA_ALIGN_BYTES = 16
 _TMA_MAX_DIM = 2**31 - 1  # Triton passes descriptor shapes as int32

@@ -30,7 +30,7 @@ PTX reads only retired accumulators, so each MMA waited for the one before. `_pr
 the same message came back from where LLVM put the promotion, and what keeps it away.
 
 tensor- and row-wise scales are fp8_ws.py's (they apply once, to the finished tile).
-scaled_mm's "auto" takes this rung for block scales past M = 128 (fp8/api.py `_auto`);
+scaled_mm's "auto" takes this rung for block scales past M = 64 (fp8/api.py `_auto`, on TILES);
 kernel="fp8_block" names it. tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py
 compiles it for sm_90 on the CPU and checks that ptxas neither spills nor serializes its MMAs.
 """

@@ -17,7 +17,7 @@ version of the idea, kept as the step before fp8_block.py, which hides the wait 
 torch's block-wise here, 0.87-0.96x there: docs/fp8.md).
 
 `scaled_mm`'s "auto" no longer takes it: fp8_ws.py runs tensor- and row-wise scales on rung 9
-(1.03-1.10x torch's where this rung gave 0.94-1.07x on an H200), fp8_block.py block scales;
+(1.03-1.10x torch's where this rung gave 0.94-1.09x on an H200), fp8_block.py block scales;
 kernel="fp8_tma" names it, the step between the `tl` rung and those.
 tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py compiles it for sm_90 on the CPU.
 """
