@@ -391,7 +391,7 @@ def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe, swap):
     if swap:
         tile = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, num_warps=4)
     meta = dict(**tile, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9, SWAP_AB=swap,
-                ALIGN_T=[1] * 9, num_stages=3, **PLAIN.constexprs())  # fmt: skip
+                ALIGN_T=[1] * 9 if swap else None, num_stages=3, **PLAIN.constexprs())  # fmt: skip
     ptx = compile_call_ptx("tritongemm.fp8.kernels", "_scaled_mm_kernel", args, meta)
     shape = "m64n16" if swap else r"m64n\d+"
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.{shape}k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"

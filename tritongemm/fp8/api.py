@@ -242,8 +242,9 @@ def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     sizes = (M, N, K, *a.stride(), *b.stride(), *c.stride(), *sa_strides, *sb_strides)
     meta = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
                 GROUP_SIZE_M=config.GROUP_SIZE_M, RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK,
-                ALIGN=(align := alignment_hints(a, b, c)), SWAP_AB=kernel == "fp8_swap_ab",
-                ALIGN_T=transposed_alignment(align, K), num_warps=config.num_warps, num_stages=config.num_stages,
+                ALIGN=(align := alignment_hints(a, b, c)), SWAP_AB=(swap := kernel == "fp8_swap_ab"),
+                ALIGN_T=transposed_alignment(align, K) if swap else None, num_warps=config.num_warps,
+                num_stages=config.num_stages,
                 **spec.constexprs())  # fmt: skip
     grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
     runtime = (a, b, c, scale_a, scale_b, *sizes, *spec.pointers(bias, residual), *fixed)

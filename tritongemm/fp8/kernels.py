@@ -121,7 +121,7 @@ def _scaled_mm_kernel(
     SCALE_BLOCK: tl.constexpr,  # the block recipe's 128 (BLOCK_K is 128 then)
     ALIGN: tl.constexpr,  # _host.alignment_hints
     SWAP_AB: tl.constexpr,  # tensor- and row-wise: the tile as C.T's, the weight's rows on the dot's tall side
-    ALIGN_T: tl.constexpr,  # the transposed product's hints (swap_ab.transposed_alignment); read only with SWAP_AB
+    ALIGN_T: tl.constexpr,  # SWAP_AB: the transposed product's hints (swap_ab.transposed_alignment); else None
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     STORE_PREACT: tl.constexpr,
 ):

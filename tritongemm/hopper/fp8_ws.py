@@ -5,8 +5,9 @@ A tensor- or row-wise scale is the same all along K, so it factors out of the su
 the epilogue (docs/fp8.md): the K loop is exactly rung 9's, with one WGMMA instruction taking 32
 fp8 elements of K where bf16 takes 16. fp8_tma runs these recipes on rung 4's loop, one tile a
 program: ahead of cuBLAS at M = 2048 (1.03-1.13x on the H100) and mostly behind it at M = 8192
-(0.90-1.04x, below 1 on 6 of 10), where every program's prologue and epilogue stall its tensor cores. Here a load
-warp runs ahead through the ring and the next tile's loads go out during this tile's epilogue.
+(0.90-1.04x, below 1 on 6 of 10), where every program's prologue and epilogue stall its tensor
+cores. Here a load warp runs ahead through the ring and the next tile's loads go out during this
+tile's epilogue.
 
 Only what fp8 changes is here: the checks (fp8_tma.unsupported_reason: one fp8 dtype, K-major
 operands, a bf16 or fp16 C), descriptors on the fp8 tensors, C's staging buffer sized by C's
