@@ -3,7 +3,11 @@ torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
     PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
-        [--min-m 2048] [--max-m 128]
+        [--min-m 2048] [--max-m 128] [--split]
+
+--split times rung 7's split-K on fp8 beside the ws tiles (tensor-wise only). On the H100 at M = 128
+(results/h100/probes/fp8-split-k-m128.csv) it ran 0.61-0.86x torch's, below the ws tiles' 0.85-0.98x
+on every weight: the fp32 workspace's round trip and the second launch cost more than the idle SMs.
 """
 
 from __future__ import annotations
@@ -63,6 +67,14 @@ BLOCK = {  # hopper/fp8_block.py: block scales only; each half of BLOCK_N within
     "block-ws 128x256 s4 g16": ("fp8_block", cfg(128, 256, 128, 8, 4, group=16)),
     "block-ws 128x256 s4 g4": ("fp8_block", cfg(128, 256, 128, 8, 4, group=4)),
 }
+# Rung 7's split-K (hopper/split_k.py) on fp8 operands, tensor-wise scales folded into its
+# reduction's alpha (a probe only: the scales are read on the host): does splitting K beat the
+# ws tiles at decode sizes? "S0" is split_plan's count, enough programs to fill the SMs.
+SPLIT = {
+    f"split {bm}x{bn}x128 w{w} s{st} S{s}": ("split_k", cfg(bm, bn, 128, w, st).with_(split_k=s))
+    for bm, bn, w, st in ((128, 128, 8, 4), (64, 128, 4, 6), (128, 64, 8, 6), (64, 256, 4, 4))
+    for s in (0, 2, 4, 8)
+}
 BOTH = {"auto": ("auto", None)}
 LLM = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 8192, 8192)]
@@ -80,6 +92,7 @@ def main() -> None:
     parser.add_argument("--recipes", default="tensor,row,block")
     parser.add_argument("--min-m", type=int, default=0, help="only the shapes with M at least this")
     parser.add_argument("--max-m", type=int, default=1 << 30, help="only the shapes with M at most this")
+    parser.add_argument("--split", action="store_true", help="auto, the ws tiles and rung 7's split-K only")
     args = parser.parse_args()
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
@@ -104,12 +117,18 @@ def main() -> None:
                     except Exception as exc:
                         print(f"torch refuses block scales at {M}x{N}x{K}: {exc}", flush=True)
                 table = dict(BOTH, **(SMALL if M <= 128 else {}), **(LARGE if M >= 128 else {}))
+                if args.split:
+                    table = dict(BOTH, **SPLIT, **{k: v for k, v in SMALL.items() if k.startswith("ws")})
                 if recipe == "block":  # the `tl` tiles ran at 130-250 TFLOP/s past M = 128 (probes/fp8-configs.csv)
                     small = {name: c for name, c in SMALL.items() if c[0] == "fp8_grouped"} if M <= 128 else {}
                     large = dict(**{"tma default": LARGE["tma default"]}, **BLOCK) if M >= 128 else {}
                     table = dict(BOTH, **small, **(BLOCK_SMALL if M <= 128 else {}), **large)
                 for name, (kernel, config) in table.items():
                     if recipe == "block" and config is not None and config.BLOCK_K != 128:
+                        continue
+                    if kernel == "split_k":
+                        if recipe == "tensor":
+                            calls[name] = split_k_tensorwise(a, b, sa, sb, config)
                         continue
                     if kernel == "fp8_ws ping-pong":  # two consumers: no scaled_mm kernel name takes it yet
                         calls[name] = ping_pong(a, b, sa, sb, recipe, config)
@@ -126,6 +145,28 @@ def main() -> None:
                     f.flush()
                     print(f"[{time.time() - t0:4.0f}s] {recipe:6s} {M:5d}x{N}x{K} {name:28s} {(ms or 0):.4f} ms "
                           f"{(tflops or 0):7.1f} TF/s ratio {ratio or 0:.3f} {status}", flush=True)  # fmt: skip
+
+
+def split_k_tensorwise(a, b, sa, sb, config):
+    """Rung 7's split-K on fp8 operands with the tensor-wise scales as its reduction's alpha."""
+    from tritongemm.epilogue import Epilogue
+    from tritongemm.hopper import split_k
+    from tritongemm.hopper.descriptors import Descriptors, _descriptor
+
+    def fp8_descriptors(a, b, c, BLOCK_M, BLOCK_N, BLOCK_K):  # make_descriptors' checks take 16-bit operands
+        return Descriptors(_descriptor(a, (BLOCK_M, BLOCK_K)), _descriptor(b.T, (BLOCK_N, BLOCK_K)),
+                           _descriptor(c, (BLOCK_M, BLOCK_N)), a_m_major=False, b_k_major=True)  # fmt: skip
+
+    split_k.make_descriptors = fp8_descriptors
+    c = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
+    run = split_k.plan(a, b, c, config, epilogue=Epilogue(alpha=float(sa.item() * sb.item())))
+
+    def call():
+        out = torch.empty_like(c)
+        run(a, b, out)
+        return out
+
+    return call
 
 
 def ping_pong(a, b, sa, sb, recipe, config):
