@@ -5,7 +5,10 @@
 sizes (dW[g] = A_g^T dC_g, A (rows, k), dC (rows, n), the groups along the rows), beside
 torch._grouped_mm on the same operands: the backward an MoE training step spends most in.
 
-    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k]
+`--ws`: the warp-specialized Gluon kernel (hopper/grouped_ws.py) on WS_CANDIDATES instead, beside
+grouped_mm as it chooses, on the problems of 2048 tokens and more.
+
+    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k | --ws]
 """
 
 from __future__ import annotations
@@ -36,6 +39,32 @@ CANDIDATES = {
     "64x64x32 g1 w4 s3 (first)": tile(64, 64, 32, 1, 4, 3),
 }
 
+WS_CANDIDATES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is grouped_ws's DEFAULT_CONFIG
+    "ws 128x128x64 w8 s5": (128, 128, 64, 8, 5),
+    "ws 128x128x64 w8 s6": (128, 128, 64, 8, 6),
+    "ws 128x256x64 w8 s3": (128, 256, 64, 8, 3),
+    "ws 256x128x64 w8 s3": (256, 128, 64, 8, 3),
+    "ws 128x128x128 w8 s3": (128, 128, 128, 8, 3),
+}
+
+
+def ws_call(a, b, offs, sizes):
+    """grouped_ws on one tile, as a call of no arguments."""
+    from tritongemm.config import MatmulConfig
+    from tritongemm.hopper import grouped_ws
+
+    bm, bn, bk, warps, stages = sizes
+    config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=1, num_warps=warps, num_stages=stages)
+    c = a.new_empty((a.shape[0], b.shape[2]))
+    launch = grouped_ws.plan(a, b, offs, c, config)
+
+    def call():
+        out = a.new_empty((a.shape[0], b.shape[2]))
+        launch(a, b, offs, out)
+        return out
+
+    return call
+
 
 def main() -> None:
     from tritongemm.bench.grouped import SUITE, operands
@@ -47,8 +76,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--form", choices=("m", "k"), default="m", help="m: the MoE forward; k: its weight gradient")
+    parser.add_argument("--ws", action="store_true", help="the Gluon kernel's tiles (WS_CANDIDATES)")
     args = parser.parse_args()
-    problems = SUITE if args.form == "m" else [p for p in SUITE if p.tokens >= 2048]
+    problems = SUITE if args.form == "m" and not args.ws else [p for p in SUITE if p.tokens >= 2048]
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
@@ -61,7 +91,16 @@ def main() -> None:
             ref = reference_grouped_mm(a, b, offs).double()
             bound = tolerance(a.dtype, p.k if args.form == "m" else max(p.rows // p.experts, 1))
             calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, offs)}
-            for name, t in CANDIDATES.items():
+            if args.ws:
+                import tritongemm
+
+                calls["grouped_mm"] = functools.partial(tritongemm.grouped_mm, a, b, offs)
+                for name, sizes in WS_CANDIDATES.items():
+                    try:
+                        calls[name] = ws_call(a, b, offs, sizes)
+                    except ValueError as exc:
+                        print(f"{name}: {exc}", flush=True)
+            for name, t in {} if args.ws else CANDIDATES.items():
                 calls[name] = functools.partial(_launch, a, b, offs, a.dtype, args.form, tile=t)
             errors, results = check_then_time(calls, ref, bound, p, timings=("graph",), rounds=1)
             torch_ms = results["graph"]["torch._grouped_mm"][0]

@@ -18,6 +18,8 @@ torch.compile keep working:
   from the offsets; an empty group's tiles are zeros.
 - expert rows (MoE decode): no groups at all; each (token, expert) pair is a row that reads its
   expert's weights by the router's index (moe_decode.py).
+- the weighted un-permute (MoE, after the down projection): each token's top_k rows, found in
+  expert order through the inverse of the sort, times their routing weights, summed in fp32.
 """
 
 import triton
@@ -175,6 +177,37 @@ def _expert_rows_kernel(
             y = y * tl.load(scale_ptr + pair).to(tl.float32)
         out += y
     tl.store(c_ptr + row * stride_cm + offs_n * stride_cn, out.to(c_ptr.dtype.element_ty), mask=n_ok)
+
+
+# MoE's last step on the grouped path (moe.py): the down projection's rows are in expert order;
+# token t's output is the sum over its top_k pairs of routing weight x that pair's row. One read
+# of the rows and one write of the tokens, where torch's ops (weights times rows, a scatter back
+# to token order, a sum over the pairs) wrote and read the rows twice more, in fp32, as a scatter
+# whose every element computes its own index.
+# fmt: off
+@triton.jit
+def _combine_kernel(
+    y_ptr,  # (pairs, H): the pairs' rows in expert order
+    inv_ptr,  # (pairs,): row of pair p (= t * TOP_K + j) in y, the inverse of the sort
+    w_ptr,  # (pairs,): pair p's routing weight
+    out_ptr,  # (tokens, H)
+    T, H, stride_ym, stride_om,
+    TOP_K: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_H: tl.constexpr,
+):
+    # fmt: on
+    offs_t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_h = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
+    t_ok = offs_t < T
+    mask = t_ok[:, None] & (offs_h[None, :] < H)
+    acc = tl.zeros((BLOCK_T, BLOCK_H), dtype=tl.float32)
+    for j in tl.static_range(TOP_K):
+        pair = offs_t.to(tl.int64) * TOP_K + j
+        row = tl.load(inv_ptr + pair, mask=t_ok, other=0).to(tl.int64)
+        w = tl.load(w_ptr + pair, mask=t_ok, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + row[:, None] * stride_ym + offs_h[None, :], mask=mask, other=0.0)
+        acc += w[:, None] * y.to(tl.float32)
+    tl.store(out_ptr + offs_t[:, None].to(tl.int64) * stride_om + offs_h[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=mask)  # fmt: skip
 
 
 # The public call's check of `offs` on the GPU, without a synchronization: one launch where the

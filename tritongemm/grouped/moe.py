@@ -9,7 +9,8 @@ implementation runs them, on `tritongemm.grouped_mm`: the
 (token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
 projections with the gated activation in its epilogue (where the module gates as transformers
 does by default; its own gate otherwise), one for the down projections, then the routing weights and
-the un-permute, summed over each token's experts in fp32. Group ends are counted on the device
+the un-permute, summed over each token's experts in fp32 (one kernel, `combine`, where no autograd
+records and nothing compiles; torch's ops otherwise). Group ends are counted on the device
 (`histc`), so nothing synchronizes and CUDA graphs and torch.compile keep working.
 """
 
@@ -20,6 +21,7 @@ import torch
 from tritongemm.epilogue import GLU_ACTIVATIONS
 from tritongemm.grouped import moe_decode
 from tritongemm.grouped.api import grouped_mm_of_counts
+from tritongemm.plan import PLANS, tensor_facts
 from tritongemm.registry import interpreter_active
 
 NAME = "tritongemm"
@@ -58,6 +60,8 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
+    if _combine_serves(out, top_k_weights):
+        return combine(out, order, top_k_weights).to(hidden_states.dtype)
     weighted = out * top_k_weights.reshape(-1)[order].unsqueeze(-1)
     # Back to token order (a scatter by the sort's permutation), each token's experts summed in fp32.
     unsorted = torch.empty_like(weighted)
@@ -78,6 +82,53 @@ def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
     if torch.compiler.is_compiling():
         return False
     return hidden_states.is_cuda or interpreter_active()
+
+
+def _combine_serves(rows: torch.Tensor, top_k_weights: torch.Tensor) -> bool:
+    """Whether `combine`'s kernel un-permutes: inference (it has no backward), eagerly (Inductor
+    fuses torch's ops itself), on a GPU or under the interpreter."""
+    if torch.is_grad_enabled() and (rows.requires_grad or top_k_weights.requires_grad):
+        return False
+    return not torch.compiler.is_compiling() and (rows.is_cuda or interpreter_active())
+
+
+# combine's tile: a few tokens x 512 columns of their rows (4 warps, 16 bytes a load of bf16).
+_COMBINE_TOKENS, _COMBINE_COLUMNS = 4, 512
+
+
+def combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """out[t] = sum over j of top_k_weights[t, j] * rows[i], i the place of pair t * top_k + j in
+    `order` (rows are the pairs sorted by expert: rows[i] is pair order[i]'s), accumulated in fp32
+    and returned (tokens, hidden) in rows' dtype: one kernel (grouped/kernels.py `_combine_kernel`)
+    after the sort's inverse."""
+    pairs, hidden = rows.shape
+    tokens, top_k = top_k_weights.shape
+    weights = top_k_weights.reshape(-1)
+    rows = rows if rows.stride(1) == 1 else rows.contiguous()
+    key = ("moe combine", top_k, tensor_facts(rows), tensor_facts(order), tensor_facts(weights))
+    launch = PLANS.find_key(key)
+    if launch is None:
+        if pairs != tokens * top_k or order.shape != (pairs,):
+            raise ValueError(
+                f"moe combine: expected {tokens} x {top_k} rows and sort order, but got rows {tuple(rows.shape)} "
+                f"and order {tuple(order.shape)}"
+            )
+        import triton
+
+        from tritongemm.fast_launch import compile_launch
+        from tritongemm.grouped.kernels import _combine_kernel
+
+        block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
+        grid = (-(-tokens // _COMBINE_TOKENS), -(-hidden // block_h))
+        out = rows.new_empty((tokens, hidden))  # this call's, to plan on
+        args = (rows, order, weights, out, tokens, hidden, rows.stride(0), out.stride(0))
+        meta = dict(TOP_K=top_k, BLOCK_T=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
+        launch = compile_launch(_combine_kernel, grid, args, meta, rows.device)
+        PLANS.remember(key, launch)
+    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(pairs, device=order.device, dtype=order.dtype))
+    out = rows.new_empty((tokens, hidden))
+    launch(rows, inverse, weights, out, tokens, hidden, rows.stride(0), out.stride(0))
+    return out
 
 
 def _fusable_glu(self) -> str | None:

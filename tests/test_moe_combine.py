@@ -1,0 +1,96 @@
+"""MoE's weighted un-permute on the grouped path (grouped/moe.py `combine`): each token's rows,
+found in expert order, times its routing weights, summed; against float64 for ragged sorts, top-1
+to top-8, widths past one column block, row-padded inputs and weights of another dtype; a tiny
+Hugging Face MoE model's inference forward through it against its eager experts; autograd keeps
+torch's ops. CPU: the interpreter (fp32, fp16); GPU: every dtype."""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+from cases import DEVICE, DTYPES, ON_GPU
+from moe_models import TINY_MOE, tiny_moe_model
+
+import tritongemm
+from tritongemm.grouped import moe
+from tritongemm.reference import rel_error, tolerance
+
+
+def rand(*shape, dtype=torch.float32, seed=""):
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{shape}{dtype}{seed}".encode()))
+    return torch.randn(*shape, generator=gen).to(dtype=dtype, device=DEVICE)
+
+
+def sorted_pairs(tokens, top_k, experts=5):
+    """The sort of the pairs by a random expert each, as moe.experts_forward takes it."""
+    gen = torch.Generator().manual_seed(tokens * 131 + top_k)
+    ids = torch.randint(0, experts, (tokens * top_k,), generator=gen).to(DEVICE)
+    return torch.sort(ids).indices
+
+
+def reference(rows, order, weights):
+    """Pair t * top_k + j's row is rows[i] where order[i] is that pair; summed over j in float64."""
+    tokens, top_k = weights.shape
+    inverse = torch.argsort(order)
+    picked = rows.double()[inverse].view(tokens, top_k, -1)
+    return (picked * weights.double().unsqueeze(-1)).sum(1)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("weights_dtype", [torch.float32, "rows'"], ids=["fp32-weights", "rows-dtype-weights"])
+@pytest.mark.parametrize(
+    "tokens, top_k, hidden, pad",
+    [(5, 2, 40, 0), (9, 8, 64, 0), (1, 1, 600, 0), (7, 3, 33, 8), (13, 6, 1030, 2)],
+    ids=["top2", "top8", "two-column-blocks", "padded-rows", "odd-wide"],
+)
+def test_against_float64(tokens, top_k, hidden, pad, dtype, weights_dtype):
+    rows = rand(tokens * top_k, hidden + pad, dtype=dtype)[:, :hidden]
+    order = sorted_pairs(tokens, top_k)
+    weights = rand(tokens, top_k, dtype=dtype if weights_dtype == "rows'" else weights_dtype, seed="w").softmax(-1)
+    out = moe.combine(rows, order, weights)
+    assert out.shape == (tokens, hidden) and out.dtype == dtype
+    assert rel_error(out, reference(rows, order, weights)) <= tolerance(dtype, top_k)
+
+
+def test_a_second_call_reuses_the_plan_with_new_values():
+    rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2, seed="w")
+    moe.combine(rows, order, weights)
+    rows2, order2, weights2 = rand(12, 24, seed=2), sorted_pairs(6, 2).flip(0), rand(6, 2, seed="w2")
+    out = moe.combine(rows2, order2, weights2)
+    assert rel_error(out, reference(rows2, order2, weights2)) <= tolerance(torch.float32, 2)
+
+
+def test_mismatched_shapes_are_refused():
+    with pytest.raises(ValueError, match="expected 6 x 2 rows and sort order"):
+        moe.combine(rand(11, 24), sorted_pairs(6, 2)[:11], rand(6, 2))
+
+
+def test_autograd_and_compiling_keep_torchs_ops():
+    rows, weights = rand(4, 8), rand(2, 2)
+    assert moe._combine_serves(rows, weights)
+    assert not moe._combine_serves(rows.requires_grad_(), weights)
+    with torch.no_grad():
+        assert moe._combine_serves(rows, weights.requires_grad_())
+
+
+@pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")
+@pytest.mark.parametrize("architecture", list(TINY_MOE))
+def test_a_moe_models_inference_forward_combines_in_one_kernel(architecture, monkeypatch):
+    """Without autograd, the grouped path's un-permute is `combine`'s; the logits match
+    transformers' eager experts (a loop of F.linear per expert)."""
+    model = tiny_moe_model(architecture).eval()
+    ids = torch.randint(0, 128, (2, 9))  # 18 tokens x top-2: the grouped path, not decode's
+    with torch.no_grad():
+        model.set_experts_implementation("eager")
+        expected = model(ids).logits
+        tritongemm.patch(model)
+        calls = []
+        monkeypatch.setattr(moe, "combine", lambda *args: calls.append(1) or combine(*args))
+        logits = model(ids).logits
+    assert len(calls) == model.config.num_hidden_layers
+    assert rel_error(logits, expected.double()) <= 1e-5
+
+
+combine = moe.combine
