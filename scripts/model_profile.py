@@ -5,7 +5,8 @@ bench model families (random weights, no download) under torch.profiler. bf16, o
     PYTHONPATH=. python3 scripts/model_profile.py llama-3-8b generate
     PYTHONPATH=. python3 scripts/model_profile.py mixtral-8x7b-moe train hf-grouped_mm,tritongemm
 
-The third argument names bench model's providers to profile (default torch,tritongemm).
+The third argument names bench model's providers to profile (default torch,tritongemm); the
+fourth picks the phase's setting by its shape, e.g. 4x1024 (default: the phase's first).
 """
 
 import sys
@@ -18,8 +19,8 @@ from tritongemm.bench.model import SETTINGS, build_models, make_inputs, model_co
 ROWS = 14
 
 
-def main(family: str, phase: str, providers: str = "torch,tritongemm") -> None:
-    setting = next(s for s in SETTINGS if s.phase == phase)
+def main(family: str, phase: str, providers: str = "torch,tritongemm", shape: str | None = None) -> None:
+    setting = next(s for s in SETTINGS if s.phase == phase and shape in (None, f"{s.batch}x{s.tokens}"))
     config = model_config(family)
     names = providers.split(",")
     models = build_models(family, config, device="cuda", providers=tuple(names))
@@ -42,4 +43,4 @@ def main(family: str, phase: str, providers: str = "torch,tritongemm") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

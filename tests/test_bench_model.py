@@ -431,3 +431,37 @@ def test_the_moe_families_run_every_phase_with_their_experts_providers(family):
     slower = [r for r in rows if r.provider == "tritongemm"][0]
     slower.ms = 2 * [r for r in rows if r.provider == "hf-grouped_mm"][0].ms
     assert any("vs" not in m and "hf-grouped_mm (bar 1.10x)" in m for m in M.target_misses(rows))
+
+
+class _Scaled(torch.nn.Module):
+    """An lm_head whose logits are `factor` times the linear's: a relative error of |factor - 1|."""
+
+    def __init__(self, linear: torch.nn.Linear, factor: float):
+        super().__init__()
+        self.linear, self.factor = linear, factor
+
+    def forward(self, x):
+        return self.factor * self.linear(x)
+
+
+@needs_transformers
+@pytest.mark.parametrize("reference_error", [0.15, 0.4])
+def test_a_moe_models_compiled_providers_are_checked_against_transformers_compiled(reference_error):
+    """A MoE model's compiled rows: hf-grouped_mm+compile within its own bound of eager torch, the
+    other compiled providers within the MoE bound of it, where they would fail against eager torch."""
+    base = tiny_models("llama-3-8b", providers=("torch",))["torch"]
+    reference, ours = M.sharing_copy(base), M.sharing_copy(base)
+    reference.lm_head = _Scaled(reference.lm_head, 1 + reference_error)
+    ours.lm_head = _Scaled(ours.lm_head, (1 + reference_error) * 1.01)
+    models = {"torch": base, "tritongemm+compile": ours, "hf-grouped_mm+compile": reference}
+    kwargs = dict(vocab_size=TINY_VOCAB, device="cpu", rounds=1, timer=counting_timer([]),
+                  bound_factor=M.MOE_BOUND_FACTOR)  # fmt: skip
+    outcomes = M.measure_setting(models, TINY_SETTINGS[0], moe=True, **kwargs)
+    if reference_error < M.COMPILED_MOE_REFERENCE_MAX_REL_ERR:
+        assert [o.status for o in outcomes.values()] == ["ok", "ok", "ok"]
+        assert abs(outcomes["tritongemm+compile"].agreement.max_rel_err - 0.01) < 1e-3
+        assert abs(outcomes["hf-grouped_mm+compile"].agreement.max_rel_err - reference_error) < 1e-3
+    else:
+        assert [o.status for o in outcomes.values()] == ["ok", "error: hf-grouped_mm+compile failed", "wrong"]
+    dense = M.measure_setting(models, TINY_SETTINGS[0], **kwargs)  # not a MoE model: eager torch for all
+    assert dense["tritongemm+compile"].status == "wrong"
