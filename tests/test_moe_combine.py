@@ -1,8 +1,8 @@
 """MoE's weighted un-permute on the grouped path (grouped/moe.py `combine`): each token's rows,
 found in expert order, times its routing weights, summed; against float64 for ragged sorts, top-1
-to top-8, widths past one column block, row-padded inputs and weights of another dtype; a tiny
-Hugging Face MoE model's inference forward through it against its eager experts; autograd keeps
-torch's ops. CPU: the interpreter (fp32, fp16); GPU: every dtype."""
+to top-8, widths past one column block, row-padded inputs and weights of another dtype; its
+operator's gradients and torch.compile graph; a tiny Hugging Face MoE model's inference forward
+through it against its eager experts. CPU: the interpreter (fp32, fp16); GPU: every dtype."""
 
 from __future__ import annotations
 
@@ -14,8 +14,12 @@ from cases import DEVICE, DTYPES, ON_GPU
 from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
+from tritongemm import ops
 from tritongemm.grouped import moe
 from tritongemm.reference import rel_error, tolerance
+
+
+BACKEND = "inductor" if ON_GPU else "aot_eager"
 
 
 def rand(*shape, dtype=torch.float32, seed=""):
@@ -62,17 +66,60 @@ def test_a_second_call_reuses_the_plan_with_new_values():
     assert rel_error(out, reference(rows2, order2, weights2)) <= tolerance(torch.float32, 2)
 
 
-def test_mismatched_shapes_are_refused():
-    with pytest.raises(ValueError, match="expected 6 x 2 rows and sort order"):
-        moe.combine(rand(11, 24), sorted_pairs(6, 2)[:11], rand(6, 2))
+@pytest.mark.parametrize(
+    "index, message",
+    [(0, "expected 6 x 2 rows and sort order"), (1, "expected 2-D rows and weights"), (2, "integer sort order")],
+)
+def test_bad_arguments_are_refused(index, message):
+    rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2)
+    bad = [(rows[:11], order, weights), (rows, order, weights.reshape(-1)), (rows, order.float(), weights)][index]
+    with pytest.raises((ValueError, TypeError), match=message):
+        moe.combine(*bad)
+    with pytest.raises((ValueError, TypeError), match=message):
+        ops.moe_combine(*bad)
 
 
-def test_autograd_and_compiling_keep_torchs_ops():
-    rows, weights = rand(4, 8), rand(2, 2)
-    assert moe._combine_serves(rows, weights)
-    assert not moe._combine_serves(rows.requires_grad_(), weights)
-    with torch.no_grad():
-        assert moe._combine_serves(rows, weights.requires_grad_())
+def reference_autograd(rows, order, weights):
+    """combine in torch's ops on float64 leaves: the gradients to compare with."""
+    rows64, weights64 = rows.detach().double().requires_grad_(), weights.detach().double().requires_grad_()
+    return reference(rows64, order, weights64), rows64, weights64
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_gradients_through_the_operator(compiled):
+    """Where autograd records, the un-permute is the operator, with its backward; torch.compile
+    takes it whole (fullgraph)."""
+    tokens, top_k, hidden = 7, 3, 40
+    rows = rand(tokens * top_k, hidden).requires_grad_()
+    weights = rand(tokens, top_k, seed="w").softmax(-1).requires_grad_()
+    order, grad = sorted_pairs(tokens, top_k), rand(tokens, hidden, seed="g")
+    fn = torch.compile(moe._combined, fullgraph=True, backend=BACKEND) if compiled else moe._combined
+    out = fn(rows, order, weights)
+    out.backward(grad)
+    expected, rows64, weights64 = reference_autograd(rows, order, weights)
+    expected.backward(grad.double())
+    bound = tolerance(torch.float32, hidden)
+    assert rel_error(out, expected) <= bound
+    assert rel_error(rows.grad, rows64.grad) <= bound and rel_error(weights.grad, weights64.grad) <= bound
+
+
+def test_the_operator_passes_opcheck():
+    rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2, seed="w")
+    torch.library.opcheck(ops.moe_combine, (rows, order, weights))
+    torch.library.opcheck(ops.moe_combine, (rows.requires_grad_(), order, weights.requires_grad_()))
+
+
+def test_inductor_calls_the_implementation_directly():
+    """inductor.py's lowering: the generated code calls combine's implementation, not the operator
+    through the dispatcher (Inductor's CPU backend on the CPU)."""
+    from torch._inductor.utils import run_and_get_code
+
+    rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2, seed="w")
+    compiled = torch.compile(lambda r, o, w: ops.moe_combine(r, o, w) * 2, backend="inductor")
+    out, codes = run_and_get_code(compiled, rows, order, weights)
+    assert rel_error(out, 2 * reference(rows, order, weights)) <= tolerance(torch.float32, 2)
+    code = "\n".join(codes)
+    assert "tritongemm_direct_moe_combine(" in code and "tritongemm.moe_combine.default(" not in code
 
 
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")

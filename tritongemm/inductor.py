@@ -62,6 +62,10 @@ def direct_gated_pair(rows, weight, activation, kernel_name="auto"):
     return ops._gated_pair(rows, weight, activation, kernel_name)
 
 
+def direct_moe_combine(rows, order, weights):
+    return ops._moe_combine(rows, order, weights)
+
+
 def _install() -> None:
     from torch._inductor import ir
     from torch._inductor.lowering import constrain_to_fx_strides, fallback_handler, register_lowering
@@ -126,6 +130,11 @@ def _install() -> None:
         ops.gated_pair,
         "direct_gated_pair",
         lambda rows, weight, *_: (rows.get_dtype(), [rows.get_size()[0], weight.get_size()[0] // 2]),
+    )
+    lower_to(
+        ops.moe_combine,
+        "direct_moe_combine",
+        lambda rows, order, weights: (rows.get_dtype(), [weights.get_size()[0], rows.get_size()[1]]),
     )
 
 

@@ -315,3 +315,43 @@ def _gated_backward(ctx, grad):
 
 
 _register_autograd(gated_pair, _gated_pair, _setup_gated_context, _gated_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# moe_combine: a MoE layer's weighted un-permute (grouped/moe.py `combine`), for graphs and autograd
+# ----------------------------------------------------------------------------------------------
+
+
+_LIB.define("moe_combine(Tensor rows, Tensor order, Tensor weights) -> Tensor")
+
+
+def _moe_combine(rows, order, weights):
+    from tritongemm.grouped import moe
+
+    return moe.combine(rows, order, weights)
+
+
+_LIB.impl("moe_combine", _moe_combine, "CompositeExplicitAutograd")
+moe_combine = torch.ops.tritongemm.moe_combine.default
+
+
+@torch.library.register_fake("tritongemm::moe_combine", lib=_LIB)
+def _moe_combine_fake(rows, order, weights):
+    from tritongemm.grouped import moe
+
+    _install_lowerings()
+    moe.check_combine(rows, order, weights)
+    return rows.new_empty((weights.shape[0], rows.shape[1]))
+
+
+def _setup_combine_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _combine_backward(ctx, grad):
+    from tritongemm.grouped import moe
+
+    return moe.combine_grads(grad, *ctx.saved_tensors, ctx.needs_input_grad)
+
+
+_register_autograd(moe_combine, _moe_combine, _setup_combine_context, _combine_backward)

@@ -9,8 +9,8 @@ implementation runs them, on `tritongemm.grouped_mm`: the
 (token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
 projections with the gated activation in its epilogue (where the module gates as transformers
 does by default; its own gate otherwise), one for the down projections, then the routing weights and
-the un-permute, summed over each token's experts in fp32 (one kernel, `combine`, where no autograd
-records and nothing compiles; torch's ops otherwise). Group ends are counted on the device
+the un-permute, summed over each token's experts in fp32, in one kernel (`combine`; the operator
+`torch.ops.tritongemm.moe_combine` where autograd records or torch.compile traces). Group ends are counted on the device
 (`histc`), so nothing synchronizes and CUDA graphs and torch.compile keep working.
 """
 
@@ -31,7 +31,6 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     """An experts module's forward (transformers' `use_experts_implementation` interface): `self`
     holds gate_up_proj or up_proj and down_proj, (experts, out, in) or transposed (`is_transposed`),
     optional biases, `act_fn` and `_apply_gate`."""
-    num_tokens, hidden = hidden_states.shape
     top_k = top_k_index.shape[-1]
     # What transformers' decorator sets on the module, read with the defaults of releases that set less.
     gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
@@ -60,13 +59,7 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
-    if _combine_serves(out, top_k_weights):
-        return combine(out, order, top_k_weights).to(hidden_states.dtype)
-    weighted = out * top_k_weights.reshape(-1)[order].unsqueeze(-1)
-    # Back to token order (a scatter by the sort's permutation), each token's experts summed in fp32.
-    unsorted = torch.empty_like(weighted)
-    unsorted[order] = weighted
-    return unsorted.view(num_tokens, top_k, hidden).sum(dim=1, dtype=torch.float32).to(hidden_states.dtype)
+    return _combined(out, order, top_k_weights).to(hidden_states.dtype)
 
 
 def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
@@ -84,12 +77,15 @@ def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
     return hidden_states.is_cuda or interpreter_active()
 
 
-def _combine_serves(rows: torch.Tensor, top_k_weights: torch.Tensor) -> bool:
-    """Whether `combine`'s kernel un-permutes: inference (it has no backward), eagerly (Inductor
-    fuses torch's ops itself), on a GPU or under the interpreter."""
-    if torch.is_grad_enabled() and (rows.requires_grad or top_k_weights.requires_grad):
-        return False
-    return not torch.compiler.is_compiling() and (rows.is_cuda or interpreter_active())
+def _combined(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
+    """`combine`, called directly where no autograd records and nothing compiles, else through its
+    operator (ops.moe_combine: its backward, a graph's node), at the dispatcher's cost."""
+    recording = torch.is_grad_enabled() and (rows.requires_grad or top_k_weights.requires_grad)
+    if recording or torch.compiler.is_compiling():
+        from tritongemm import ops
+
+        return ops.moe_combine(rows, order, top_k_weights)
+    return combine(rows, order, top_k_weights)
 
 
 # combine's tile: a few tokens x 512 columns of their rows (4 warps, 16 bytes a load of bf16).
@@ -101,34 +97,77 @@ def combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor
     `order` (rows are the pairs sorted by expert: rows[i] is pair order[i]'s), accumulated in fp32
     and returned (tokens, hidden) in rows' dtype: one kernel (grouped/kernels.py `_combine_kernel`)
     after the sort's inverse."""
-    pairs, hidden = rows.shape
+    key = ("moe combine", tensor_facts(rows), tensor_facts(order), tensor_facts(top_k_weights))
+    call = PLANS.find_key(key)
+    if call is None:
+        call = _plan_combine(rows, order, top_k_weights)
+        PLANS.remember(key, call)
+    return call(rows, order, top_k_weights)
+
+
+def _plan_combine(rows, order, top_k_weights):
+    """`call(rows, order, top_k_weights)` for tensors like these, checked and compiled once."""
+    import triton
+
+    from tritongemm.fast_launch import compile_launch
+    from tritongemm.grouped.kernels import _combine_kernel
+
+    check_combine(rows, order, top_k_weights)
+    (pairs, hidden), (tokens, top_k) = rows.shape, top_k_weights.shape
+    copy = rows.stride(1) != 1  # the kernel reads a row's columns as one contiguous run
+    rows = rows.contiguous() if copy else rows
+    block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
+    grid = (-(-tokens // _COMBINE_TOKENS), -(-hidden // block_h))
+    out = rows.new_empty((tokens, hidden))  # this call's, to plan on
+    args = (rows, order, top_k_weights.reshape(-1), out, tokens, hidden, rows.stride(0), out.stride(0))
+    meta = dict(TOP_K=top_k, BLOCK_T=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
+    launch = compile_launch(_combine_kernel, grid, args, meta, rows.device)
+    positions = dict(device=order.device, dtype=order.dtype)
+
+    def call(rows, order, top_k_weights):
+        rows = rows.contiguous() if copy else rows
+        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(pairs, **positions))
+        out = rows.new_empty((tokens, hidden))
+        launch(rows, inverse, top_k_weights.reshape(-1), out, tokens, hidden, rows.stride(0), out.stride(0))
+        return out
+
+    return call
+
+
+def check_combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> None:
+    """What `combine` indexes by: rows (tokens x top_k, hidden) and order (tokens x top_k,) of an
+    integer dtype for (tokens, top_k) weights."""
+    if rows.dim() != 2 or top_k_weights.dim() != 2 or order.dim() != 1:
+        raise ValueError(
+            f"moe combine: expected 2-D rows and weights and a 1-D sort order, but got shapes {tuple(rows.shape)}, "
+            f"{tuple(top_k_weights.shape)} and {tuple(order.shape)}"
+        )
     tokens, top_k = top_k_weights.shape
-    weights = top_k_weights.reshape(-1)
-    rows = rows if rows.stride(1) == 1 else rows.contiguous()
-    key = ("moe combine", top_k, tensor_facts(rows), tensor_facts(order), tensor_facts(weights))
-    launch = PLANS.find_key(key)
-    if launch is None:
-        if pairs != tokens * top_k or order.shape != (pairs,):
-            raise ValueError(
-                f"moe combine: expected {tokens} x {top_k} rows and sort order, but got rows {tuple(rows.shape)} "
-                f"and order {tuple(order.shape)}"
-            )
-        import triton
+    if rows.shape[0] != tokens * top_k or order.shape[0] != tokens * top_k:
+        raise ValueError(
+            f"moe combine: expected {tokens} x {top_k} rows and sort order, but got rows {tuple(rows.shape)} "
+            f"and order {tuple(order.shape)}"
+        )
+    if order.dtype not in (torch.int32, torch.int64) or not top_k_weights.is_floating_point():
+        raise TypeError(
+            f"moe combine: expected an integer sort order and floating weights, but got {order.dtype} and "
+            f"{top_k_weights.dtype}"
+        )
 
-        from tritongemm.fast_launch import compile_launch
-        from tritongemm.grouped.kernels import _combine_kernel
 
-        block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
-        grid = (-(-tokens // _COMBINE_TOKENS), -(-hidden // block_h))
-        out = rows.new_empty((tokens, hidden))  # this call's, to plan on
-        args = (rows, order, weights, out, tokens, hidden, rows.stride(0), out.stride(0))
-        meta = dict(TOP_K=top_k, BLOCK_T=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
-        launch = compile_launch(_combine_kernel, grid, args, meta, rows.device)
-        PLANS.remember(key, launch)
-    inverse = torch.empty_like(order).scatter_(0, order, torch.arange(pairs, device=order.device, dtype=order.dtype))
-    out = rows.new_empty((tokens, hidden))
-    launch(rows, inverse, weights, out, tokens, hidden, rows.stride(0), out.stride(0))
-    return out
+def combine_grads(grad, rows, order, top_k_weights, needs) -> tuple:
+    """(d rows, None, d weights) of `combine` for grad (tokens, hidden), in torch's ops (fp32
+    products): row i, pair order[i] of token order[i] // top_k, gets that token's grad times the
+    pair's weight; the pair's weight gets the dot product of the two."""
+    top_k = top_k_weights.shape[1]
+    token_grad = grad[order // top_k].float()
+    d_rows = d_weights = None
+    if needs[0]:
+        d_rows = (token_grad * top_k_weights.reshape(-1)[order].float().unsqueeze(-1)).to(rows.dtype)
+    if needs[2]:
+        per_row = (rows.float() * token_grad).sum(-1).to(top_k_weights.dtype)
+        d_weights = torch.empty_like(per_row).scatter_(0, order, per_row).view(top_k_weights.shape)
+    return d_rows, None, d_weights
 
 
 def _fusable_glu(self) -> str | None:
