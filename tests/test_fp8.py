@@ -423,6 +423,38 @@ def test_fp8_linear_computes_the_quantized_layer(recipe):
     assert rel_error(y, expected_float.double()) <= 0.1
 
 
+def test_fp8_linear_plans_once_per_input_geometry_and_reads_each_calls_tensors():
+    """The hot path: a plan per input geometry, shared by layers of one shape, each call with its
+    own input, weights and bias; a new layout, or a bad dtype, gets a plan (or a refusal) of its own."""
+    import tritongemm
+    from tritongemm.plan import PLANS
+
+    layers = [torch.nn.Linear(128, 40, device=DEVICE) for _ in range(2)]
+    fp8_layers = [tritongemm.nn.Fp8Linear.from_linear(layer, "row") for layer in layers]
+
+    def expected(fp8_layer, x):
+        x_fp8, sx = reference_quantize(x.reshape(-1, 128), "row")
+        return reference_scaled_mm(x_fp8, fp8_layer.weight_fp8.T, sx, fp8_layer.weight_scale,
+                                   bias=fp8_layer.bias, out_dtype=torch.float64)  # fmt: skip
+
+    inputs = [
+        rand(6, 128, seed=1),
+        rand(6, 128, seed=2),
+        rand(2, 3, 128, seed=3),
+        rand(3, 2, 128, seed=4).transpose(0, 1),
+    ]
+    with torch.no_grad():
+        before = PLANS.misses
+        for x in inputs:
+            for fp8_layer in fp8_layers:
+                y = fp8_layer(x)
+                assert y.shape == (*x.shape[:-1], 40)
+                assert rel_error(y.reshape(-1, 40), expected(fp8_layer, x)) <= fp8_tolerance(torch.float32, 128)
+        assert PLANS.misses - before <= 3  # a plan per input geometry (2-D, 3-D, a 3-D transposed view)
+        with pytest.raises(TypeError, match="expected x of dtype bfloat16, float16 or float32, but got torch.int32"):
+            fp8_layers[0](torch.ones(6, 128, dtype=torch.int32, device=DEVICE))
+
+
 def test_fp8_linear_is_inference_only():
     import tritongemm
 

@@ -58,14 +58,15 @@ def quantize_fp8(x: torch.Tensor, recipe: str = "row", *, block: tuple[int, int]
     key = _key("quantize_fp8", recipe, block, dtype, x)
     call = None if key is None else PLANS.find_key(key)
     if call is None:
-        call = _plan_quantize(x, recipe, block, dtype)
+        call = plan_quantize(x, recipe, block, dtype)
         if key is not None:
             PLANS.remember(key, call)
     return call(x)
 
 
-def _plan_quantize(x, recipe, block, dtype):
-    """`call(x) -> (x_fp8, scale)` for tensors like x, checked and compiled once."""
+def plan_quantize(x, recipe, block=None, dtype=torch.float8_e4m3fn):
+    """`call(x) -> (x_fp8, scale)` for tensors like x (every fact of `tensor_facts`), checked and
+    compiled once."""
     group = check_quantize(x, recipe, block, dtype)
     from tritongemm.fast_launch import compile_launch
     from tritongemm.fp8.kernels import _absmax_kernel, _quantize_kernel
@@ -119,16 +120,18 @@ def _plan_quantize(x, recipe, block, dtype):
         absmax = compile_launch(_absmax_kernel, absmax_grid, (x2, amax, R, K, *x2.stride()),
                                 dict(BLOCK_R=_QUANT_ROWS, BLOCK_C=_QUANT_COLS), x.device)  # fmt: skip
 
+    flat = x.dim() == 2  # x, q are the kernel's (R, K) as they are: no views to make a call
+
     def call(x):
-        x2 = x.reshape(R, K)
-        q = torch.empty(shape, dtype=dtype, device=x.device)
-        scale = torch.empty(s_shape, dtype=torch.float32, device=x.device)
+        x2 = x if flat else x.reshape(R, K)
+        q = x2.new_empty(shape, dtype=dtype)
+        scale = x2.new_empty(s_shape, dtype=torch.float32)
         if whole:  # the whole tensor's absmax first, max-reduced into a zero
             amax = x2.new_zeros((), dtype=torch.float32)
             absmax(x2, amax, R, K, *x2.stride())
         else:
             amax = scale  # not read
-        quantize(x2, q.view(R, K), scale, amax, *sizes)
+        quantize(x2, q if flat else q.view(R, K), scale, amax, *sizes)
         return q, scale
 
     return call
@@ -173,15 +176,15 @@ def scaled_mm(
     key = _key("scaled_mm", kernel, config, activation, alpha, out_dtype, a, b, scale_a, scale_b, bias, residual)
     call = None if key is None else PLANS.find_key(key)
     if call is None:
-        call = _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
+        call = plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
         if key is not None:
             PLANS.remember(key, call)
     return call(a, b, scale_a, scale_b, bias, residual)
 
 
-def _plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config):
-    """`call(a, b, scale_a, scale_b, bias, residual) -> c` for tensors like these, checked, chosen
-    and compiled once."""
+def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config):
+    """`call(a, b, scale_a, scale_b, bias, residual) -> c` for tensors like these (every fact of
+    `tensor_facts`), checked, chosen and compiled once."""
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
     if kernel not in KERNELS:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
