@@ -8,7 +8,11 @@ torch._grouped_mm on the same operands: the backward an MoE training step spends
 `--ws`: the warp-specialized Gluon kernel (hopper/grouped_ws.py) on WS_CANDIDATES instead, beside
 grouped_mm as it chooses, on the problems of 2048 tokens and more.
 
-    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k | --ws]
+`--glu`: the gated pair (glu="silu", b's columns [gate; up]) on grouped_mm's own tile, beside
+torch._grouped_mm followed by torch's silu(gate) * up. (Its run of tree 3682407,
+probes/grouped-pair-loop-3682407.csv, also timed the kernel's former two walks over K.)
+
+    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k | --ws | --glu]
 """
 
 from __future__ import annotations
@@ -48,6 +52,12 @@ WS_CANDIDATES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is gr
 }
 
 
+def torch_pair(a, b, offs):
+    """torch's gated pair: the grouped product of [gate; up], then silu(gate) * up."""
+    gate, up = torch._grouped_mm(a, b, offs).chunk(2, dim=-1)
+    return torch.nn.functional.silu(gate) * up
+
+
 def ws_call(a, b, offs, sizes):
     """grouped_ws on one tile, as a call of no arguments."""
     from tritongemm.config import MatmulConfig
@@ -70,13 +80,14 @@ def main() -> None:
     from tritongemm.bench.grouped import SUITE, operands
     from tritongemm.bench.measure import check_then_time
     from tritongemm.grouped import reference_grouped_mm
-    from tritongemm.grouped.api import _launch
+    from tritongemm.grouped.api import _launch, _tile
     from tritongemm.reference import tolerance
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
     parser.add_argument("--form", choices=("m", "k"), default="m", help="m: the MoE forward; k: its weight gradient")
     parser.add_argument("--ws", action="store_true", help="the Gluon kernel's tiles (WS_CANDIDATES)")
+    parser.add_argument("--glu", action="store_true", help="the gated pair: one walk over K or two")
     args = parser.parse_args()
     problems = SUITE if args.form == "m" and not args.ws else [p for p in SUITE if p.tokens >= 2048]
     t0 = time.time()
@@ -88,9 +99,14 @@ def main() -> None:
             a, b, offs = operands(p, "cuda")
             if args.form == "k":  # A^T (k, rows) and a gradient dC (rows, n): the K groups are the rows
                 a, b = a.t(), torch.randn(p.rows, p.n, device="cuda").to(a.dtype)
-            ref = reference_grouped_mm(a, b, offs).double()
+            glu = "silu" if args.glu else None
+            ref = reference_grouped_mm(a, b, offs, glu=glu).double()
             bound = tolerance(a.dtype, p.k if args.form == "m" else max(p.rows // p.experts, 1))
             calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, offs)}
+            if args.glu:
+                calls = {"torch._grouped_mm": functools.partial(torch_pair, a, b, offs)}
+                tile = _tile(a.shape[0], b.shape[0], False, glu, a.element_size())
+                calls["grouped_mm glu"] = functools.partial(_launch, a, b, offs, a.dtype, "m", glu, tile)
             if args.ws:
                 import tritongemm
 
@@ -100,7 +116,7 @@ def main() -> None:
                         calls[name] = ws_call(a, b, offs, sizes)
                     except ValueError as exc:
                         print(f"{name}: {exc}", flush=True)
-            for name, t in {} if args.ws else CANDIDATES.items():
+            for name, t in {} if args.ws or args.glu else CANDIDATES.items():
                 calls[name] = functools.partial(_launch, a, b, offs, a.dtype, args.form, tile=t)
             errors, results = check_then_time(calls, ref, bound, p, timings=("graph",), rounds=1)
             torch_ms = results["graph"]["torch._grouped_mm"][0]
