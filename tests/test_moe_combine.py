@@ -18,7 +18,6 @@ from tritongemm import ops
 from tritongemm.grouped import moe
 from tritongemm.reference import rel_error, tolerance
 
-
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 
 
@@ -56,6 +55,13 @@ def test_against_float64(tokens, top_k, hidden, pad, dtype, weights_dtype):
     out = moe.combine(rows, order, weights)
     assert out.shape == (tokens, hidden) and out.dtype == dtype
     assert rel_error(out, reference(rows, order, weights)) <= tolerance(dtype, top_k)
+
+
+@pytest.mark.parametrize("tokens, top_k, hidden", [(0, 2, 16), (3, 2, 0)], ids=["no-tokens", "no-columns"])
+def test_empty_problems_give_zeros(tokens, top_k, hidden):
+    rows, order = rand(tokens * top_k, hidden), sorted_pairs(tokens, top_k)
+    out = moe.combine(rows, order, rand(tokens, top_k, seed="w"))
+    assert out.shape == (tokens, hidden) and not out.any()
 
 
 def test_a_second_call_reuses_the_plan_with_new_values():

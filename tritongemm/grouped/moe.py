@@ -10,8 +10,9 @@ implementation runs them, on `tritongemm.grouped_mm`: the
 projections with the gated activation in its epilogue (where the module gates as transformers
 does by default; its own gate otherwise), one for the down projections, then the routing weights and
 the un-permute, summed over each token's experts in fp32, in one kernel (`combine`; the operator
-`torch.ops.tritongemm.moe_combine` where autograd records or torch.compile traces). Group ends are counted on the device
-(`histc`), so nothing synchronizes and CUDA graphs and torch.compile keep working.
+`torch.ops.tritongemm.moe_combine` where autograd records or torch.compile traces). Group ends
+are counted on the device (`histc`), so nothing synchronizes and CUDA graphs and torch.compile
+keep working.
 """
 
 from __future__ import annotations
@@ -114,6 +115,8 @@ def _plan_combine(rows, order, top_k_weights):
 
     check_combine(rows, order, top_k_weights)
     (pairs, hidden), (tokens, top_k) = rows.shape, top_k_weights.shape
+    if tokens * top_k * hidden == 0:  # nothing to launch over: a sum of no rows, or no columns
+        return lambda rows, order, top_k_weights: rows.new_zeros((tokens, hidden))
     copy = rows.stride(1) != 1  # the kernel reads a row's columns as one contiguous run
     rows = rows.contiguous() if copy else rows
     block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
