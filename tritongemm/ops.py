@@ -1,5 +1,5 @@
-"""tritongemm as PyTorch operators: `torch.ops.tritongemm.mm`, `.linear`, `.grouped_mm` and
-`.gated_pair`, registered with `torch.library`.
+"""tritongemm as PyTorch operators: `torch.ops.tritongemm.mm`, `.linear`, `.grouped_mm`,
+`.gated_pair` and `.moe_combine`, registered with `torch.library`.
 
 What `torch.compile` needs to put a tritongemm GEMM into a graph: an operator with a schema, a
 fake implementation that gives the output's shape, strides and dtype without running anything

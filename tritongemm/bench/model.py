@@ -34,6 +34,7 @@ import functools
 import gc
 import math
 import statistics
+import textwrap
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -763,5 +764,5 @@ def plot_rows(rows: list[ModelRow], path: Path, title: str) -> Path:
                     "speed / eager torch's speed", lambda s: f"{s[0]}\n{Setting(*s).shape}", fontsize=8)  # fmt: skip
         ax.set_title(model, fontsize=10)
     axes[0][0].legend(fontsize=8)
-    fig.suptitle(title)
+    fig.suptitle(textwrap.fill(title, 50 * len(models)))  # a one-panel figure is narrower than the title
     return figures.save(fig, path, dpi=110)
