@@ -96,9 +96,9 @@ def _dot_pair(a_ptr, b_ptr, offs_m, offs_n, M, N, K, stride_am, stride_ak, strid
               INPUT_PRECISION: tl.constexpr):  # fmt: skip
     """(A[offs_m] @ B[:, offs_n], A[offs_m] @ B[:, N + offs_n]): a gated pair's gate and up
     products in one walk over K, each A block loaded once for both. Two walks of dot_tile, one a
-    product, loaded A twice and filled the pipeline twice: 0.92-1.05x torch._grouped_mm plus torch's
-    silu * up at 2048-8192 tokens of three MoE layers on the H100, against 1.06-1.37x for one walk;
-    even at 1-64 tokens (results/h100/probes/grouped-pair-loop-3682407.csv)."""
+    product, loaded A twice and filled the pipeline twice: 0.92-1.17x torch._grouped_mm plus torch's
+    silu * up at 2048-8192 tokens of three MoE layers on the H100, against 1.06-1.37x for one walk,
+    and the two within 2% at 1-64 tokens (results/h100/probes/grouped-pair-loop-3682407.csv)."""
     offs_k = tl.arange(0, BLOCK_K).to(offs_m.dtype)
     a_ptrs = a_ptr + (offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak)
     b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn)
