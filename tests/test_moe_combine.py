@@ -147,3 +147,26 @@ def test_a_moe_models_inference_forward_combines_in_one_kernel(architecture, mon
 
 
 combine = moe.combine
+
+
+@pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's compiled rows")
+@pytest.mark.parametrize("architecture", list(TINY_MOE))
+def test_a_compiled_moe_model_trains_through_the_operator(architecture, monkeypatch):
+    """torch.compile (aot_eager on the CPU) of a patched tiny MoE model: its graph calls the
+    un-permute's operator, and its logits and gradients are the eager model's."""
+    model = tiny_moe_model(architecture)
+    tritongemm.patch(model)
+    ids = torch.randint(0, 128, (2, 9))
+    out = model(ids, labels=ids)
+    out.loss.backward()
+    expected = out.logits.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+    model.zero_grad()
+    calls = []
+    monkeypatch.setattr(moe, "combine", lambda *args: calls.append(1) or combine(*args))
+    out = torch.compile(model, backend="aot_eager")(ids, labels=ids)
+    out.loss.backward()
+    grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+    assert len(calls) >= model.config.num_hidden_layers
+    assert grads.keys() == expected[1].keys()
+    assert rel_error(out.logits, expected[0].double()) <= 1e-5
+    assert max(rel_error(grads[n], expected[1][n].double()) for n in grads) <= 1e-5
