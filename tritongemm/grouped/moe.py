@@ -120,7 +120,7 @@ def _plan_combine(rows, order, top_k_weights):
     copy = rows.stride(1) != 1  # the kernel reads a row's columns as one contiguous run
     rows = rows.contiguous() if copy else rows
     block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
-    grid = (-(-tokens // _COMBINE_TOKENS), -(-hidden // block_h))
+    grid = (triton.cdiv(tokens, _COMBINE_TOKENS), triton.cdiv(hidden, block_h))
     out = rows.new_empty((tokens, hidden))  # this call's, to plan on
     args = (rows, order, top_k_weights.reshape(-1), out, tokens, hidden, rows.stride(0), out.stride(0))
     meta = dict(TOP_K=top_k, BLOCK_T=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
