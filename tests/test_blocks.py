@@ -310,7 +310,7 @@ def test_patch_fuse_on_transformers_models(architecture):
     assert report.fused_qkv == ["model.layers.0.self_attn", "model.layers.1.self_attn"]
     assert all(isinstance(layer.mlp, GatedMLP) for layer in model.model.layers)
     assert all(isinstance(layer.self_attn.q_proj, QKVProjection) for layer in model.model.layers)
-    assert "fused 2 gated MLPs into GatedMLP and 2 attention q/k/v projections" in str(report)
+    assert "fused 2 gated MLPs into GatedMLP, 2 attention q/k/v projections" in str(report)
     joined = model.model.layers[0].self_attn.q_proj
     calls = []
     joined.register_forward_hook(lambda *_: calls.append("q"))

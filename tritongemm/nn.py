@@ -96,6 +96,8 @@ class PatchReport:
     # projections became one GEMM (QKVProjection), and those left of either kind with the reason.
     fused: list[str] = field(default_factory=list)
     fused_qkv: list[str] = field(default_factory=list)
+    # fuse=True: the decoder layers whose residual adds are done in o_proj's and down_proj's stores.
+    fused_residuals: list[str] = field(default_factory=list)
     not_fused: dict[str, str] = field(default_factory=dict)
     # fp8: the modules whose Fp8Linears of one input share its quantization (SHARED_INPUTS).
     shared_quantization: list[str] = field(default_factory=list)
@@ -109,9 +111,10 @@ class PatchReport:
             text += f"; experts: {self.experts}"
         if self.shared_quantization:
             text += f"; {len(self.shared_quantization)} groups of fp8 layers share their input's quantization"
-        if self.fused or self.fused_qkv or self.not_fused:
+        if self.fused or self.fused_qkv or self.fused_residuals or self.not_fused:
             text += f"; fused {len(self.fused)} gated MLPs into GatedMLP"
-            text += f" and {len(self.fused_qkv)} attention q/k/v projections into one GEMM each"
+            text += f", {len(self.fused_qkv)} attention q/k/v projections into one GEMM each"
+            text += f" and the residual adds of {len(self.fused_residuals)} decoder layers into their GEMMs"
             if self.not_fused:
                 text += "; not fused: " + ", ".join(f"{name} ({why})" for name, why in self.not_fused.items())
         return text
@@ -133,8 +136,9 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     projections as one GEMM with act(g) * u in its epilogue (their weights copied once into one;
     the state_dict keeps transformers' keys), then the down projection; and joins each of their
     attention modules' q, k and v projections into one GEMM (`QKVProjection`, blocks/qkv.py). The
-    report's `fused`, `fused_qkv` and `not_fused` say which and why; the residual adds are not
-    fused yet.
+    report's `fused`, `fused_qkv` and `not_fused` say which and why. Last, it moves the residual
+    adds of transformers' pre-norm decoder layers into the stores of o_proj and down_proj (the
+    layer's forward rebuilt from its own source: blocks/residual.py); `fused_residuals` lists them.
 
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
@@ -180,6 +184,11 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         if seen[id(module)] is not None:
             parent_name, _, child_name = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child_name, seen[id(module)])
+    if fuse:
+        from tritongemm.blocks.residual import fuse_residuals
+
+        report.fused_residuals, left = fuse_residuals(model)
+        report.not_fused.update(left)
     if fp8 is not None:
         report.shared_quantization = _share_quantization(model)
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
