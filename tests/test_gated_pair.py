@@ -171,3 +171,27 @@ def test_auto_takes_the_measured_kernel_for_m_rows():
         assert module._auto_kernel(rows, weight) == expected, M
     rows = torch.empty(4096, 65, dtype=torch.bfloat16, device="cuda")[:, :63]  # rows of 130 bytes: no TMA
     assert module._auto_kernel(rows, torch.empty(192, 63, dtype=torch.bfloat16, device="cuda")) == "auto"
+
+
+@pytest.mark.parametrize("M", [1, 5, 63])
+def test_the_row_group_pair_reads_no_offsets(M, monkeypatch):
+    """Below RUNG6_FROM_ROWS rows `auto` runs the row-group kernel over one group of all the rows
+    (grouped.api.dense_pair_plan): it computes the pair against fp64 for a contiguous weight and a
+    strided one, and a call builds no offs tensor (no fill kernel on the decode path)."""
+    from tritongemm.blocks.gated_pair import gated_pair
+    from tritongemm.epilogue import activate_torch
+    from tritongemm.reference import rel_error, tolerance
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    gen = torch.Generator().manual_seed(M)
+    x = torch.randn(M, 72, generator=gen).to(device, dtype)
+    stored = torch.randn(2 * 40, 80, generator=gen).to(device, dtype)
+    for weight in (stored[:, :72].contiguous(), stored[:, 8:]):  # rows 160 bytes apart, not 144
+        gated_pair(x, weight, "silu")  # planned
+        monkeypatch.setattr(torch, "full", lambda *args, **kwargs: pytest.fail("an offs tensor was built"))
+        h = gated_pair(x, weight, "silu")
+        monkeypatch.undo()
+        pair = x.double() @ weight.double().T
+        expected = activate_torch(pair[:, :40], "silu") * pair[:, 40:]
+        assert rel_error(h, expected) <= 2 * tolerance(dtype, 72)

@@ -69,7 +69,9 @@ def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str
         kernel = _auto_kernel(rows, weight)
     if kernel in GATED_RUNGS:
         return _rung_plan(kernel, rows, weight, activation)
-    return _grouped_plan(activation)
+    from tritongemm.grouped.api import dense_pair_plan
+
+    return dense_pair_plan(rows, weight, activation)
 
 
 def _auto_kernel(rows: torch.Tensor, weight: torch.Tensor) -> str:
@@ -85,15 +87,6 @@ def _auto_kernel(rows: torch.Tensor, weight: torch.Tensor) -> str:
     if tma_unsupported_reason(rows, weight.T, c) is not None:
         return "auto"
     return GATED_RUNGS[1] if M >= RUNG9_FROM_ROWS else GATED_RUNGS[0]
-
-
-def _grouped_plan(activation: str):
-    from tritongemm.grouped.api import direct
-
-    def call(rows, weight):
-        return direct(rows, weight.t().unsqueeze(0), one_group(rows.shape[0], rows.device), None, activation)
-
-    return call
 
 
 def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation: str):
@@ -119,9 +112,3 @@ def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation
         return c
 
     return call
-
-
-def one_group(rows: int, device: torch.device) -> torch.Tensor:
-    """grouped_mm's offs for one group of `rows` rows. A new tensor each call (one fill kernel): a
-    kept one could be evicted while a captured CUDA graph still reads it."""
-    return torch.full((1,), rows, dtype=torch.int32, device=device)

@@ -310,8 +310,10 @@ def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
     return call(a, b, offs)
 
 
-def _plan(a, b, offs, out_dtype, form, glu, tile):
-    """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled."""
+def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
+    """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled.
+    `whole` (row groups, b of one group): offs is None and not read, the one group all of a's rows
+    (`dense_pair_plan`)."""
     from tritongemm.fast_launch import compile_launch
     from tritongemm.grouped.kernels import _groups_along_k_kernel, _groups_along_m_kernel
     from tritongemm.ladder._host import input_precision, sm_count
@@ -327,7 +329,7 @@ def _plan(a, b, offs, out_dtype, form, glu, tile):
         programs = _CPU_PROGRAMS if on_cpu else sm_count(a.device)
         grid = (programs,)
         meta.update(NUM_PROGRAMS=programs, GROUPS_POW2=1 << G.bit_length(), GLU=glu or "none",
-                    INT64=max(a.numel(), b.numel(), M * N) >= 2**31)  # fmt: skip
+                    INT64=max(a.numel(), b.numel(), M * N) >= 2**31, WHOLE=whole)  # fmt: skip
         c_strides = (N, 1)
         sizes = (G, M, N, K, *a.stride(), *b.stride(), *c_strides)
         empty = M * N == 0 or G == 0  # no group: every row is past the last one's end, zeros
@@ -342,14 +344,24 @@ def _plan(a, b, offs, out_dtype, form, glu, tile):
     if empty:
         return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
-    launch = compile_launch(kernel, grid, (a, b, c, offs, *sizes), meta, a.device)
+    launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
 
     def call(a, b, offs):
         c = torch.empty(shape, dtype=out_dtype, device=a.device)
-        launch(a, b, c, offs, *sizes)
+        launch(a, b, c, a if whole else offs, *sizes)  # whole: a stands in for the offs pointer, unread
         return c
 
     return call
+
+
+def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
+    """`call(rows, weight) -> act(rows @ gate.T) * (rows @ up.T)` for a dense gated pair of rows (M,
+    H) and weight [gate; up] (2I, H) like these (checked by the caller): the row-group kernel over
+    one group of all the rows, which it reads from M, so a call launches one kernel and builds no
+    offs. The launch reads the operands' addresses alone, so the weight goes in as it is for its
+    (1, H, 2I) transposed view."""
+    planned = _plan(rows, weight.t().unsqueeze(0), None, rows.dtype, "m", activation, None, whole=True)
+    return lambda rows, weight: planned(rows, weight, None)
 
 
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:

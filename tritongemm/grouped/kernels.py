@@ -50,15 +50,20 @@ def _groups_along_m_kernel(
     ALIGN: tl.constexpr,  # _host.alignment_hints' nine entries, all 1 here: a group starts at any row
     INT64: tl.constexpr,  # some operand spans 2**31 elements: offsets in int64
     GLU: tl.constexpr,  # "none", or the gate's activation: C is activation(A @ B[:, :N]) * (A @ B[:, N:])
+    WHOLE: tl.constexpr = False,  # G = 1 and offs not read: one group of all M rows (a dense gated pair)
 ):
     # fmt: on
     # 1. The schedule, computed here from offs (never on the host): each group's tile count and
     #    the running total before it, as vectors over the groups. Slot G holds the rows past the
     #    last group's end, written as zeros.
     slot = tl.arange(0, GROUPS_POW2)
-    ends = tl.load(offs_ptr + slot, mask=slot < G, other=0)
-    ends = tl.where(slot < G, ends, tl.where(slot == G, M, 0))
-    starts = tl.load(offs_ptr + slot - 1, mask=(slot > 0) & (slot <= G), other=0)
+    if WHOLE:  # group 0 is rows [0, M); slot 1, past it, is empty
+        ends = tl.where(slot <= G, M, 0)
+        starts = tl.where((slot > 0) & (slot <= G), M, 0)
+    else:
+        ends = tl.load(offs_ptr + slot, mask=slot < G, other=0)
+        ends = tl.where(slot < G, ends, tl.where(slot == G, M, 0))
+        starts = tl.load(offs_ptr + slot - 1, mask=(slot > 0) & (slot <= G), other=0)
     tiles_n = tl.cdiv(N, BLOCK_N)
     tiles = tl.where(slot <= G, tl.cdiv(ends - starts, BLOCK_M) * tiles_n, 0)
     after = tl.cumsum(tiles, 0)  # tiles up to and including each group
