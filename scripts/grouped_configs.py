@@ -47,6 +47,8 @@ WS_CANDIDATES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is gr
     "ws 128x128x64 w8 s5": (128, 128, 64, 8, 5),
     "ws 128x128x64 w8 s6": (128, 128, 64, 8, 6),
     "ws 128x256x64 w8 s3": (128, 256, 64, 8, 3),
+    "ws 128x256x64 w8 s4": (128, 256, 64, 8, 4),  # C staged in halves beside the ring
+    "ws 256x128x64 w8 s4": (256, 128, 64, 8, 4),
     "ws 256x128x64 w8 s3": (256, 128, 64, 8, 3),
     "ws 128x128x128 w8 s3": (128, 128, 128, 8, 3),
 }

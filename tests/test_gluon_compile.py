@@ -450,8 +450,11 @@ def _compile_grouped_ws() -> list[dict]:
     from tritongemm.hopper.descriptors import _descriptor
 
     results = []
-    for glu, rows in ((None, 16384), ("silu", 16384), (None, 8), ("gelu", 8)):  # prefill's tiles, decode's
-        config = grouped_ws.default_config(rows, 8, glu is not None)
+    wide = grouped_ws.DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)  # C staged in two halves
+    for glu, rows, config in ((None, 16384, None), ("silu", 16384, None), (None, 8, None), ("gelu", 8, None),
+                              (None, 16384, wide)):  # prefill's tiles, decode's, the wide one  # fmt: skip
+        config = config or grouped_ws.default_config(rows, 8, glu is not None)
+        pieces = grouped_ws.c_pieces(config, 2, glu is not None)
         G, M, N, K = 8, 1000, 1504, 704
         rows = 2 * N if glu else N
         a, weights = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(G * rows, K, dtype=torch.bfloat16)
@@ -461,7 +464,8 @@ def _compile_grouped_ws() -> list[dict]:
             _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weights, (tile_n, config.BLOCK_K)), offs, c,
             c.stride(0), G, M, N, NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1,
             GROUPS_POW2=triton.next_power_of_2(G + 1),
-            C_LAYOUT=gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n], gl.bfloat16),
+            C_LAYOUT=gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n // pieces], gl.bfloat16),
+            C_PIECES=pieces,
             LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", num_warps=config.num_warps, grid=(1,),
         )  # fmt: skip
         ptx = compiled.asm["ptx"]

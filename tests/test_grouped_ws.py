@@ -28,8 +28,10 @@ def test_it_takes_row_major_a_and_k_major_weights():
 
 
 def test_its_configs_fit_with_cs_tile():
-    assert grouped_ws.smem_bytes(grouped_ws.DEFAULT_CONFIG, 2) == 5 * 32768 + 32768
-    assert grouped_ws.smem_bytes(grouped_ws.GATED_CONFIG, 2, gated=True) == 4 * 49152 + 32768
+    assert grouped_ws.smem_bytes(grouped_ws.DEFAULT_CONFIG, 2) == 4 * 49152 + 32768  # C in two halves
+    assert grouped_ws.c_pieces(grouped_ws.DEFAULT_CONFIG, 2) == 2
+    assert grouped_ws.smem_bytes(grouped_ws.GATED_CONFIG, 2, gated=True) == 4 * 49152 + 32768  # C whole
+    assert grouped_ws.c_pieces(grouped_ws.GATED_CONFIG, 2, gated=True) == 1
     budget = H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES
     for rows, groups in ((16384, 8), (8, 128), (64, 1)):
         for gated in (False, True):
@@ -82,3 +84,27 @@ def test_grouped_ws(case, dtype, glu, num_programs):
     sizes, tail, N, K = case
     spec = dict(sizes=list(sizes), tail=tail, N=N, K=K, glu=glu, dtype=str(dtype), num_programs=num_programs)
     run_isolated(spec, module="test_grouped_ws")
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
+@pytest.mark.parametrize("G, mean, taken", [(8, 200, True), (4, 130, True), (8, 1100, False), (16, 40, False)])
+def test_grouped_mm_takes_it_for_mid_sized_groups(G, mean, taken, monkeypatch):
+    """grouped_mm's plan takes grouped_ws for plain row groups of WS_MEAN_ROWS rows on average
+    (ragged ones here, with an empty group), and the `tl` kernel elsewhere; right either way."""
+    import tritongemm
+    from tritongemm.grouped.api import reference_grouped_mm
+    from tritongemm.reference import rel_error, tolerance
+
+    planned = []
+    real_plan = grouped_ws.plan
+    monkeypatch.setattr(grouped_ws, "plan", lambda *args, **kwargs: planned.append(1) or real_plan(*args, **kwargs))
+    gen = torch.Generator().manual_seed(G * mean)
+    sizes = torch.full((G,), mean)
+    sizes[:4] = torch.tensor([2 * mean - 3, 0, mean + 5, mean - 5])  # ragged, one group empty
+    M, N, K = int(sizes.sum()), 264, 192
+    offs = sizes.cumsum(0).to(torch.int32).cuda()
+    a = torch.randn(M, K, generator=gen).to("cuda", torch.bfloat16)
+    b = (torch.randn(G, N, K, generator=gen) * K**-0.5).to("cuda", torch.bfloat16).transpose(1, 2)
+    c = tritongemm.grouped_mm(a, b, offs)
+    assert bool(planned) == (M // G in range(128, 1024)) == taken
+    assert rel_error(c, reference_grouped_mm(a, b, offs).double()) <= tolerance(torch.bfloat16, K)

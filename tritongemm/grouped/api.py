@@ -319,6 +319,7 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
     from tritongemm.ladder._host import input_precision, sm_count
 
     on_cpu = a.device.type == "cpu"
+    chosen = tile
     G = b.shape[0] if form == "m" else offs.shape[0]
     tile = tile or _tile(a.shape[0] if form == "m" else a.shape[1], G, on_cpu, glu, a.element_size())
     meta = dict(tile, INPUT_PRECISION=input_precision(a.dtype), ALIGN=(1,) * 9)
@@ -343,12 +344,51 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
 
     if empty:
         return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
+    if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
+        return _ws_plan(a, b, offs, shape)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
     launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
 
     def call(a, b, offs):
         c = torch.empty(shape, dtype=out_dtype, device=a.device)
         launch(a, b, c, a if whole else offs, *sizes)  # whole: a stands in for the offs pointer, unread
+        return c
+
+    return call
+
+
+# Mean rows per group where the warp-specialized Gluon kernel (hopper/grouped_ws.py) serves plain
+# row groups: on the H100 (scripts/grouped_configs.py --ws, probes/grouped-ws-configs-wide.csv) it
+# ran 1.03-1.19x torch._grouped_mm at 128-768 rows a group (the three MoE layers at 2048 and 8192
+# tokens) where the `tl` kernel gave 0.93-1.17x; at 2048 rows a group it trailed (0.94x, the `tl`
+# kernel 1.02x); below 128 the `tl` kernel's small tile was not measured against it.
+WS_MEAN_ROWS = range(128, 1024)
+
+
+def _takes_ws(a, b, out_dtype, glu) -> bool:
+    """Whether grouped_ws serves these row groups (a checked, non-empty problem): no gated pair
+    (not measured there yet), a's dtype out, WS_MEAN_ROWS, an sm_90 GPU, and operands it reads in
+    place (grouped_ws.unsupported_reason)."""
+    from tritongemm import device_info
+
+    if glu is not None or out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] == 0:
+        return False
+    if a.shape[0] // b.shape[0] not in WS_MEAN_ROWS or device_info.capability(a.device) != (9, 0):
+        return False
+    from tritongemm.hopper import grouped_ws
+
+    return grouped_ws.unsupported_reason(a, b) is None
+
+
+def _ws_plan(a, b, offs, shape):
+    from tritongemm.hopper import grouped_ws
+
+    c = torch.empty(shape, dtype=a.dtype, device=a.device)  # this call's, to plan on
+    launch = grouped_ws.plan(a, b, offs, c)
+
+    def call(a, b, offs):
+        c = torch.empty(shape, dtype=a.dtype, device=a.device)
+        launch(a, b, offs, c)
         return c
 
     return call
@@ -367,9 +407,9 @@ def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:
     """grouped_mm's row-group form (a 2-D, b (G, K, N) the transpose of contiguous (G, N, K)
     weights) on the Hopper Gluon kernel (hopper/grouped_ws.py), planned once per geometry. Checked
-    and timed on the H100 (docs/grouped.md): slower than the row-group kernel on most MoE shapes, so
-    grouped_mm does not take it; this entry point is for its tests and `bench grouped`. `glu`: b's N
-    holds [gate; up] per group, as grouped_mm's."""
+    and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of WS_MEAN_ROWS
+    rows on average, and this entry point for any (its tests, `bench grouped`). `glu`: b's N holds
+    [gate; up] per group, as grouped_mm's."""
     form = check_grouped(a, b, offs, None)
     if form != "m" or glu not in (None, *GLU_ACTIVATIONS):
         raise ValueError(f"grouped_mm_ws: the row-group form (a 2-D, b 3-D) and glu None or one of {GLU_ACTIVATIONS}")

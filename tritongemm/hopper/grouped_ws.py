@@ -21,7 +21,9 @@ The store. A TMA store writes whole boxes, and a box can't stop at a group's las
 finished tile goes through shared memory and out with masked stores, a few rows at a time (rows
 below the group's end, columns below N), coalesced: each thread writes 16 bytes of a row.
 
-Checked and timed on the H100 (docs/grouped.md); grouped_mm does not take it: slower on most rows.
+Checked and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of
+128 to 1023 rows on average (grouped/api.py `_takes_ws`), where it measured faster than the `tl`
+kernel.
 """
 
 # No `from __future__ import annotations`: aggregates check field types against real annotations.
@@ -50,15 +52,18 @@ from tritongemm.hopper.pipeline import (
     require_sm90,
 )
 from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS
+from tritongemm.hopper.tma_warp_specialized import c_pieces as _rung9_c_pieces
 
 NAME = "grouped_ws"
-# Taken from rung 9's plain GEMM, not tuned for ragged groups: in bench grouped (docs/grouped.md)
-# this kernel is slower than the `tl` one on 12 of 15 rows, most of all on large groups. 128 x 128
-# on two MMA warpgroups (64 rows each: a 64-register accumulator a thread, which leaves room for
-# the walk and the store), 5 slots of 32 KB and C's 32 KB tile.
-DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=5)
-# A gated pair's MMA covers the gate's and the up projection's columns: twice C's tile width.
-GATED_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)
+# 128 x 256 on two MMA warpgroups, 4 slots of 48 KB, C staged in halves of 32 KB (c_pieces): on
+# the H100 (scripts/grouped_configs.py --ws, probes/grouped-ws-configs-wide.csv) 0.94-1.19x
+# torch._grouped_mm on the three MoE layers at 2048 and 8192 tokens, where the 128 x 128 tile with
+# 5 slots of 32 KB that it replaced gave 0.84-1.23x, reading B's panels again for every 128 columns:
+# L2 throughput at 80% of peak under Nsight Compute (scripts/grouped_ncu.py), twice rung 9's.
+DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=8, num_stages=4)
+# A gated pair's MMA covers the gate's and the up projection's columns: twice C's tile width, so C's
+# 128 x 128 tile fits whole.
+GATED_CONFIG = DEFAULT_CONFIG
 # Groups of a few rows (decode): every tile streams its group's weights and holds a few real rows,
 # so one warpgroup on 64 rows and a deeper ring of loads in flight, as the `tl` kernel's small tile
 # (grouped/api.py _GPU_TILES) streams K at depth.
@@ -171,8 +176,23 @@ def _load_partition(
 
 @gluon.jit
 def _store_rows(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_warps: gl.constexpr):
-    """Rows off_m.. below end_m and columns off_n.. below N of C get the tile (through c_smem, a
-    few rows a step); a tile of zeros (the tail) goes out without c_smem."""
+    """Rows off_m.. below end_m and columns off_n.. below N of C get the tile, through c_smem a few
+    rows a step; where c_smem is half the tile's width (a whole one doesn't fit beside the ring),
+    one column half after the other."""
+    if c_smem.shape[1] == tile.shape[1]:
+        _store_piece(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_warps)
+    else:
+        gl.static_assert(2 * c_smem.shape[1] == tile.shape[1], "a tile is stored in at most 2 pieces")
+        # [BLOCK_M, TILE_N] -> [BLOCK_M, TILE_N/2, 2]: the split is a register renaming, no data moves.
+        halves = gl.permute(gl.reshape(tile, [tile.shape[0], 2, c_smem.shape[1]]), (0, 2, 1))
+        left, right = gl.split(halves)
+        _store_piece(left, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_warps)
+        _store_piece(right, c_ptr, stride_cm, c_smem, off_m, end_m, off_n + c_smem.shape[1], N, num_warps)
+
+
+@gluon.jit
+def _store_piece(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_warps: gl.constexpr):
+    """Rows off_m.. below end_m and columns off_n.. below N of C get the tile, c_smem's width."""
     BLOCK_M: gl.constexpr = c_smem.shape[0]
     TILE_N: gl.constexpr = c_smem.shape[1]
     VEC: gl.constexpr = 8 * _STORE_BYTES // c_ptr.dtype.element_ty.primitive_bitwidth
@@ -241,6 +261,7 @@ def _grouped_ws_kernel(
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     GROUPS_POW2: gl.constexpr,  # a power of two > G: the groups and the tail as one vector
     C_LAYOUT: gl.constexpr,  # C's staging tile in shared memory
+    C_PIECES: gl.constexpr,  # 1: a whole C tile is staged at once; 2: half its width, one half after the other
     LOAD_REGS: gl.constexpr,
     GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ gate_g.T) * (A @ up_g.T)
     num_warps: gl.constexpr,
@@ -253,7 +274,7 @@ def _grouped_ws_kernel(
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, B_ROWS, B_BOX[1]], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, TILE_N], C_LAYOUT)
+    c_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, TILE_N // C_PIECES], C_LAYOUT)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
@@ -283,9 +304,17 @@ def default_config(rows: int, groups: int, gated: bool) -> MatmulConfig:
     return SMALL_CONFIG if small else DEFAULT_CONFIG
 
 
+def c_pieces(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
+    """Into how many column pieces C's staging buffer cuts a tile: 1 where a whole C tile fits
+    beside the ring, else 2 (rung 9's rule, tma_warp_specialized.c_pieces)."""
+    return _rung9_c_pieces(config, elem_bytes, gated=gated)
+
+
 def smem_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
-    """The ring and C's staging tile (half the MMA's width for a gated pair), barriers aside."""
-    return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile_bytes(config, elem_bytes, gated)
+    """The ring and C's staging buffer (a tile, half the MMA's width for a gated pair, or half of
+    that tile where it doesn't fit whole), barriers aside."""
+    c_tile = c_tile_bytes(config, elem_bytes, gated) // c_pieces(config, elem_bytes, gated)
+    return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile
 
 
 def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
@@ -332,13 +361,15 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     weights = b.transpose(1, 2).reshape(G * NB, K)  # a view: b is the transpose of contiguous weights
     a_desc = _descriptor(a, (config.BLOCK_M, config.BLOCK_K))
     b_desc = _descriptor(weights, (tile_n, config.BLOCK_K))
-    c_layout = gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n], GL_DTYPES[c.dtype])
+    pieces = c_pieces(config, a.element_size(), gated)
+    c_layout = gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n // pieces], GL_DTYPES[c.dtype])
     # Each program walks the groups in running order: no more programs than tiles could use, but
     # the tile count is on the device, so the grid is the SMs (or what a test asks for).
     grid = (num_persistent_programs(2**31 - 1, c.device, num_programs),)
     constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        GROUPS_POW2=triton.next_power_of_2(G + 1), C_LAYOUT=c_layout, LOAD_REGS=LOAD_REGISTERS, GLU=glu or "none",
+        GROUPS_POW2=triton.next_power_of_2(G + 1), C_LAYOUT=c_layout, C_PIECES=pieces, LOAD_REGS=LOAD_REGISTERS,
+        GLU=glu or "none",
         num_warps=config.num_warps,
     )  # fmt: skip
     stride_cm = c.stride(0)
