@@ -109,7 +109,11 @@ def main() -> None:
                 calls = {"torch._grouped_mm": functools.partial(torch_pair, a, b, offs)}
                 tile = _tile(a.shape[0], b.shape[0], False, glu, a.element_size())
                 calls["grouped_mm glu"] = functools.partial(_launch, a, b, offs, a.dtype, "m", glu, tile)
-            if args.ws:
+                if args.ws:  # the Gluon kernel's gated pair (GATED_CONFIG) beside it
+                    from tritongemm.grouped.api import grouped_mm_ws
+
+                    calls["ws glu"] = functools.partial(grouped_mm_ws, a, b, offs, glu=glu)
+            if args.ws and not args.glu:
                 import tritongemm
 
                 calls["grouped_mm"] = functools.partial(tritongemm.grouped_mm, a, b, offs)

@@ -22,7 +22,7 @@ finished tile goes through shared memory and out with masked stores, a few rows 
 below the group's end, columns below N), coalesced: each thread writes 16 bytes of a row.
 
 Checked and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of
-128 to 1023 rows on average (grouped/api.py `_takes_ws`), where it measured faster than the `tl`
+128 rows or more on average (grouped/api.py `_takes_ws`), where it measured faster than the `tl`
 kernel.
 """
 
