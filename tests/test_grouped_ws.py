@@ -87,10 +87,12 @@ def test_grouped_ws(case, dtype, glu, num_programs):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
+@pytest.mark.parametrize("glu", [None, "silu"])
 @pytest.mark.parametrize("G, mean, taken", [(8, 200, True), (4, 130, True), (8, 1100, True), (16, 40, False)])
-def test_grouped_mm_takes_it_for_mid_sized_groups(G, mean, taken, monkeypatch):
-    """grouped_mm's plan takes grouped_ws for plain row groups of WS_FROM_MEAN_ROWS rows or more on average
-    (ragged ones here, with an empty group), and the `tl` kernel elsewhere; right either way."""
+def test_grouped_mm_takes_it_for_large_groups(G, mean, taken, glu, monkeypatch):
+    """grouped_mm's plan takes grouped_ws for row groups (plain or a gated pair) of WS_FROM_MEAN_ROWS
+    rows or more on average (ragged ones here, with an empty group), and the `tl` kernel elsewhere;
+    right either way."""
     import tritongemm
     from tritongemm.grouped.api import reference_grouped_mm
     from tritongemm.reference import rel_error, tolerance
@@ -104,7 +106,9 @@ def test_grouped_mm_takes_it_for_mid_sized_groups(G, mean, taken, monkeypatch):
     M, N, K = int(sizes.sum()), 264, 192
     offs = sizes.cumsum(0).to(torch.int32).cuda()
     a = torch.randn(M, K, generator=gen).to("cuda", torch.bfloat16)
-    b = (torch.randn(G, N, K, generator=gen) * K**-0.5).to("cuda", torch.bfloat16).transpose(1, 2)
-    c = tritongemm.grouped_mm(a, b, offs)
+    NB = 2 * N if glu else N
+    b = (torch.randn(G, NB, K, generator=gen) * K**-0.5).to("cuda", torch.bfloat16).transpose(1, 2)
+    c = tritongemm.grouped_mm(a, b, offs, glu=glu)
     assert bool(planned) == (M // G >= 128) == taken
-    assert rel_error(c, reference_grouped_mm(a, b, offs).double()) <= tolerance(torch.bfloat16, K)
+    bound = (2 if glu else 1) * tolerance(torch.bfloat16, K)
+    assert rel_error(c, reference_grouped_mm(a, b, offs, glu=glu).double()) <= bound

@@ -345,7 +345,7 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
     if empty:
         return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
     if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
-        return _ws_plan(a, b, offs, shape)
+        return _ws_plan(a, b, offs, shape, glu)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
     launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
 
@@ -362,18 +362,20 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
 # it ran 1.03-1.19x torch._grouped_mm at 128-768 rows a group (the three MoE layers at 2048 and 8192
 # tokens) where the `tl` kernel gave 0.93-1.17x. At 2048 rows a group the two runs disagree: timed
 # alone, 0.94x against the `tl` kernel's 1.02x; in `bench grouped`'s sustained run, under the power
-# cap, 0.99x against 0.92x (the `tl` kernel issues twice the instructions: docs/grouped.md). Below
-# 128 the `tl` kernel's small tile was not measured against it.
+# cap, 0.99x against 0.92x (the `tl` kernel issues twice the instructions: docs/grouped.md). A gated
+# pair (`--glu --ws`, probes/grouped-ws-glu.csv): 1.25-1.42x torch's two-step pair at 128-2048 rows a
+# group, the `tl` kernel's pair 1.08-1.36x. Below 128 the `tl` kernel's small tile was not measured
+# against it.
 WS_FROM_MEAN_ROWS = 128
 
 
 def _takes_ws(a, b, out_dtype, glu) -> bool:
-    """Whether grouped_ws serves these row groups (a checked, non-empty problem): no gated pair
-    (not measured there yet), a's dtype out, WS_FROM_MEAN_ROWS, an sm_90 GPU, and operands it reads in
-    place (grouped_ws.unsupported_reason)."""
+    """Whether grouped_ws serves these row groups, plain or a gated pair (a checked, non-empty
+    problem): a's dtype out, WS_FROM_MEAN_ROWS, an sm_90 GPU, and operands it reads in place
+    (grouped_ws.unsupported_reason)."""
     from tritongemm import device_info
 
-    if glu is not None or out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] == 0:
+    if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] == 0:
         return False
     if a.shape[0] // b.shape[0] < WS_FROM_MEAN_ROWS or device_info.capability(a.device) != (9, 0):
         return False
@@ -382,11 +384,11 @@ def _takes_ws(a, b, out_dtype, glu) -> bool:
     return grouped_ws.unsupported_reason(a, b) is None
 
 
-def _ws_plan(a, b, offs, shape):
+def _ws_plan(a, b, offs, shape, glu):
     from tritongemm.hopper import grouped_ws
 
     c = torch.empty(shape, dtype=a.dtype, device=a.device)  # this call's, to plan on
-    launch = grouped_ws.plan(a, b, offs, c)
+    launch = grouped_ws.plan(a, b, offs, c, glu=glu)
 
     def call(a, b, offs):
         c = torch.empty(shape, dtype=a.dtype, device=a.device)
