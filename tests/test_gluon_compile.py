@@ -442,9 +442,12 @@ def test_the_gated_pair_compiles_for_sm90():
         assert plain > 0 and 2 * gated == 3 * plain, f"{label}: {gated} TMA loads, the plain GEMM {plain}"
 
 
+# setmaxnreg, the masked store's 16-byte stores, the TMA store of a tile within its group
+GROUPED_STORES = ("setmaxnreg", "st.global.v4", "cp.async.bulk.tensor.2d.global.shared")
+
+
 def _compile_grouped_ws() -> list[dict]:
     import triton
-    from triton.experimental.gluon import language as gl
 
     from tritongemm.hopper import grouped_ws
     from tritongemm.hopper.descriptors import _descriptor
@@ -461,26 +464,26 @@ def _compile_grouped_ws() -> list[dict]:
         c, offs = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(G, dtype=torch.int32)
         tile_n = config.BLOCK_N // 2 if glu else config.BLOCK_N
         compiled = grouped_ws._grouped_ws_kernel.warmup(
-            _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weights, (tile_n, config.BLOCK_K)), offs, c,
-            c.stride(0), G, M, N, NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1,
-            GROUPS_POW2=triton.next_power_of_2(G + 1),
-            C_LAYOUT=gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n // pieces], gl.bfloat16),
+            _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weights, (tile_n, config.BLOCK_K)),
+            _descriptor(c, (config.BLOCK_M, tile_n // pieces)), offs, c, c.stride(0), G, M, N,
+            NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, GROUPS_POW2=triton.next_power_of_2(G + 1),
             C_PIECES=pieces,
             LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", num_warps=config.num_warps, grid=(1,),
         )  # fmt: skip
         ptx = compiled.asm["ptx"]
         results.append(dict(case=[glu, config.short()], shared=compiled.metadata.shared, **_ptxas(ptx),
-                            missing=[n for n in (*INSTRUCTIONS, "setmaxnreg", "st.global.v4") if n not in ptx],
+                            missing=[n for n in (*INSTRUCTIONS, *GROUPED_STORES) if n not in ptx],
                             copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)),
                             planned=grouped_ws.smem_bytes(config, 2, gated=glu is not None)))  # fmt: skip
     return results
 
 
 def test_the_grouped_rung_compiles_for_sm90():
-    """hopper/grouped_ws.py (grouped_mm's row groups, warp-specialized), which no GPU has run yet:
-    TMA + mbarriers + WGMMA + setmaxnreg, C out through 16-byte masked stores (no TMA store can stop
-    at a group's last row), A's and B's loads (and the up projection's for a gated pair), no
-    spills, no serialized WGMMAs, the planned shared memory."""
+    """hopper/grouped_ws.py (grouped_mm's row groups, warp-specialized): TMA + mbarriers + WGMMA +
+    setmaxnreg, C out by TMA stores where a tile lies within its group and through 16-byte masked
+    stores where it straddles the group's last row (no TMA store can stop there), A's and B's loads
+    (and the up projection's for a gated pair), no spills, no serialized WGMMAs, the planned shared
+    memory."""
     for result in compile_kernel("grouped_ws"):
         label = f"grouped_ws glu={result['case'][0]} {result['case'][1]}"
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"

@@ -88,11 +88,12 @@ def test_grouped_ws(case, dtype, glu, num_programs):
 
 @pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
 @pytest.mark.parametrize("glu", [None, "silu"])
-@pytest.mark.parametrize("G, mean, taken", [(8, 200, True), (4, 130, True), (8, 1100, True), (16, 40, False)])
-def test_grouped_mm_takes_it_for_large_groups(G, mean, taken, glu, monkeypatch):
+@pytest.mark.parametrize("G, mean, N, taken", [(8, 200, 264, True), (4, 130, 264, True), (8, 1100, 264, True),
+                                               (16, 40, 264, False), (8, 200, 260, False)])  # fmt: skip
+def test_grouped_mm_takes_it_for_large_groups(G, mean, N, taken, glu, monkeypatch):
     """grouped_mm's plan takes grouped_ws for row groups (plain or a gated pair) of WS_FROM_MEAN_ROWS
     rows or more on average (ragged ones here, with an empty group), and the `tl` kernel elsewhere;
-    right either way."""
+    right either way. Not where C's rows miss 16 bytes (N = 260), which its TMA store needs."""
     import tritongemm
     from tritongemm.grouped.api import reference_grouped_mm
     from tritongemm.reference import rel_error, tolerance
@@ -103,12 +104,12 @@ def test_grouped_mm_takes_it_for_large_groups(G, mean, taken, glu, monkeypatch):
     gen = torch.Generator().manual_seed(G * mean)
     sizes = torch.full((G,), mean)
     sizes[:4] = torch.tensor([2 * mean - 3, 0, mean + 5, mean - 5])  # ragged, one group empty
-    M, N, K = int(sizes.sum()), 264, 192
+    M, K = int(sizes.sum()), 192
     offs = sizes.cumsum(0).to(torch.int32).cuda()
     a = torch.randn(M, K, generator=gen).to("cuda", torch.bfloat16)
     NB = 2 * N if glu else N
     b = (torch.randn(G, NB, K, generator=gen) * K**-0.5).to("cuda", torch.bfloat16).transpose(1, 2)
     c = tritongemm.grouped_mm(a, b, offs, glu=glu)
-    assert bool(planned) == (M // G >= 128) == taken
+    assert bool(planned) == taken
     bound = (2 if glu else 1) * tolerance(torch.bfloat16, K)
     assert rel_error(c, reference_grouped_mm(a, b, offs, glu=glu).double()) <= bound

@@ -371,13 +371,15 @@ WS_FROM_MEAN_ROWS = 128
 
 def _takes_ws(a, b, out_dtype, glu) -> bool:
     """Whether grouped_ws serves these row groups, plain or a gated pair (a checked, non-empty
-    problem): a's dtype out, WS_FROM_MEAN_ROWS, an sm_90 GPU, and operands it reads in place
-    (grouped_ws.unsupported_reason)."""
+    problem): a's dtype out, WS_FROM_MEAN_ROWS, an sm_90 GPU, operands it reads in place
+    (grouped_ws.unsupported_reason) and output rows on 16 bytes (its TMA store)."""
     from tritongemm import device_info
 
     if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] == 0:
         return False
     if a.shape[0] // b.shape[0] < WS_FROM_MEAN_ROWS or device_info.capability(a.device) != (9, 0):
+        return False
+    if b.shape[2] // (2 if glu else 1) * a.element_size() % 16:  # C's rows, which it stores by TMA
         return False
     from tritongemm.hopper import grouped_ws
 

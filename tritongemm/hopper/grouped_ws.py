@@ -17,9 +17,11 @@ never stored); B's from a descriptor over the stacked K-major weights, (G * N, K
 the tile's columns (columns past N are the next group's: never stored either). A gated pair
 (GLU) stacks [gate; up] per group, (G * 2N, K), and its B slot holds both boxes, as in rung 9.
 
-The store. A TMA store writes whole boxes, and a box can't stop at a group's last row, so the
-finished tile goes through shared memory and out with masked stores, a few rows at a time (rows
-below the group's end, columns below N), coalesced: each thread writes 16 bytes of a row.
+The store. A tile whose rows all lie in its group goes out by TMA, asynchronously, as rung 9's
+do (columns past N are clipped by C's descriptor). A box can't stop at a group's last row, so a
+tile that straddles the group's end goes through shared memory and out with masked stores, a few
+rows at a time (rows below the group's end, columns below N), coalesced: each thread writes 16
+bytes of a row.
 
 Checked and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of
 128 rows or more on average (grouped/api.py `_takes_ws`), where it measured faster than the `tl`
@@ -31,7 +33,7 @@ import torch
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
 from tritongemm.config import MatmulConfig
@@ -50,6 +52,7 @@ from tritongemm.hopper.pipeline import (
     issue_mma,
     operand_stage_bytes,
     require_sm90,
+    store_tile_in_pieces,
 )
 from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS
 from tritongemm.hopper.tma_warp_specialized import c_pieces as _rung9_c_pieces
@@ -212,11 +215,12 @@ def _store_piece(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_war
 
 @gluon.jit
 def _mma_partition(
-    a_desc, b_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
+    a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
     GLU: gl.constexpr, GROUPS_POW2: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """Wait for a slot, multiply, release it (rung 9's); per tile, act(gate) * up for a gated
-    pair, and the masked store. The tail's tiles are zeros, with no MMA."""
+    pair, and the store: by TMA where the tile's rows are all its group's, else masked. The
+    tail's tiles are zeros, with no MMA."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_bufs.shape[1]  # the MMA's N: both halves of a gated pair
@@ -240,17 +244,24 @@ def _mma_partition(
             acc, mma = mma.take_result()
             if GLU != "none":
                 acc = gated_gl(acc, GLU)
-            _store_rows(acc, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
+            if off_m + BLOCK_M <= walk.end:  # whole rows of its group: the TMA store, asynchronous
+                store_tile_in_pieces(acc, c_desc, c_smem, off_m, off_n)  # waits for c_smem's last store
+            else:
+                tma.store_wait(pendings=0)  # c_smem read by the last TMA store before it is written
+                _store_rows(acc, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
         else:
             layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, TILE_N, num_warps)
             zeros = gl.zeros([BLOCK_M, TILE_N], gl.float32, layout=layout)
+            tma.store_wait(pendings=0)
             _store_rows(zeros, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
+    tma.store_wait(pendings=0)  # every store out before the program ends and its shared memory goes
 
 
 @gluon.jit
 def _grouped_ws_kernel(
     a_desc,  # A (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # the stacked K-major weights (G * N, K), or (G * 2N, K) for a gated pair; block [TILE_N, BLOCK_K]
+    c_desc,  # C (M, N), block [BLOCK_M, TILE_N / C_PIECES]: the TMA store of a tile within its group
     offs_ptr,  # (G,) int32 group ends
     c_ptr,  # C (M, N), rows stride_cm apart
     stride_cm,
@@ -260,21 +271,20 @@ def _grouped_ws_kernel(
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     GROUPS_POW2: gl.constexpr,  # a power of two > G: the groups and the tail as one vector
-    C_LAYOUT: gl.constexpr,  # C's staging tile in shared memory
     C_PIECES: gl.constexpr,  # 1: a whole C tile is staged at once; 2: half its width, one half after the other
     LOAD_REGS: gl.constexpr,
     GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ gate_g.T) * (A @ up_g.T)
     num_warps: gl.constexpr,
 ):
     dtype: gl.constexpr = a_desc.dtype
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     TILE_N: gl.constexpr = b_desc.block_type.shape[0]
     B_BOX: gl.constexpr = b_desc.block_type.shape
     B_ROWS: gl.constexpr = 2 * B_BOX[0] if GLU != "none" else B_BOX[0]  # a gated pair's slot: two boxes
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, B_ROWS, B_BOX[1]], b_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, [BLOCK_M, TILE_N // C_PIECES], C_LAYOUT)
+    gl.static_assert(c_desc.block_type.shape[1] * C_PIECES == TILE_N, "C's descriptor holds one piece of a tile")
+    c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
@@ -282,7 +292,7 @@ def _grouped_ws_kernel(
     gl.warp_specialize(
         [
             (_mma_partition, (
-                a_desc, b_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
+                a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
                 GLU, GROUPS_POW2, num_warps,
             )),
             (_load_partition, (
@@ -362,21 +372,24 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     a_desc = _descriptor(a, (config.BLOCK_M, config.BLOCK_K))
     b_desc = _descriptor(weights, (tile_n, config.BLOCK_K))
     pieces = c_pieces(config, a.element_size(), gated)
-    c_layout = gl.NVMMASharedLayout.get_default_for([config.BLOCK_M, tile_n // pieces], GL_DTYPES[c.dtype])
+    reason = _view_reason("c", c)
+    if reason is not None:
+        raise ValueError(f"{NAME}: C is stored by TMA, so its rows must lie on 16 bytes: {reason}")
+    c_desc = _descriptor(c, (config.BLOCK_M, tile_n // pieces))
     # Each program walks the groups in running order: no more programs than tiles could use, but
     # the tile count is on the device, so the grid is the SMs (or what a test asks for).
     grid = (num_persistent_programs(2**31 - 1, c.device, num_programs),)
     constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
-        GROUPS_POW2=triton.next_power_of_2(G + 1), C_LAYOUT=c_layout, C_PIECES=pieces, LOAD_REGS=LOAD_REGISTERS,
+        GROUPS_POW2=triton.next_power_of_2(G + 1), C_PIECES=pieces, LOAD_REGS=LOAD_REGISTERS,
         GLU=glu or "none",
         num_warps=config.num_warps,
     )  # fmt: skip
     stride_cm = c.stride(0)
-    args = (a_desc, b_desc, offs, c, stride_cm, G, M, N)
+    args = (a_desc, b_desc, c_desc, offs, c, stride_cm, G, M, N)
     # A launch reads a descriptor's tensor for its address alone, so b (the weights' transpose,
     # one address) stands for the (G * N, K) view the descriptor was built on.
     launch = compile_launch(_grouped_ws_kernel, grid, args, constexprs, c.device).with_descriptors(
-        (a_desc, b_desc), bind
+        (a_desc, b_desc, c_desc), bind
     )
-    return lambda a, b, offs, c: launch(a, b, offs, c, stride_cm, G, M, N)
+    return lambda a, b, offs, c: launch(a, b, c, offs, c, stride_cm, G, M, N)
