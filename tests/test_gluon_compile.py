@@ -457,7 +457,7 @@ def _compile_grouped_ws() -> list[dict]:
     for glu, rows, config in ((None, 16384, None), ("silu", 16384, None), (None, 8, None), ("gelu", 8, None),
                               (None, 16384, wide)):  # prefill's tiles, decode's, the wide one  # fmt: skip
         config = config or grouped_ws.default_config(rows, 8, glu is not None)
-        pieces = grouped_ws.c_pieces(config, 2, glu is not None)
+        pieces = grouped_ws.c_pieces(config, 2, gated=glu is not None)
         G, M, N, K = 8, 1000, 1504, 704
         rows = 2 * N if glu else N
         a, weights = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(G * rows, K, dtype=torch.bfloat16)

@@ -99,7 +99,7 @@ def _fits(residual: torch.Tensor, shape: tuple, dtype: torch.dtype, device: torc
         residual.shape == shape
         and residual.dtype == dtype
         and residual.device == device
-        and not torch.is_autocast_enabled(device.type)
+        and not (fused._any_autocast() and torch.is_autocast_enabled(device.type))
     )
 
 
@@ -233,8 +233,9 @@ def why_not_residuals(layer: torch.nn.Module) -> str | None:
     fused_forward_or_why = _fused_forward_of(type(layer))
     if isinstance(fused_forward_or_why, str):
         return f"{type(layer).__name__}: {fused_forward_or_why}"
-    if _o_proj_takes(layer) is not None and not isinstance(layer.mlp, GatedMLP):
-        return f"{_o_proj_takes(layer)}, and its mlp is {type(layer.mlp).__name__}, not a GatedMLP"
+    o_proj_reason = _o_proj_takes(layer)
+    if o_proj_reason is not None and not isinstance(layer.mlp, GatedMLP):
+        return f"{o_proj_reason}, and its mlp is {type(layer.mlp).__name__}, not a GatedMLP"
     return None
 
 

@@ -387,6 +387,7 @@ def _takes_ws(a, b, out_dtype, glu) -> bool:
 
 
 def _ws_plan(a, b, offs, shape, glu):
+    """`call(a, b, offs) -> c` (shape, a's dtype) on grouped_ws for operands like these."""
     from tritongemm.hopper import grouped_ws
 
     c = torch.empty(shape, dtype=a.dtype, device=a.device)  # this call's, to plan on
@@ -425,17 +426,7 @@ def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: 
     key = ("grouped_ws", glu, tensor_facts(a), tensor_facts(b), tensor_facts(offs))
     call = PLANS.find_key(key)
     if call is None:
-        from tritongemm.hopper import grouped_ws
-
-        M, N = a.shape[0], b.shape[2] // 2 if glu else b.shape[2]
-        c = a.new_empty((M, N))  # this call's, to plan on
-        launch = grouped_ws.plan(a, b, offs, c, glu=glu)
-
-        def call(a, b, offs):
-            c = a.new_empty((M, N))
-            launch(a, b, offs, c)
-            return c
-
+        call = _ws_plan(a, b, offs, (a.shape[0], b.shape[2] // 2 if glu else b.shape[2]), glu)
         PLANS.remember(key, call)
     return call(a, b, offs)
 

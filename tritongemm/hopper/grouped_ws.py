@@ -54,8 +54,10 @@ from tritongemm.hopper.pipeline import (
     require_sm90,
     store_tile_in_pieces,
 )
-from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS
-from tritongemm.hopper.tma_warp_specialized import c_pieces as _rung9_c_pieces
+from tritongemm.hopper.tma_warp_specialized import (
+    LOAD_REGISTERS,
+    c_pieces,  # C in 1 or 2 column pieces: rung 9's rule
+)
 
 NAME = "grouped_ws"
 # 128 x 256 on two MMA warpgroups, 4 slots of 48 KB, C staged in halves of 32 KB (c_pieces): on
@@ -314,16 +316,10 @@ def default_config(rows: int, groups: int, gated: bool) -> MatmulConfig:
     return SMALL_CONFIG if small else DEFAULT_CONFIG
 
 
-def c_pieces(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
-    """Into how many column pieces C's staging buffer cuts a tile: 1 where a whole C tile fits
-    beside the ring, else 2 (rung 9's rule, tma_warp_specialized.c_pieces)."""
-    return _rung9_c_pieces(config, elem_bytes, gated=gated)
-
-
 def smem_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> int:
     """The ring and C's staging buffer (a tile, half the MMA's width for a gated pair, or half of
     that tile where it doesn't fit whole), barriers aside."""
-    c_tile = c_tile_bytes(config, elem_bytes, gated) // c_pieces(config, elem_bytes, gated)
+    c_tile = c_tile_bytes(config, elem_bytes, gated) // c_pieces(config, elem_bytes, gated=gated)
     return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile
 
 
@@ -371,7 +367,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     weights = b.transpose(1, 2).reshape(G * NB, K)  # a view: b is the transpose of contiguous weights
     a_desc = _descriptor(a, (config.BLOCK_M, config.BLOCK_K))
     b_desc = _descriptor(weights, (tile_n, config.BLOCK_K))
-    pieces = c_pieces(config, a.element_size(), gated)
+    pieces = c_pieces(config, a.element_size(), gated=gated)
     reason = _view_reason("c", c)
     if reason is not None:
         raise ValueError(f"{NAME}: C is stored by TMA, so its rows must lie on 16 bytes: {reason}")
