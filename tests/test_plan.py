@@ -17,6 +17,7 @@ import triton
 from cases import DEVICE, ON_GPU
 
 import tritongemm
+from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.fast_launch import compiled_launches, split_parameters
 from tritongemm.plan import PlanCache, problem_key
@@ -77,6 +78,33 @@ def test_out_kernel_config_and_tf32_are_in_the_key():
     ieee = key(a32, b32)
     torch.backends.cuda.matmul.allow_tf32 = True  # the conftest fixture restores it
     assert key(a32, b32) != ieee
+
+
+def test_spared_sms_are_in_the_key():
+    """A persistent kernel's grid is planned from the SM count: a plan made while SMs are spared
+    (the tensor-parallel ops' GEMMs) is never served outside, nor the other way round."""
+    a, b = rand(24, 40), rand(40, 16)
+    plain = key(a, b)
+    with device_info.sparing_sms(1):
+        spared = key(a, b)
+        with device_info.sparing_sms(0):
+            assert key(a, b) == plain
+    assert spared != plain and key(a, b) == plain
+
+
+def test_sparing_sms_lowers_the_count_in_this_thread_only(monkeypatch):
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "a GPU"))
+    monkeypatch.setattr(device_info, "_index", lambda device: 0)
+    seen = {}
+    with device_info.sparing_sms(2):
+        assert device_info.sm_count("cuda") == 130 and device_info.spare_sms() == 2
+        other = threading.Thread(target=lambda: seen.update(sms=device_info.sm_count("cuda")))
+        other.start()
+        other.join()
+    assert seen["sms"] == 132 and device_info.sm_count("cuda") == 132
+    with pytest.raises(ValueError, match="count to be an int >= 0, but got -1"):
+        with device_info.sparing_sms(-1):
+            pass
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 GPUs for operands on two devices")

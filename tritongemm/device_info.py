@@ -1,8 +1,15 @@
 """What the kernels ask of a CUDA device, asked once per device: its compute capability (which
 kernels run there), its SM count (how many programs a persistent kernel launches) and its name
 (which dispatch table applies). Both sit on
-the launch path of every `matmul` call; torch answers them from the driver each time."""
+the launch path of every `matmul` call; torch answers them from the driver each time.
 
+`sparing_sms(n)` lowers the SM count the kernels see, inside a `with`, for GEMMs that run beside
+kernels of another stream (the tensor-parallel ops' barriers, distributed/exchange.py): a
+persistent GEMM launches a program per SM and holds each SM whole, so a kernel queued beside it
+would start only when it ends. The plan cache's key holds the count (plan.py)."""
+
+import contextlib
+import contextvars
 import functools
 
 import torch
@@ -13,7 +20,30 @@ def capability(device: torch.device) -> tuple[int, int]:
 
 
 def sm_count(device: torch.device) -> int:
-    return _properties(_index(device))[1]
+    """The SMs the kernels may fill: the device's, less those `sparing_sms` leaves free."""
+    return _properties(_index(device))[1] - _SPARE_SMS.get()
+
+
+# A context variable, not a global: the count applies to the thread (and task) that set it only.
+_SPARE_SMS: contextvars.ContextVar[int] = contextvars.ContextVar("tritongemm_spare_sms", default=0)
+
+
+def spare_sms() -> int:
+    """The SMs left free in this context (0 outside `sparing_sms`)."""
+    return _SPARE_SMS.get()
+
+
+@contextlib.contextmanager
+def sparing_sms(count: int):
+    """Inside: kernels planned here launch on all SMs but `count`, which stay free for kernels of
+    other streams."""
+    if not isinstance(count, int) or count < 0:
+        raise ValueError(f"sparing_sms: expected count to be an int >= 0, but got {count!r}")
+    token = _SPARE_SMS.set(count)
+    try:
+        yield
+    finally:
+        _SPARE_SMS.reset(token)
 
 
 def name(device: torch.device) -> str:

@@ -8,7 +8,8 @@ every fact those decisions read, so a problem that differs in any of them misses
 
 The key: the kernel and config asked for; each operand's dtype, device, shape and strides (and
 out's, when given); whether each data pointer is 16-byte aligned (Triton specializes on it, TMA
-requires it); whether an operand is a negated view; and, for fp32, torch's TF32 switch. What is
+requires it); whether an operand is a negated view; for fp32, torch's TF32 switch; and the SMs
+left free (`device_info.sparing_sms`: a persistent kernel's grid is planned from it). What is
 not in it is either checked on every call (out's aliasing, autograd flags) or the same for every
 problem with this key (a fresh output's layout). ConSan's instrumentation mode is read when a
 plan is built: it is set in the environment before a sanitizer run starts, as scripts/sanitize.sh does.
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tritongemm import checks, dispatch, registry
+from tritongemm import checks, device_info, dispatch, registry
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Fused
 
@@ -70,7 +71,8 @@ def problem_key(a, b, out, kernel, config, fused: Fused | None = None) -> tuple:
     tf32 = a.dtype == torch.float32 and _allow_tf32()
     out_facts = None if out is None else tensor_facts(out)
     fused_facts = None if fused is None else fused.key()
-    return kernel, config, tensor_facts(a), tensor_facts(b), out_facts, tf32, fused_facts
+    spare = device_info.spare_sms()
+    return kernel, config, tensor_facts(a), tensor_facts(b), out_facts, tf32, fused_facts, spare
 
 
 def tensor_facts(t: torch.Tensor | None) -> tuple | None:

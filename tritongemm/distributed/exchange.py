@@ -44,6 +44,8 @@ class Exchanges:
     The ops see two patterns (ops.py): a gather, where every shard goes to every rank, and a
     scatter of partial products, where the GEMM for rank `to`'s rows goes to rank `to`."""
 
+    spare_sms = 0  # SMs the ops' GEMMs leave free for this transport's kernels (none asked for here)
+
     def __init__(self, device: torch.device, group):
         self.group = group
         self.rank = dist.get_rank(group)
@@ -117,25 +119,34 @@ class SymmetricExchanges(Exchanges):
     engines run. NCCL's point-to-point kernels run on SMs: on the H100 pair they took SMs from the
     GEMM beside them (its chunk ran 1.37-1.43x longer), which ate the overlap; a copy takes none.
 
-    Device-side barriers (kernels on the compute stream) order a rank's write into its buffer
-    before its peers' reads, and their reads before its next write. The buffer is one per group
-    and device (`_workspace`), grown when a call needs more: growing is a collective and a
-    synchronization, so a CUDA graph must be captured after an eager call of its largest shape."""
+    Device-side barriers order a rank's write into its buffer before its peers' reads, and their
+    reads before its next write. They are kernels of one block, and they run on the side stream
+    with the copies, so that the compute stream never waits on a peer: its GEMMs wait only for
+    the chunks they read. A persistent GEMM holds every SM it is given, so the ops plan theirs on
+    all SMs but `spare_sms` (ops.py, `device_info.sparing_sms`), and the barriers run on the one
+    left free. (With the barriers on the compute stream, H100 pair, 8192 tokens of Llama-3-70B's
+    q/k/v: the shard's copy into the buffer and the wait for the peer, 50-120 us, came before the
+    first GEMM, and the last barrier's wait for the slower peer after the last.)
+
+    The buffer is one per group and device (`_workspace`), grown when a call needs more: growing
+    is a collective and a synchronization, so a CUDA graph must be captured after an eager call of
+    its largest shape."""
+
+    spare_sms = 1  # for the barriers' one block
 
     def __init__(self, device: torch.device, group):
         super().__init__(device, group)
         self.workspace = None  # the group's buffer, once a step has asked for it
 
     def publish(self, shard: torch.Tensor) -> None:
-        # On the compute stream, before the GEMM: a barrier queued behind a GEMM that holds every
-        # SM (a persistent kernel) would start only once it ends, and the pulls after it.
+        if self.world == 1:  # no peer to read it
+            return
         self.workspace = _workspace(self.group, shard.device, shard.numel() * shard.element_size())
-        self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
-        self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
-        self.published = _Arrival(self.compute)
+        with torch.cuda.stream(self.side):  # beside this rank's own GEMM, queued next
+            self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
+            self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
 
     def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
-        self.side.wait_event(self.published.event)  # not for the GEMM queued since
         pending = []
         with torch.cuda.stream(self.side):
             for _, source in map(self.peers, range(1, self.world)):
@@ -151,10 +162,10 @@ class SymmetricExchanges(Exchanges):
 
     def scatter(self, step: int, outbox: torch.Tensor, partials: torch.Tensor):
         _, source = self.peers(step)
-        self.workspace.barrier(channel=0)  # every rank's GEMM of this step is in its buffer
-        self.side.wait_stream(self.compute)
+        self.side.wait_stream(self.compute)  # this rank's GEMM of this step is in its outbox
         elements = outbox.numel()
         with torch.cuda.stream(self.side):
+            self.workspace.barrier(channel=0)  # and every peer's
             # The sender wrote this rank's rows in its outbox of the same step.
             partials[source].copy_(
                 self.workspace.get_buffer(source, outbox.shape, outbox.dtype, storage_offset=(step - 1) * elements)
@@ -162,9 +173,10 @@ class SymmetricExchanges(Exchanges):
             return [_Arrival(self.side)]
 
     def finish(self) -> None:
-        super().finish()
         if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
-            self.workspace.barrier(channel=0)
+            with torch.cuda.stream(self.side):
+                self.workspace.barrier(channel=0)
+        super().finish()
 
 
 class _Arrival:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from tritongemm import checks
+from tritongemm import checks, device_info
 from tritongemm.api import matmul
 from tritongemm.distributed.exchange import TRANSPORTS, all_gather_tensor, exchanges_for, reduce_scatter_tensor
 from tritongemm.distributed.reduce import reduce_partials
@@ -164,14 +164,15 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple) -> tuple[torc
         return gathered, c2
     shards, outs = gathered.view(world, m, K), c2.view(world, m, -1)
     exchanges = exchanges_for(a2.device, group, transport)
-    exchanges.publish(a2)
-    _gemm_into(a2, b, outs[rank], bias, activation)  # queued first: the host's time on the rest hides under it
-    # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
-    # beside the compute stream, which works through the chunks as they land.
-    pending = exchanges.gather(a2, shards)
-    for source, handles in pending:
-        exchanges.wait(handles)
-        _gemm_into(shards[source], b, outs[source], bias, activation)
+    with device_info.sparing_sms(exchanges.spare_sms):  # room for the transport's kernels beside the GEMMs
+        exchanges.publish(a2)
+        _gemm_into(a2, b, outs[rank], bias, activation)  # queued first: the host's time on the rest hides under it
+        # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
+        # beside the compute stream, which works through the chunks as they land.
+        pending = exchanges.gather(a2, shards)
+        for source, handles in pending:
+            exchanges.wait(handles)
+            _gemm_into(shards[source], b, outs[source], bias, activation)
     exchanges.finish()
     return gathered, c2
 
@@ -199,11 +200,12 @@ def _matmul_reduce_scatter(a2, b, alpha, bias, activation, residual2, group, how
     partials = a2.new_empty((world, m, N))
     exchanges = exchanges_for(a2.device, group, transport)
     pending = []
-    for step, to in enumerate((rank + s) % world for s in range(1, world)):
-        outbox = exchanges.outbox(step + 1, (m, N), a2.dtype, a2.device)
-        _gemm_into(rows[to], b, outbox, None, None)
-        pending.append(exchanges.scatter(step + 1, outbox, partials))
-    _gemm_into(rows[rank], b, partials[rank], None, None)
+    with device_info.sparing_sms(exchanges.spare_sms):
+        for step, to in enumerate((rank + s) % world for s in range(1, world)):
+            outbox = exchanges.outbox(step + 1, (m, N), a2.dtype, a2.device)
+            _gemm_into(rows[to], b, outbox, None, None)
+            pending.append(exchanges.scatter(step + 1, outbox, partials))
+        _gemm_into(rows[rank], b, partials[rank], None, None)
     for handles in pending:
         exchanges.wait(handles)
     out = reduce_partials(partials, **epilogue)
