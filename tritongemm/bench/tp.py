@@ -339,32 +339,37 @@ def _slowest(ms: float, device) -> float:
 
 
 def _timeline(rank: int, world: int, device, layers) -> list[dict]:
-    """GPU activity of one call per function and path on rank 0, from torch's profiler: kernels
-    and copies with their stream, start and duration (us from the call's first activity)."""
+    """GPU activity of one call per function, path and timing on rank 0, from torch's profiler:
+    kernels and copies with their stream, start and duration (us from the call's first activity).
+    "graph" replays the call captured in a CUDA graph, as the kernel-only rows time it: no host
+    work between the launches."""
     events = []
     picked = [next(x for x in layers if x[1] == op) for op in ("all_gather_matmul", "matmul_reduce_scatter")]
     m = 8192 if device.type == "cuda" else 16
+    timings = TIMINGS if device.type == "cuda" else ("eager",)
     for layer in picked:
         _, _, calls = _problem(layer, m, rank, world, device)
         for path in ("tritongemm", "tritongemm-nccl", "sequential"):
-            for _ in range(3):  # warm: compiled, communicators made
-                calls[path]()
-            # Every rank profiles, so the profiler's own costs delay them alike; the spin kernel
-            # after the barrier marks where the call starts on the GPU.
-            with torch.profiler.profile() as prof:
-                dist.barrier()
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-                    torch.cuda._sleep(1000)
-                calls[path]()
-                if device.type == "cuda":
-                    torch.cuda.synchronize()
-            if rank == 0:
-                events += _gpu_activity(prof, layer[0], layer[1], path)
+            for timing in timings:
+                fn = _captured(calls[path]) if timing == "graph" else calls[path]
+                for _ in range(3):  # warm: compiled, communicators made
+                    fn()
+                # Every rank profiles, so the profiler's own costs delay them alike; the spin kernel
+                # after the barrier marks where the call starts on the GPU.
+                with torch.profiler.profile() as prof:
+                    dist.barrier()
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                        torch.cuda._sleep(1000)
+                    fn()
+                    if device.type == "cuda":
+                        torch.cuda.synchronize()
+                if rank == 0:
+                    events += _gpu_activity(prof, layer[0], layer[1], path, timing)
     return events
 
 
-def _gpu_activity(prof, layer: str, op: str, path: str) -> list[dict]:
+def _gpu_activity(prof, layer: str, op: str, path: str, timing: str) -> list[dict]:
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
         trace = json.loads(Path(f.name).read_text())
@@ -372,7 +377,7 @@ def _gpu_activity(prof, layer: str, op: str, path: str) -> list[dict]:
     marks = [e for e in gpu if "spin_kernel" in e["name"]]
     t0 = marks[-1]["ts"] + marks[-1]["dur"] if marks else min((e["ts"] for e in gpu), default=0)
     gpu = [e for e in gpu if e["ts"] >= t0]
-    return [dict(layer=layer, op=op, path=path, stream=e.get("args", {}).get("stream", e.get("tid")),
+    return [dict(layer=layer, op=op, path=path, timing=timing, stream=e.get("args", {}).get("stream", e.get("tid")),
                  name=e["name"][:80], start_us=e["ts"] - t0, dur_us=e["dur"]) for e in gpu]  # fmt: skip
 
 
@@ -408,13 +413,14 @@ def plot_timeline(csv_path: Path, png_path: Path) -> Path:
 
     with Path(csv_path).open() as f:
         events = list(csv.DictReader(f))
-    panels = list(dict.fromkeys((e["layer"], e["op"], e["path"]) for e in events))
+    panel_of = lambda e: (e["layer"], e["op"], e["path"], e.get("timing", "eager"))  # noqa: E731
+    panels = list(dict.fromkeys(map(panel_of, events)))
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 1.6 * len(panels) + 0.6), squeeze=False)
     span = {}  # one time axis for each function's panels, so their lengths compare
     for e in events:
         span[e["op"]] = max(span.get(e["op"], 0.0), float(e["start_us"]) + float(e["dur_us"]))
-    for ax, (layer, op, path) in zip(axes[:, 0], panels):
-        mine = [e for e in events if (e["layer"], e["op"], e["path"]) == (layer, op, path)]
+    for ax, (layer, op, path, timing) in zip(axes[:, 0], panels):
+        mine = [e for e in events if panel_of(e) == (layer, op, path, timing)]
         streams = sorted({e["stream"] for e in mine}, key=str)
         for e in mine:
             kind = _kind(e["name"])
@@ -424,7 +430,7 @@ def plot_timeline(csv_path: Path, png_path: Path) -> Path:
         ends = max(float(e["start_us"]) + float(e["dur_us"]) for e in mine)
         ax.set_yticks(range(len(streams)), [f"stream {s}" for s in streams], fontsize=7)
         ax.set_xlim(0, span[op])
-        ax.set_title(f"{op} ({layer}), {_PATH_NAMES[path]}: {ends:.0f} us", fontsize=8, loc="left")
+        ax.set_title(f"{op} ({layer}), {_PATH_NAMES[path]}, {timing}: {ends:.0f} us", fontsize=8, loc="left")
     axes[-1, 0].set_xlabel("us since the call's first GPU activity (rank 0; blue GEMM, orange communication)")
     fig.tight_layout()
     fig.savefig(png_path, dpi=130)
