@@ -194,6 +194,19 @@ def case_autograd(rank, world, device):
     _close(local_bias.grad, g[rows].double().sum(0), M, dtype, "matmul_reduce_scatter d/dbias")
     _close(residual.grad, g[rows].double(), 1, dtype, "matmul_reduce_scatter d/dresidual")
 
+    # Frozen weights (adapters, a frozen base): only the activations' gradients, and the gathered A
+    # is neither kept nor copied whole by either op.
+    ref_a = a.double().requires_grad_()
+    ((ref_a @ b.double()) * g.double()).sum().backward()
+    shard = a[rows].detach().clone().requires_grad_()
+    c = all_gather_matmul(shard, b[:, cols_n])
+    (c * g[:, cols_n]).sum().backward()
+    _close(shard.grad, ref_a.grad[rows], N, dtype, "all_gather_matmul d/da, frozen b")
+    a_cols = a[:, cols_k].detach().clone().requires_grad_()
+    c = matmul_reduce_scatter(a_cols, b[cols_k])
+    (c * g[rows]).sum().backward()
+    _close(a_cols.grad, ref_a.grad[:, cols_k], N, dtype, "matmul_reduce_scatter d/da, frozen b")
+
 
 def case_layers(rank, world, device):
     """An MLP column- then row-parallel, both ways of carrying activations, against the whole MLP:

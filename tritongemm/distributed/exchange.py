@@ -61,16 +61,17 @@ class Exchanges:
         return (self.rank + step) % self.world, (self.rank - step) % self.world
 
     def publish(self, shard: torch.Tensor) -> None:
-        """Make `shard` readable by the peers (a gather's first step, before this rank's own GEMM
-        is queued): nothing for point-to-point, where `gather` sends it."""
+        """Make `shard` readable by the peers (a gather's first step, beside this rank's own GEMM):
+        nothing for point-to-point, where `gather` sends it."""
 
-    def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
-        """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too,
-        beside whatever the compute stream has queued since `publish`; returns (source, handle)
+    def gather(self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True) -> list[tuple[int, object]]:
+        """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too
+        where `keep_own`, beside whatever the compute stream has queued; returns (source, handle)
         per other rank, in the order they should arrive."""
         steps = map(self.peers, range(1, self.world))
         pending = [(source, self._swap(shard, to, shards[source], source)) for to, source in steps]
-        self._on_side(lambda: shards[self.rank].copy_(shard))
+        if keep_own:
+            self._on_side(lambda: shards[self.rank].copy_(shard))
         return pending
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
@@ -142,17 +143,18 @@ class SymmetricExchanges(Exchanges):
         if self.world == 1:  # no peer to read it
             return
         self.workspace = _workspace(self.group, shard.device, shard.numel() * shard.element_size())
-        with torch.cuda.stream(self.side):  # beside this rank's own GEMM, queued next
+        with torch.cuda.stream(self.side):  # beside this rank's own GEMM, queued before
             self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
             self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
 
-    def gather(self, shard: torch.Tensor, shards: torch.Tensor) -> list[tuple[int, object]]:
+    def gather(self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True) -> list[tuple[int, object]]:
         pending = []
         with torch.cuda.stream(self.side):
             for _, source in map(self.peers, range(1, self.world)):
                 shards[source].copy_(self.workspace.get_buffer(source, shard.shape, shard.dtype))
                 pending.append((source, [_Arrival(self.side)]))
-            shards[self.rank].copy_(shard)
+            if keep_own:
+                shards[self.rank].copy_(shard)
         return pending
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
