@@ -6,7 +6,9 @@ Variants of `distributed.exchange.SymmetricExchanges`, swapped in one after the 
 as `bench tp` times (graph and eager, the slowest rank's median), in interleaved rounds so that
 drift hits them alike:
 - side: the library's (barriers on the side stream, the GEMMs on all SMs but one);
-- side-all-sms: the same barriers, GEMMs on every SM (a barrier then waits for a GEMM's end).
+- side-all-sms: the same barriers, GEMMs on every SM (a barrier then waits for a GEMM's end);
+- peer-gemms-on-compute: the gathered chunks' GEMMs on the compute stream, one after another,
+  instead of on a stream of their own beside it (an all-gather's only).
 "sequential" (NCCL's collective + one GEMM) is the reference of every ratio.
 
 The run at tree a661c13 (probes/tp-barriers-a661c13.csv) had a third variant, "compute": tree
@@ -33,14 +35,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tritongemm.bench import tp  # noqa: E402
 from tritongemm.distributed import exchange  # noqa: E402
 
-SHAPES = [(layer, m) for layer in tp.LAYERS if layer[0] in ("qkv", "o_proj") for m in (2048, 4096, 8192)]
+SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192) if layer[0] != "gate_up" or m < 8192]
 
 
 class SideAllSms(exchange.SymmetricExchanges):
     spare_sms = 0
 
 
-VARIANTS = {"side": exchange.SymmetricExchanges, "side-all-sms": SideAllSms}
+class PeerGemmsOnCompute(exchange.SymmetricExchanges):
+    landed = exchange.Exchanges.landed
+
+
+VARIANTS = {
+    "side": exchange.SymmetricExchanges,
+    "side-all-sms": SideAllSms,
+    "peer-gemms-on-compute": PeerGemmsOnCompute,
+}
 
 
 def _worker(rank: int, world: int, tmp: str, rounds: int) -> None:

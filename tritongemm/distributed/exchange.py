@@ -1,12 +1,14 @@
 """The communication half of an overlapped GEMM: transfers on a stream of their own.
 
 A GEMM split into one chunk per rank can start on the chunk it already holds while the others
-are in flight. On a GPU that needs two streams: the GEMMs run on the caller's (compute) stream,
-the transfers on a side stream, and events order the two only where one reads what the other
-writes. Two transports: `SymmetricExchanges` (CUDA: peers pull from each other's symmetric
-buffers with copy-engine copies, the default) and `Exchanges` (torch.distributed's point-to-point
-sends and receives: NCCL's kernels on a GPU, gloo's threads on the CPU, where `wait` blocks the
-host instead).
+are in flight. On a GPU that needs two streams at least: the GEMMs run on the caller's (compute)
+stream, the transfers on a side stream, and events order the two only where one reads what the
+other writes (the symmetric transport runs the gathered chunks' GEMMs on a third).
+
+Two transports: `SymmetricExchanges` (CUDA: peers pull from each other's symmetric buffers with
+copy-engine copies, the default) and `Exchanges` (torch.distributed's point-to-point sends and
+receives: NCCL's kernels on a GPU, gloo's threads on the CPU, where `wait` blocks the host
+instead).
 
 Step s of an op pairs each rank r with r + s (it sends there) and r - s (it receives from
 there), for s = 1 .. world - 1: every rank takes the same step at once, so each send meets its
@@ -16,23 +18,25 @@ switch joins every pair of GPUs) a chunk crosses once instead of being forwarded
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 
 import torch
 import torch.distributed as dist
 
-# One side stream per device, made once: a stream is a driver object, not a per-call cost.
-_STREAMS: dict[int, torch.cuda.Stream] = {}
+# The streams of each device beside the caller's, made once: a stream is a driver object, not a
+# per-call cost. "side" carries the transfers, "peer_gemms" the GEMMs of chunks that came from peers.
+_STREAMS: dict[tuple[int, str], torch.cuda.Stream] = {}
 _STREAMS_LOCK = threading.Lock()
 
 
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
+def _stream(device: torch.device, role: str) -> torch.cuda.Stream:
     index = device.index if device.index is not None else torch.cuda.current_device()
     with _STREAMS_LOCK:
-        if index not in _STREAMS:
-            _STREAMS[index] = torch.cuda.Stream(device=index)
-        return _STREAMS[index]
+        if (index, role) not in _STREAMS:
+            _STREAMS[index, role] = torch.cuda.Stream(device=index)
+        return _STREAMS[index, role]
 
 
 class Exchanges:
@@ -53,7 +57,7 @@ class Exchanges:
         self.on_gpu = device.type == "cuda"
         if self.on_gpu:
             self.compute = torch.cuda.current_stream(device)
-            self.side = _side_stream(device)
+            self.side = _stream(device, "side")
             self.side.wait_stream(self.compute)
 
     def peers(self, step: int) -> tuple[int, int]:
@@ -92,6 +96,13 @@ class Exchanges:
         for handle in handles:
             handle.wait()  # NCCL: makes the current stream, the compute one here, wait
 
+    @contextlib.contextmanager
+    def landed(self, handles):
+        """Inside: work that reads what `handles` bring (a gathered chunk's GEMM), queued to run
+        once they land. Here on the compute stream, one chunk's GEMM after another."""
+        self.wait(handles)
+        yield
+
     def finish(self) -> None:
         """The compute stream waits for the side stream's last work: after this, anything the
         caller queues or frees is ordered after every send and receive of the op."""
@@ -122,12 +133,12 @@ class SymmetricExchanges(Exchanges):
 
     Device-side barriers order a rank's write into its buffer before its peers' reads, and their
     reads before its next write. They are kernels of one block, and they run on the side stream
-    with the copies, so that the compute stream never waits on a peer: its GEMMs wait only for
-    the chunks they read. A persistent GEMM holds every SM it is given, so the ops plan theirs on
-    all SMs but `spare_sms` (ops.py, `device_info.sparing_sms`), and the barriers run on the one
-    left free. (With the barriers on the compute stream, H100 pair, 8192 tokens of Llama-3-70B's
-    q/k/v: the shard's copy into the buffer and the wait for the peer, 50-120 us, came before the
-    first GEMM, and the last barrier's wait for the slower peer after the last.)
+    with the copies, so that no GEMM waits on a peer, only on the chunk it reads. A persistent
+    GEMM holds every SM it is given, so the ops plan theirs on all SMs but `spare_sms` (ops.py,
+    `device_info.sparing_sms`), and the barriers run on the one left free. (With the barriers on
+    the compute stream, H100 pair, 8192 tokens of Llama-3-70B's q/k/v: the shard's copy into the
+    buffer and the wait for the peer, 50-120 us, came before the first GEMM, and the last
+    barrier's wait for the slower peer after the last.)
 
     The buffer is one per group and device (`_workspace`), grown when a call needs more: growing
     is a collective and a synchronization, so a CUDA graph must be captured after an eager call of
@@ -138,6 +149,19 @@ class SymmetricExchanges(Exchanges):
     def __init__(self, device: torch.device, group):
         super().__init__(device, group)
         self.workspace = None  # the group's buffer, once a step has asked for it
+        self.peer_gemms = None  # the stream of the gathered chunks' GEMMs, once one has landed
+
+    @contextlib.contextmanager
+    def landed(self, handles):
+        """Here on a stream of their own, beside the compute stream's GEMM of this rank's shard, as
+        torch's fused op runs its cuBLAS GEMMs: a chunk is a fraction of the rows, its persistent
+        GEMM's last wave leaves SMs idle, and the next chunk's programs take them as they free up."""
+        if self.peer_gemms is None:
+            self.peer_gemms = _stream(self.compute.device, "peer_gemms")
+        for handle in handles:  # (each recorded on the side stream, after its wait for the compute stream)
+            self.peer_gemms.wait_event(handle.event)
+        with torch.cuda.stream(self.peer_gemms):
+            yield
 
     def publish(self, shard: torch.Tensor) -> None:
         if self.world == 1:  # no peer to read it
@@ -178,6 +202,8 @@ class SymmetricExchanges(Exchanges):
         if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
             with torch.cuda.stream(self.side):
                 self.workspace.barrier(channel=0)
+        if self.peer_gemms is not None:
+            self.compute.wait_stream(self.peer_gemms)
         super().finish()
 
 

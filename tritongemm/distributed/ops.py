@@ -176,8 +176,8 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered
         # beside the compute stream, which works through the chunks as they land.
         pending = exchanges.gather(a2, shards, keep_own=keep_gathered)
         for source, handles in pending:
-            exchanges.wait(handles)
-            _gemm_into(shards[source], b, outs[source], bias, activation)
+            with exchanges.landed(handles):
+                _gemm_into(shards[source], b, outs[source], bias, activation)
     exchanges.finish()
     return (gathered if keep_gathered else None), c2
 
