@@ -1,0 +1,76 @@
+"""Host time per call of the tensor-parallel ops, on every GPU of this machine: where eager calls
+of a few hundred microseconds go.
+
+    python3 scripts/tp_host.py [--tokens 2048] [--calls 30]
+
+For q,k,v's all-gather and o's reduce-scatter (bench tp's problems), each provider is called
+`--calls` times back to back with no synchronization between, and the host's wall time per call
+is printed (the GPU's queue is deep enough that the host never waits on it). Then rank 0's
+cProfile of the tritongemm calls, by each function's own time: what to cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import os
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tritongemm.bench import tp  # noqa: E402
+
+
+def _worker(rank: int, world: int, tmp: str, tokens: int, calls: int) -> None:
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{tmp}/store", rank=rank, world_size=world)
+    device = torch.device("cuda", rank)
+    tp._enable_symmetric_memory()
+    for layer in (tp.LAYERS[0], tp.LAYERS[2]):
+        _, _, providers = tp._problem(layer, tokens, rank, world, device)
+        for name, call in providers.items():
+            for _ in range(3):
+                call()
+            torch.cuda.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(calls):
+                call()
+            host_us = (time.perf_counter() - start) / calls * 1e6
+            torch.cuda.synchronize()
+            if rank == 0:
+                print(f"{layer[0]:7s} {tokens:6d} {name:16s} host {host_us:7.1f} us/call", flush=True)
+        dist.barrier()
+        profile = cProfile.Profile()
+        profile.enable()
+        for _ in range(calls):
+            providers["tritongemm"]()
+        profile.disable()
+        torch.cuda.synchronize()
+        if rank == 0:
+            pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+    dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=2048)
+    parser.add_argument("--calls", type=int, default=30)
+    args = parser.parse_args()
+    world = torch.cuda.device_count()
+    if world < 2:
+        sys.exit("needs 2 or more CUDA GPUs")
+    os.environ.update({k: os.environ.get(k, v) for k, v in tp._NO_MULTICAST.items()})
+    with tempfile.TemporaryDirectory() as tmp:
+        torch.multiprocessing.spawn(_worker, args=(world, tmp, args.tokens, args.calls), nprocs=world)
+
+
+if __name__ == "__main__":
+    main()
