@@ -19,6 +19,7 @@ switch joins every pair of GPUs) a chunk crosses once instead of being forwarded
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 
@@ -39,6 +40,25 @@ def _stream(device: torch.device, role: str) -> torch.cuda.Stream:
         return _STREAMS[index, role]
 
 
+@contextlib.contextmanager
+def _on(stream: torch.cuda.Stream, back: torch.cuda.Stream):
+    """Inside: `stream` is its device's current stream; after: `back` (the stream that was).
+    `torch.cuda.stream(...)` does the same and asks for the current device and streams first, on
+    the host's path of every call: an op switches streams four times."""
+    torch.cuda.set_stream(stream)
+    try:
+        yield
+    finally:
+        torch.cuda.set_stream(back)
+
+
+@functools.lru_cache(maxsize=64)  # one entry per group; a group's ranks never change
+def rank_and_world(group) -> tuple[int, int]:
+    """This process's rank in `group` and the group's size, asked of torch.distributed once per
+    group rather than several times a call (about 10 us of the host's time each)."""
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
 class Exchanges:
     """The point-to-point exchanges of one op call, through NCCL (or gloo): the transport for any
     device. Made where the op starts: on a GPU the side stream first waits for everything the
@@ -52,8 +72,7 @@ class Exchanges:
 
     def __init__(self, device: torch.device, group):
         self.group = group
-        self.rank = dist.get_rank(group)
-        self.world = dist.get_world_size(group)
+        self.rank, self.world = rank_and_world(group)
         self.on_gpu = device.type == "cuda"
         if self.on_gpu:
             self.compute = torch.cuda.current_stream(device)
@@ -114,14 +133,14 @@ class Exchanges:
                dist.P2POp(dist.irecv, recv, dist.get_global_rank(self.group, source), self.group)]  # fmt: skip
         if not self.on_gpu:
             return dist.batch_isend_irecv(ops)
-        with torch.cuda.stream(self.side):  # NCCL orders its own stream after the current one
+        with _on(self.side, self.compute):  # NCCL orders its own stream after the current one
             return dist.batch_isend_irecv(ops)
 
     def _on_side(self, work) -> None:
         if not self.on_gpu:
             work()
             return
-        with torch.cuda.stream(self.side):
+        with _on(self.side, self.compute):
             work()
 
 
@@ -160,20 +179,20 @@ class SymmetricExchanges(Exchanges):
             self.peer_gemms = _stream(self.compute.device, "peer_gemms")
         for handle in handles:  # (each recorded on the side stream, after its wait for the compute stream)
             self.peer_gemms.wait_event(handle.event)
-        with torch.cuda.stream(self.peer_gemms):
+        with _on(self.peer_gemms, self.compute):
             yield
 
     def publish(self, shard: torch.Tensor) -> None:
         if self.world == 1:  # no peer to read it
             return
         self.workspace = _workspace(self.group, shard.device, shard.numel() * shard.element_size())
-        with torch.cuda.stream(self.side):  # beside this rank's own GEMM, queued before
+        with _on(self.side, self.compute):  # beside this rank's own GEMM, queued before
             self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
             self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
 
     def gather(self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True) -> list[tuple[int, object]]:
         pending = []
-        with torch.cuda.stream(self.side):
+        with _on(self.side, self.compute):
             for _, source in map(self.peers, range(1, self.world)):
                 shards[source].copy_(self.workspace.get_buffer(source, shard.shape, shard.dtype))
                 pending.append((source, [_Arrival(self.side)]))
@@ -190,7 +209,7 @@ class SymmetricExchanges(Exchanges):
         _, source = self.peers(step)
         self.side.wait_stream(self.compute)  # this rank's GEMM of this step is in its outbox
         elements = outbox.numel()
-        with torch.cuda.stream(self.side):
+        with _on(self.side, self.compute):
             self.workspace.barrier(channel=0)  # and every peer's
             # The sender wrote this rank's rows in its outbox of the same step.
             partials[source].copy_(
@@ -200,7 +219,7 @@ class SymmetricExchanges(Exchanges):
 
     def finish(self) -> None:
         if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
-            with torch.cuda.stream(self.side):
+            with _on(self.side, self.compute):
                 self.workspace.barrier(channel=0)
         if self.peer_gemms is not None:
             self.compute.wait_stream(self.peer_gemms)

@@ -27,7 +27,13 @@ import torch.distributed as dist
 
 from tritongemm import checks, device_info
 from tritongemm.api import matmul
-from tritongemm.distributed.exchange import TRANSPORTS, all_gather_tensor, exchanges_for, reduce_scatter_tensor
+from tritongemm.distributed.exchange import (
+    TRANSPORTS,
+    all_gather_tensor,
+    exchanges_for,
+    rank_and_world,
+    reduce_scatter_tensor,
+)
 from tritongemm.distributed.reduce import reduce_partials
 from tritongemm.epilogue import ACTIVATIONS, Epilogue, Fused
 from tritongemm.fused import _requires_grad, linear
@@ -75,7 +81,7 @@ def all_gather_matmul(
     comes back to the shards too (a reduce-scatter of it, on every rank alike).
     """
     group = group or dist.group.WORLD
-    world = dist.get_world_size(group)
+    world = rank_and_world(group)[1]
     gather_dim = _check_gather(a_shard, b, gather_dim, bias, activation)
     _check_transport("all_gather_matmul", transport)
     bias = None if bias is None else bias.contiguous().resolve_neg()  # the kernels read a plain row
@@ -127,7 +133,7 @@ def matmul_reduce_scatter(
     `all_gather_matmul`, overlapped the same way.
     """
     group = group or dist.group.WORLD
-    world = dist.get_world_size(group)
+    world = rank_and_world(group)[1]
     scatter_dim = _check_scatter(a, b, scatter_dim, world, reduce_op, bias, activation, residual)
     _check_transport("matmul_reduce_scatter", transport)
     bias = None if bias is None else bias.contiguous().resolve_neg()
@@ -155,7 +161,7 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered
     never copies this rank's own shard into it (its GEMM reads the shard), 2 x the shard's bytes
     of memory traffic less beside the first GEMM."""
     overlap, transport = how
-    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    rank, world = rank_and_world(group)
     m, K = a2.shape
     gathered = a2.new_empty((world * m, K))
     c2 = a2.new_empty((world * m, b.shape[1]))
@@ -186,7 +192,7 @@ def _matmul_reduce_scatter(a2, b, alpha, bias, activation, residual2, group, how
     """This rank's (m, N) rows of epilogue(alpha * sum over ranks of a2 @ b), a2 (world * m, K).
     `how`: (overlap, transport)."""
     overlap, transport = how
-    rank, world = dist.get_rank(group), dist.get_world_size(group)
+    rank, world = rank_and_world(group)
     M, K = a2.shape
     m, N = M // world, b.shape[1]
     rows = [a2[r * m : (r + 1) * m] for r in range(world)]
@@ -284,7 +290,7 @@ class _MatmulReduceScatter(torch.autograd.Function):
         if ctx.needs_input_grad[0]:  # every rank's rows need every shard's gradient: an all-gather
             gathered, grad_a = _all_gather_matmul(scaled, b.T, None, None, ctx.group, ctx.how, ctx.needs_input_grad[1])
         elif ctx.needs_input_grad[1]:
-            gathered = scaled.new_empty((dist.get_world_size(ctx.group) * scaled.shape[0], scaled.shape[1]))
+            gathered = scaled.new_empty((rank_and_world(ctx.group)[1] * scaled.shape[0], scaled.shape[1]))
             all_gather_tensor(gathered, scaled, group=ctx.group)
         if ctx.needs_input_grad[1]:
             grad_b = matmul(a2.T, gathered)
