@@ -163,10 +163,9 @@ class SymmetricExchanges(Exchanges):
     is a collective and a synchronization, so a CUDA graph must be captured after an eager call of
     its largest shape."""
 
-    spare_sms = 1  # for the barriers' one block
-
     def __init__(self, device: torch.device, group):
         super().__init__(device, group)
+        self.spare_sms = 1 if self.world > 1 else 0  # for the barriers' one block; a group of one has none
         self.workspace = None  # the group's buffer, once a step has asked for it
         self.peer_gemms = None  # the stream of the gathered chunks' GEMMs, once one has landed
 
