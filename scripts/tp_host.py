@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import os
 import pstats
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,10 +27,7 @@ from tritongemm.bench import tp  # noqa: E402
 
 
 def _worker(rank: int, world: int, tmp: str, tokens: int, calls: int) -> None:
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"file://{tmp}/store", rank=rank, world_size=world)
-    device = torch.device("cuda", rank)
-    tp._enable_symmetric_memory()
+    device = tp.join_gpu_group(rank, world, tmp)
     for layer in (tp.LAYERS[0], tp.LAYERS[2]):
         _, _, providers = tp._problem(layer, tokens, rank, world, device)
         for name, call in providers.items():
@@ -64,12 +59,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=2048)
     parser.add_argument("--calls", type=int, default=30)
     args = parser.parse_args()
-    world = torch.cuda.device_count()
-    if world < 2:
-        sys.exit("needs 2 or more CUDA GPUs")
-    os.environ.update({k: os.environ.get(k, v) for k, v in tp._NO_MULTICAST.items()})
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.spawn(_worker, args=(world, tmp, args.tokens, args.calls), nprocs=world)
+    tp.spawn_on_gpus(_worker, args.tokens, args.calls)
 
 
 if __name__ == "__main__":

@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 
 import torch
@@ -53,11 +51,8 @@ VARIANTS = {
 }
 
 
-def _worker(rank: int, world: int, tmp: str, rounds: int) -> None:
-    torch.cuda.set_device(rank)
-    dist.init_process_group("nccl", init_method=f"file://{tmp}/store", rank=rank, world_size=world)
-    device = torch.device("cuda", rank)
-    tp._enable_symmetric_memory()
+def _worker(rank: int, world: int, tmp: str, rounds: int, out: str) -> None:
+    device = tp.join_gpu_group(rank, world, tmp)
     original = exchange.SymmetricExchanges
     rows = []
     for layer, m in SHAPES:
@@ -86,7 +81,8 @@ def _worker(rank: int, world: int, tmp: str, rounds: int) -> None:
             ratios = [f"{r['variant']}/{r['timing']} {r['speedup_vs_sequential']:.3f}" for r in mine]
             print(f"{layer[0]} {m}: " + ", ".join(ratios), flush=True)
     if rank == 0:
-        with open(Path(tmp, "rows.csv"), "w", newline="") as f:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        with open(out, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
@@ -98,16 +94,8 @@ def main() -> None:
     parser.add_argument("--out", default="results/h200x2/probes/tp-barriers.csv")
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    world = torch.cuda.device_count()
-    if world < 2:
-        sys.exit("needs 2 or more CUDA GPUs")
-    os.environ.update({k: os.environ.get(k, v) for k, v in tp._NO_MULTICAST.items()})
-    with tempfile.TemporaryDirectory() as tmp:
-        torch.multiprocessing.spawn(_worker, args=(world, tmp, args.rounds), nprocs=world)
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(Path(tmp, "rows.csv").read_text())
-    print(f"Wrote {out} ({torch.cuda.get_device_name(0)} x {world}, torch {torch.__version__})")
+    world = tp.spawn_on_gpus(_worker, args.rounds, args.out)
+    print(f"Wrote {args.out} ({torch.cuda.get_device_name(0)} x {world}, torch {torch.__version__})")
 
 
 if __name__ == "__main__":

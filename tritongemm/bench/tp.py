@@ -140,13 +140,11 @@ def summary(rows: list[TpRow]) -> list[str]:
 def _worker(rank: int, world: int, tmp: str, timings: tuple, profile: bool) -> None:
     on_gpu = torch.cuda.device_count() >= world
     if on_gpu:
-        torch.cuda.set_device(rank)
-    dist.init_process_group("nccl" if on_gpu else "gloo", init_method=f"file://{tmp}/store", rank=rank,
-                            world_size=world)  # fmt: skip
-    device = torch.device("cuda", rank) if on_gpu else torch.device("cpu")
+        device = join_gpu_group(rank, world, tmp)
+    else:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=rank, world_size=world)
+        device = torch.device("cpu")
     layers, tokens = (LAYERS, TOKENS) if on_gpu else CPU_SMOKE
-    if on_gpu:
-        _enable_symmetric_memory()
     if profile:
         result = {"events": _timeline(rank, world, device, layers)}
     else:
@@ -162,6 +160,27 @@ def _worker(rank: int, world: int, tmp: str, timings: tuple, profile: bool) -> N
     if rank == 0:
         Path(tmp, "rank0.json").write_text(json.dumps(result))
     dist.destroy_process_group()
+
+
+def spawn_on_gpus(worker, *args) -> int:
+    """worker(rank, world, tmp, *args) in one process per GPU of this machine (two at least), with
+    NVLink multicast kept off and `tmp` a directory they share (`join_gpu_group`'s store): for
+    probes of the ops beside this suite (scripts/tp_*.py). Returns the number of GPUs."""
+    world = torch.cuda.device_count()
+    if world < 2:
+        raise SystemExit(f"needs 2 or more CUDA GPUs, this machine has {world}")
+    worker_env = {k: os.environ.get(k, v) for k, v in _NO_MULTICAST.items()}
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, worker_env):
+        torch.multiprocessing.spawn(worker, args=(world, tmp, *args), nprocs=world)
+    return world
+
+
+def join_gpu_group(rank: int, world: int, tmp: str) -> torch.device:
+    """A `spawn_on_gpus` worker's start: its GPU, the NCCL group, torch's symm_mem ops."""
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=f"file://{tmp}/store", rank=rank, world_size=world)
+    _enable_symmetric_memory()
+    return torch.device("cuda", rank)
 
 
 def _enable_symmetric_memory() -> None:
