@@ -239,6 +239,26 @@ def case_layers(rank, world, device):
         _close(row.bias.grad, down.bias.grad, T, torch.float32, f"{what} row db")
 
 
+def case_group_facts(rank, world, device):
+    """The ops' cached rank and size of a group: torch.distributed's answer, for a subgroup too, and
+    held weakly (a group kept alive past its destruction aborted gloo's processes at exit)."""
+    import gc
+    import weakref
+
+    from tritongemm.distributed.exchange import rank_and_world
+
+    assert rank_and_world(dist.group.WORLD) == (rank, world)
+    evens = dist.new_group(list(range(0, world, 2)))  # every rank takes part in making it
+    if rank % 2:  # not a member: torch hands back a marker, no group
+        return
+    assert rank_and_world(evens) == (rank // 2, (world + 1) // 2)
+    gone = weakref.ref(evens)
+    dist.destroy_process_group(evens)
+    del evens
+    gc.collect()
+    assert gone() is None, "rank_and_world keeps a destroyed group alive"
+
+
 def case_parallelize(rank, world, device):
     """A tiny Llama sharded by `parallelize` gives the whole model's logits on every rank."""
     import transformers

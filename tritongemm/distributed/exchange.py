@@ -19,9 +19,9 @@ switch joins every pair of GPUs) a chunk crosses once instead of being forwarded
 from __future__ import annotations
 
 import contextlib
-import functools
 import threading
 import warnings
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -52,11 +52,24 @@ def _on(stream: torch.cuda.Stream, back: torch.cuda.Stream):
         torch.cuda.set_stream(back)
 
 
-@functools.lru_cache(maxsize=64)  # one entry per group; a group's ranks never change
+# Each live group's (rank, size). Held weakly: a group kept alive past destroy_process_group by a
+# cache (an lru_cache did) was torn down at the interpreter's exit instead, and gloo's threads
+# aborted the process now and then ("terminate called without an active exception").
+_GROUP_FACTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_GROUP_FACTS_LOCK = threading.Lock()
+
+
 def rank_and_world(group) -> tuple[int, int]:
     """This process's rank in `group` and the group's size, asked of torch.distributed once per
-    group rather than several times a call (about 10 us of the host's time each)."""
-    return dist.get_rank(group), dist.get_world_size(group)
+    group rather than several times a call (about 10 us of the host's time each): a group's
+    ranks never change."""
+    with _GROUP_FACTS_LOCK:
+        facts = _GROUP_FACTS.get(group)
+    if facts is None:
+        facts = dist.get_rank(group), dist.get_world_size(group)
+        with _GROUP_FACTS_LOCK:
+            _GROUP_FACTS[group] = facts
+    return facts
 
 
 class Exchanges:
