@@ -9,6 +9,7 @@ imports torch and Triton costs seconds.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import traceback
@@ -237,6 +238,45 @@ def case_layers(rank, world, device):
         _close(column.bias.grad, up.bias.grad[features], T, torch.float32, f"{what} column db")
         _close(row.weight.grad, down.weight.grad[:, features], T, torch.float32, f"{what} row dW")
         _close(row.bias.grad, down.bias.grad, T, torch.float32, f"{what} row db")
+
+
+def case_compile(rank, world, device):
+    """Under torch.compile with fullgraph=True: each op is one operator in the graph (Dynamo can't
+    trace its streams and transfers), and the layers' outputs and gradients are eager's."""
+    from tritongemm.distributed import ColumnParallelLinear, RowParallelLinear, all_gather_matmul, matmul_reduce_scatter
+
+    torch._dynamo.reset()
+    compile = functools.partial(torch.compile, fullgraph=True, backend="aot_eager")
+    torch.manual_seed(19)
+    H, hidden, T = 16, world * 6, world * 3
+    up, down = torch.nn.Linear(H, hidden).to(device), torch.nn.Linear(hidden, H).to(device)
+    x = _whole(T, H, dtype=torch.float32, device=device, seed=20)
+    rows = _rows(T, rank, world)
+    for sequence_parallel in (False, True):
+        runs = []
+        for compiled in (False, True):
+            column = ColumnParallelLinear.from_linear(up, sequence_parallel=sequence_parallel)
+            row = RowParallelLinear.from_linear(down, sequence_parallel=sequence_parallel)
+            mlp = torch.nn.Sequential(column, torch.nn.GELU(), row)
+            x_in = (x[rows] if sequence_parallel else x).clone().requires_grad_()
+            y = (compile(mlp) if compiled else mlp)(x_in)
+            y.square().sum().backward()
+            runs.append([y, x_in.grad, *(p.grad for p in mlp.parameters())])
+        for eager, traced in zip(*runs):
+            torch.testing.assert_close(traced, eager, msg=f"sequence_parallel={sequence_parallel}")
+
+    # The functions with their epilogues, an N-D gather and the gathered A, and an average.
+    a = _whole(2, world * 3, 24, dtype=torch.float32, device=device, seed=21)
+    b = _whole(24, 10, dtype=torch.float32, device=device, seed=22)
+    bias = _whole(10, dtype=torch.float32, device=device, seed=23)
+    shard = a[:, _rows(world * 3, rank, world)].contiguous()
+    gather = functools.partial(all_gather_matmul, gather_dim=1, bias=bias, activation="relu", return_a=True)
+    residual = _whole(6, 10, dtype=torch.float32, device=device, seed=24)  # a_rs's rows / world
+    scatter = functools.partial(matmul_reduce_scatter, reduce_op="avg", bias=bias, residual=residual)
+    a_rs = _whole(world * 6, 24, dtype=torch.float32, device=device, seed=25)
+    with torch.no_grad():
+        for fn, args in ((gather, (shard, b)), (scatter, (a_rs, b))):
+            torch.testing.assert_close(compile(fn)(*args), fn(*args))
 
 
 def case_group_facts(rank, world, device):

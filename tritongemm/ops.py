@@ -1,5 +1,6 @@
 """tritongemm as PyTorch operators: `torch.ops.tritongemm.mm`, `.linear`, `.grouped_mm`,
-`.gated_pair` and `.moe_combine`, registered with `torch.library`.
+`.gated_pair`, `.moe_combine`, `.all_gather_matmul` and `.matmul_reduce_scatter`, registered with
+`torch.library`.
 
 What `torch.compile` needs to put a tritongemm GEMM into a graph: an operator with a schema, a
 fake implementation that gives the output's shape, strides and dtype without running anything
@@ -355,3 +356,62 @@ def _combine_backward(ctx, grad):
 
 
 _register_autograd(moe_combine, _moe_combine, _setup_combine_context, _combine_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# Tensor-parallel GEMMs (distributed/): each overlapped op whole, for graphs that hold one
+# ----------------------------------------------------------------------------------------------
+# Dynamo can't trace what the ops do between their GEMMs (streams, events, symmetric-memory
+# handles, point-to-point sends), so a compiled graph calls each as one operator on (rows, K)
+# matrices. A process group is named by its group_name, as torch's symm_mem operators take it.
+# The autograd Functions around them (distributed/ops.py) give the backward, which calls the
+# other operator; the operators themselves are never differentiated.
+
+_LIB.define(
+    "all_gather_matmul(Tensor a, Tensor b, str group_name, Tensor? bias, str? activation, bool overlap, "
+    "str transport, bool keep_gathered) -> (Tensor, Tensor)"
+)
+
+
+def _all_gather_matmul(a, b, group_name, bias, activation, overlap, transport, keep_gathered):
+    from tritongemm.distributed import ops as tp
+
+    gathered, c = tp.all_gather_rows(a, b, bias, activation, _group(group_name), (overlap, transport), keep_gathered)
+    return (a.new_empty((0, a.shape[1])) if gathered is None else gathered), c
+
+
+_LIB.impl("all_gather_matmul", _all_gather_matmul, "CompositeExplicitAutograd")
+all_gather_matmul = torch.ops.tritongemm.all_gather_matmul.default
+
+
+@torch.library.register_fake("tritongemm::all_gather_matmul", lib=_LIB)
+def _all_gather_matmul_fake(a, b, group_name, bias, activation, overlap, transport, keep_gathered):
+    rows = _group(group_name).size() * a.shape[0]
+    return a.new_empty((rows if keep_gathered else 0, a.shape[1])), a.new_empty((rows, b.shape[1]))
+
+
+_LIB.define(
+    "matmul_reduce_scatter(Tensor a, Tensor b, str group_name, float alpha, Tensor? bias, str? activation, "
+    "Tensor? residual, bool overlap, str transport) -> Tensor"
+)
+
+
+def _matmul_reduce_scatter(a, b, group_name, alpha, bias, activation, residual, overlap, transport):
+    from tritongemm.distributed import ops as tp
+
+    return tp.reduce_scatter_rows(a, b, alpha, bias, activation, residual, _group(group_name), (overlap, transport))
+
+
+_LIB.impl("matmul_reduce_scatter", _matmul_reduce_scatter, "CompositeExplicitAutograd")
+matmul_reduce_scatter = torch.ops.tritongemm.matmul_reduce_scatter.default
+
+
+@torch.library.register_fake("tritongemm::matmul_reduce_scatter", lib=_LIB)
+def _matmul_reduce_scatter_fake(a, b, group_name, alpha, bias, activation, residual, overlap, transport):
+    return a.new_empty((a.shape[0] // _group(group_name).size(), b.shape[1]))
+
+
+def _group(group_name: str):
+    from torch.distributed import distributed_c10d
+
+    return distributed_c10d._resolve_process_group(group_name)

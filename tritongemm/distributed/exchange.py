@@ -63,6 +63,8 @@ def rank_and_world(group) -> tuple[int, int]:
     """This process's rank in `group` and the group's size, asked of torch.distributed once per
     group rather than several times a call (about 10 us of the host's time each): a group's
     ranks never change."""
+    if torch.compiler.is_compiling():  # Dynamo reads a group's rank and size itself, not through a lock
+        return dist.get_rank(group), dist.get_world_size(group)
     with _GROUP_FACTS_LOCK:
         facts = _GROUP_FACTS.get(group)
     if facts is None:

@@ -159,7 +159,18 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered
     """(A, C) for a contiguous (m, K) shard: A (world * m, K) in rank order, C (world * m, N).
     `how`: (overlap, transport). Without `keep_gathered` A is None: the overlapped path then
     never copies this rank's own shard into it (its GEMM reads the shard), 2 x the shard's bytes
-    of memory traffic less beside the first GEMM."""
+    of memory traffic less beside the first GEMM. While torch.compile traces, the operator
+    (tritongemm/ops.py), which runs `all_gather_rows`."""
+    if torch.compiler.is_compiling():
+        from tritongemm import ops
+
+        gathered, c2 = ops.all_gather_matmul(a2, b, group.group_name, bias, activation, *how, keep_gathered)
+        return (gathered if keep_gathered else None), c2
+    return all_gather_rows(a2, b, bias, activation, group, how, keep_gathered)
+
+
+def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: bool):
+    """`_all_gather_matmul`, run."""
     overlap, transport = how
     rank, world = rank_and_world(group)
     m, K = a2.shape
@@ -190,7 +201,17 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered
 
 def _matmul_reduce_scatter(a2, b, alpha, bias, activation, residual2, group, how: tuple) -> torch.Tensor:
     """This rank's (m, N) rows of epilogue(alpha * sum over ranks of a2 @ b), a2 (world * m, K).
-    `how`: (overlap, transport)."""
+    `how`: (overlap, transport). While torch.compile traces, the operator (tritongemm/ops.py),
+    which runs `reduce_scatter_rows`."""
+    if torch.compiler.is_compiling():
+        from tritongemm import ops
+
+        return ops.matmul_reduce_scatter(a2, b, group.group_name, alpha, bias, activation, residual2, *how)
+    return reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how)
+
+
+def reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how: tuple) -> torch.Tensor:
+    """`_matmul_reduce_scatter`, run."""
     overlap, transport = how
     rank, world = rank_and_world(group)
     M, K = a2.shape
