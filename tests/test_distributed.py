@@ -278,6 +278,19 @@ def case_compile(rank, world, device):
         for fn, args in ((gather, (shard, b)), (scatter, (a_rs, b))):
             torch.testing.assert_close(compile(fn)(*args), fn(*args))
 
+    # The backward's other paths: the gathered A's own gradient; b's alone (the all-gather without a GEMM).
+    def gradients(fn, *args):
+        leaves = [t.detach().clone().requires_grad_(needs) for t, needs in args]
+        out = fn(*leaves)
+        sum(o.square().sum() for o in (out if isinstance(out, tuple) else (out,))).backward()
+        return [t.grad for t in leaves if t.requires_grad]
+
+    # (No activation: the ops have no backward through one yet.)
+    gather_a = functools.partial(all_gather_matmul, gather_dim=1, bias=bias, return_a=True)
+    frozen_a = functools.partial(matmul_reduce_scatter, reduce_op="avg")
+    for fn, args in ((gather_a, ((shard, True), (b, True))), (frozen_a, ((a_rs, False), (b, True)))):
+        torch.testing.assert_close(gradients(compile(fn), *args), gradients(fn, *args))
+
 
 def case_group_facts(rank, world, device):
     """The ops' cached rank and size of a group: torch.distributed's answer, for a subgroup too, and
