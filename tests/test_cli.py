@@ -106,6 +106,14 @@ def test_a_mistake_gets_one_line_and_status_2(argv, names, capsys):
     assert line.startswith("tritongemm") and ": error: " in line and names in line
 
 
+def test_markdown_of_another_suites_csv_names_what_it_lacks(tmp_path, capsys):
+    path = tmp_path / "tp.csv"
+    path.write_text("device,gpus,op,m,n,k,provider,ms,speedup_vs_sequential\n")
+    assert main(["bench", "--markdown", str(path)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert "lacks dtype, layout, kernel, config, tflops, ratio_to_cublas, status" in line and "gpus" in line
+
+
 def test_an_error_during_the_work_keeps_its_traceback(monkeypatch):
     import tritongemm.bench
 

@@ -47,6 +47,23 @@ def main(argv: list[str] | None = None) -> int:
     return _run(args)
 
 
+def _check_markdown_source(path) -> None:
+    """--markdown pivots a GEMM suite's rows (kernels in columns): say so for another suite's CSV
+    (tp, model, fp8 ...), whose rows have other columns, rather than fail on a missing one."""
+    import csv
+
+    from tritongemm.bench.report import MARKDOWN_COLUMNS
+
+    with open(path, newline="") as f:
+        columns = next(csv.reader(f), [])
+    missing = [c for c in MARKDOWN_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(
+            f"--markdown reads a GEMM suite's CSV (columns {', '.join(MARKDOWN_COLUMNS)}), but {path} lacks "
+            f"{', '.join(missing)}: its columns are {', '.join(columns) or 'none'}"
+        )
+
+
 def _parser() -> argparse.ArgumentParser:
     from tritongemm import tools
     from tritongemm.bench import CPU_MAX_VOLUME
@@ -119,6 +136,8 @@ def _check(args: argparse.Namespace) -> None:
 
     if args.command in tools.COMMANDS:
         tools.check(args)
+    if args.command == "bench" and args.markdown:
+        _check_markdown_source(args.markdown)
     if args.command != "bench" or args.markdown:
         return
     from tritongemm.bench import check_arguments

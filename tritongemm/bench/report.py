@@ -149,6 +149,9 @@ def _grouped_table(header: str, rows: list, line, key=lambda r: (r.dtype, r.layo
     return "\n".join(lines)
 
 
+MARKDOWN_COLUMNS = ("dtype", "layout", "m", "n", "k", "kernel", "config", "tflops", "ratio_to_cublas", "status")
+
+
 def markdown_pivot(rows: list[dict]) -> str:
     """A markdown table from CSV rows: one line per problem (and config, in sweeps), one column
     per kernel, each cell `TFLOP/s (ratio to cuBLAS)`."""
