@@ -6,7 +6,9 @@ of a few hundred microseconds go.
 For q,k,v's all-gather and o's reduce-scatter (bench tp's problems), each provider is called
 `--calls` times back to back with no synchronization between, and the host's wall time per call
 is printed (the GPU's queue is deep enough that the host never waits on it). Then rank 0's
-cProfile of the tritongemm calls, by each function's own time: what to cut.
+cProfile of the tritongemm calls, by each function's own time: what to cut. Last, the host time of
+each symmetric-memory primitive the ops call, alone (cProfile can't see into them: their time
+shows as their caller's own).
 """
 
 from __future__ import annotations
@@ -51,7 +53,42 @@ def _worker(rank: int, world: int, tmp: str, tokens: int, calls: int) -> None:
         torch.cuda.synchronize()
         if rank == 0:
             pstats.Stats(profile).sort_stats("tottime").print_stats(22)
+    _primitives(rank, tokens, calls, device)
     dist.destroy_process_group()
+
+
+def _primitives(rank: int, tokens: int, calls: int, device) -> None:
+    """Host microseconds per call of what `SymmetricExchanges.publish`, `gather` and `scatter` do."""
+    from tritongemm.distributed import exchange
+
+    group = dist.group.WORLD
+    world = dist.get_world_size(group)
+    shard = torch.randn(tokens // world, tp.HIDDEN, device=device).to(torch.bfloat16)
+    landing = torch.empty_like(shard)
+    workspace = exchange._workspace(group, device, shard.numel() * shard.element_size())
+    peer = (rank + 1) % world
+    side, compute = exchange._stream(device, "side"), torch.cuda.default_stream(device)
+    steps = {
+        "_workspace (lookup)": lambda: exchange._workspace(group, device, shard.numel() * shard.element_size()),
+        "get_buffer": lambda: workspace.get_buffer(peer, shard.shape, shard.dtype),
+        "barrier(channel=0)": lambda: workspace.barrier(channel=0),
+        "copy_ from a peer's buffer": lambda: landing.copy_(workspace.get_buffer(peer, shard.shape, shard.dtype)),
+        "Event() + record": lambda: torch.cuda.Event().record(side),
+        "set_stream there and back": lambda: (torch.cuda.set_stream(compute), torch.cuda.set_stream(side)),
+    }  # fmt: skip
+    for name, step in steps.items():
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                step()
+            torch.cuda.synchronize()
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(calls):
+                step()
+            host_us = (time.perf_counter() - start) / calls * 1e6
+            torch.cuda.synchronize()
+        if rank == 0:
+            print(f"primitive {name:28s} host {host_us:7.1f} us/call", flush=True)
 
 
 def main() -> None:

@@ -1,25 +1,30 @@
-"""Where the symmetric transport's barriers run, A/B in one run on every GPU of this machine.
+"""The symmetric transport's stream placement, A/B in one run on every GPU of this machine.
 
-    python3 scripts/tp_probe.py [--out results/h200x2/probes/tp-barriers.csv] [--rounds 3]
+    python3 scripts/tp_probe.py [--out results/h200x4/probes/tp-streams.csv] [--rounds 3] [--ops all_gather_matmul]
 
 Variants of `distributed.exchange.SymmetricExchanges`, swapped in one after the other, each timed
 as `bench tp` times (graph and eager, the slowest rank's median), in interleaved rounds so that
 drift hits them alike:
-- side: the library's (barriers on the side stream, the GEMMs on all SMs but one);
-- side-all-sms: the same barriers, GEMMs on every SM (a barrier then waits for a GEMM's end);
-- peer-gemms-on-compute: the gathered chunks' GEMMs on the compute stream, one after another,
-  instead of on a stream of their own beside it (an all-gather's only).
-"sequential" (NCCL's collective + one GEMM) is the reference of every ratio.
+- side: the library's (barriers on the side stream, the GEMMs on all SMs but one, the gathered
+  chunks' GEMMs beside the compute stream, each on a stream of its own where a chunk is at most two
+  waves of tiles: ops.py `_spread_chunks`);
+- spread-always / one-peer-stream: the gathered chunks' GEMMs each on a stream of its own, or all
+  on one, whatever their size (an all-gather's only);
+- torch-schedule: torch's fused op's schedule on our GEMMs (`TorchSchedule`; an all-gather's only).
+"sequential" (NCCL's collective + one GEMM) is the reference of every ratio; torch's fused symm_mem
+op is timed beside them. Every variant's output is checked against the sequential path's: bitwise
+for an all-gather and for a reduce-scatter on two GPUs, within bf16's bound of the float64
+reference otherwise (NCCL's ring rounds after each add, ours once).
 
-The run at tree a661c13 (probes/tp-barriers-a661c13.csv) had a third variant, "compute": tree
-4b6e9e8's placement, the publishing copy and the barriers on the compute stream, queued before
-the first GEMM. Since the ops queue the first GEMM before the publishing copy (ops.py), that
-variant would measure something else, so it is gone.
+Earlier runs had variants since settled: "compute" (tree 4b6e9e8's placement, the publishing copy
+and the barriers on the compute stream; probes/tp-barriers-a661c13.csv), "side-all-sms" (no SM
+spared) and "peer-gemms-on-compute" (results/h200x2/probes/tp-peer-gemms-f4eb125.csv).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import statistics
 import sys
@@ -33,43 +38,94 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tritongemm.bench import tp  # noqa: E402
 from tritongemm.distributed import exchange  # noqa: E402
 
-SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192) if layer[0] != "gate_up" or m < 8192]
+SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192, 16384) if layer[0] == "qkv" or m < 8192]
 
 
-class SideAllSms(exchange.SymmetricExchanges):
-    spare_sms = 0
+class SpreadAlways(exchange.SymmetricExchanges):
+    def landed(self, handles, spread=False):
+        return super().landed(handles, True)
 
 
-class PeerGemmsOnCompute(exchange.SymmetricExchanges):
-    landed = exchange.Exchanges.landed
+class OnePeerStream(exchange.SymmetricExchanges):
+    def landed(self, handles, spread=False):
+        return super().landed(handles, False)
+
+
+class TorchSchedule(exchange.SymmetricExchanges):
+    """torch's fused op's schedule (torch.distributed._symmetric_memory,
+    `_pipelined_multi_all_gather_and_consume`): each pulled chunk's copy just before its GEMM, on
+    the same stream, the steps alternating between a second stream and the compute stream, so a
+    copy waits for the GEMM two steps back."""
+
+    def gather(self, shard, shards, keep_own=True):
+        self._chunk, self._shards, self._keep_own = shard, shards, keep_own
+        self._published = torch.cuda.Event()
+        self._published.record(self.side)  # after publish's barrier: every peer's shard is in its buffer
+        return [(source, source) for _, source in map(self.peers, range(1, self.world))]
+
+    @contextlib.contextmanager
+    def landed(self, source, spread=False):
+        step = (source - self.rank) % self.world
+        if step % 2:
+            if not self.peer_gemms:
+                self.peer_gemms.append(exchange._stream(self.compute.device, "peer_gemms.0"))
+            stream = self.peer_gemms[0]
+        else:
+            stream = self.compute
+        stream.wait_event(self._published)
+        with exchange._on(stream, self.compute):
+            chunk = self._chunk
+            self._shards[source].copy_(self.workspace.get_buffer(source, chunk.shape, chunk.dtype))
+            yield
+
+    def finish(self):
+        if self._keep_own:
+            with exchange._on(self.side, self.compute):
+                self._shards[self.rank].copy_(self._chunk)
+        self.side.wait_stream(self.compute)  # the last barrier after every pull
+        for stream in self.peer_gemms:
+            self.side.wait_stream(stream)
+        super().finish()
 
 
 VARIANTS = {
     "side": exchange.SymmetricExchanges,
-    "side-all-sms": SideAllSms,
-    "peer-gemms-on-compute": PeerGemmsOnCompute,
+    "spread-always": SpreadAlways,
+    "one-peer-stream": OnePeerStream,
+    "torch-schedule": TorchSchedule,
 }
+GATHER_ONLY = set(VARIANTS) - {"side"}
 
 
-def _worker(rank: int, world: int, tmp: str, rounds: int, out: str) -> None:
+def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tuple) -> None:
+    from tritongemm.reference import rel_error, tolerance
+
     device = tp.join_gpu_group(rank, world, tmp)
     original = exchange.SymmetricExchanges
     rows = []
-    for layer, m in SHAPES:
+    for layer, m in [(layer, m) for layer, m in SHAPES if layer[1] in ops]:
         _, reference, calls = tp._problem(layer, m, rank, world, device)
+        bitwise = layer[1] == "all_gather_matmul" or world == 2
+        variants = {n: c for n, c in VARIANTS.items() if layer[1] == "all_gather_matmul" or n not in GATHER_ONLY}
         times = {}
         for _ in range(rounds):
             for timing in tp.TIMINGS:
-                times.setdefault(("sequential", timing), []).append(tp._time(calls["sequential"], timing, device)[0])
-                for name, cls in VARIANTS.items():
+                for reference_call in ("sequential", "torch-symm-mem"):
+                    ms = tp._time(calls[reference_call], timing, device)[0]
+                    times.setdefault((reference_call, timing), []).append(ms)
+                for name, cls in variants.items():
                     exchange.SymmetricExchanges = cls
                     try:
-                        out = calls["tritongemm"]()
-                        ok = torch.equal(out, calls["sequential"]())
+                        result = calls["tritongemm"]()
+                        if bitwise:
+                            same = torch.equal(result, calls["sequential"]())
+                            assert same, f"{name} differs from the sequential path"
+                        else:
+                            err, bound = rel_error(result, reference), tolerance(torch.bfloat16, layer[3])
+                            assert err <= bound, f"{name}: rel error {err:.2e} > {bound:.2e}"
                         ms = tp._time(calls["tritongemm"], timing, device)[0]
                     finally:
                         exchange.SymmetricExchanges = original
-                    assert ok, f"{name} differs from the sequential path"
                     times.setdefault((name, timing), []).append(ms)
         for (name, timing), ms in times.items():
             base = statistics.median(times[("sequential", timing)])
@@ -81,8 +137,8 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out: str) -> None:
             ratios = [f"{r['variant']}/{r['timing']} {r['speedup_vs_sequential']:.3f}" for r in mine]
             print(f"{layer[0]} {m}: " + ", ".join(ratios), flush=True)
     if rank == 0:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        with open(out, "w", newline="") as f:
+        Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(out_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
@@ -91,10 +147,11 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out: str) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/h200x2/probes/tp-barriers.csv")
+    parser.add_argument("--out", default="results/h200x4/probes/tp-streams.csv")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--ops", default="all_gather_matmul,matmul_reduce_scatter", help="which ops' layers")
     args = parser.parse_args()
-    world = tp.spawn_on_gpus(_worker, args.rounds, args.out)
+    world = tp.spawn_on_gpus(_worker, args.rounds, args.out, tuple(args.ops.split(",")))
     print(f"Wrote {args.out} ({torch.cuda.get_device_name(0)} x {world}, torch {torch.__version__})")
 
 

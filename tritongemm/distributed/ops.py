@@ -192,8 +192,9 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
         # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
         # beside the compute stream, which works through the chunks as they land.
         pending = exchanges.gather(a2, shards, keep_own=keep_gathered)
+        spread = _spread_chunks(m, b.shape[1], a2.device)
         for source, handles in pending:
-            with exchanges.landed(handles):
+            with exchanges.landed(handles, spread):
                 _gemm_into(shards[source], b, outs[source], bias, activation)
     exchanges.finish()
     return (gathered if keep_gathered else None), c2
@@ -255,6 +256,17 @@ def _gemm_into(a, b, out, bias, activation) -> None:
     else:
         fused = Fused(Epilogue(activation, 1.0, bias is not None), bias, None, out.dtype)
         PLANS.lookup(a, b, out, "auto", None, fused).run(a, b, out, bias, None, None)
+
+
+def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
+    """Whether the gathered chunks' GEMMs (m x n each) should run side by side, each on a stream of
+    its own (exchange.py `SymmetricExchanges.landed`): where one is at most two waves of the big
+    tile (128 x 256, the one `auto` takes at these sizes) on the SMs the ops plan for. Measured on
+    four H100s, every all-gather of bench tp (scripts/tp_probe.py)."""
+    if device.type != "cuda":
+        return False
+    tiles = -(-m // 128) * -(-n // 256)
+    return tiles <= 2 * device_info.sm_count(device)
 
 
 def _unfold(t2: torch.Tensor, world: int, lead, dim: int) -> torch.Tensor:
