@@ -35,6 +35,21 @@ def test_parallelize(world, tmp_path):
     _spawn(world, tmp_path, ["parallelize"])
 
 
+def test_gathered_chunks_spread_over_streams_only_where_their_gemms_are_small(monkeypatch):
+    """Up to two waves of 128 x 256 tiles a chunk, each gathered chunk's GEMM takes a stream of
+    its own (measured on four H100s: docs/tensor-parallel.md); beyond, and on the CPU, one."""
+    from tritongemm import device_info
+    from tritongemm.distributed import ops
+
+    monkeypatch.setattr(device_info, "sm_count", lambda device: 131)
+    gpu = torch.device("cuda", 0)
+    assert ops._spread_chunks(512, 2560, gpu)  # q,k,v at 2048 tokens over 4 GPUs: 40 tiles
+    assert ops._spread_chunks(512, 14336, gpu)  # gate/up: 224
+    assert ops._spread_chunks(2048, 2560, gpu)  # q,k,v at 8192 tokens: 160
+    assert not ops._spread_chunks(4096, 2560, gpu)  # at 16384: 320
+    assert not ops._spread_chunks(512, 2560, torch.device("cpu"))
+
+
 def _spawn(world: int, tmp_path, cases: list[str]) -> None:
     if torch.cuda.is_available() and torch.cuda.device_count() < world:
         pytest.skip(f"NCCL needs {world} GPUs, this machine has {torch.cuda.device_count()}")
