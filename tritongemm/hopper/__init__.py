@@ -1,7 +1,7 @@
 """Hopper (sm_90) kernels in Gluon: TMA loads, mbarriers, WGMMA, persistent schedulers.
 
-Rungs 4-7, 9 and 11 of the ladder (11 is rung 9's module with two consumers), one module each,
-built from the shared pieces:
+Rungs 4-7, 9, 11 and 12 of the ladder (11 is rung 9's module with two consumers, 12 runs rungs 6
+and 7 on two parts of C), one module each, built from the shared pieces:
   descriptors.py  which operands TMA takes as they are; their descriptors
   mma.py          the WGMMA accumulator as a value
   pipeline.py     the shared-memory ring (loads, MMAs, epilogue) and its footprint
@@ -15,7 +15,14 @@ import torch
 
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
-from tritongemm.hopper import split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined, tma_warp_specialized
+from tritongemm.hopper import (
+    split_k,
+    split_tail,
+    tma_persistent,
+    tma_persistent_pipelined,
+    tma_pipelined,
+    tma_warp_specialized,
+)
 from tritongemm.hopper.descriptors import aligned_copy_fits, plan_operands, tma_unsupported_reason
 from tritongemm.hopper.pipeline import whole_c_config
 from tritongemm.registry import KernelInfo, register
@@ -259,5 +266,16 @@ register(
         plan=functools.partial(tma_warp_specialized.plan, consumers=2),
         experimental=True,  # right on the H100; auto takes it for short K only (dispatch.SHORT_K)
         **_COMMON | dict(default_config=_registry_hook(ping_pong_config)),
+    )
+)
+register(
+    KernelInfo(
+        name="split_tail",
+        rung=12,
+        idea="whole waves of tiles as rung 6; the rows of a short last wave split along K as rung 7",
+        launch=split_tail.launch,
+        plan=split_tail.plan,
+        experimental=True,  # right on the H100 (tests/test_split_tail.py); auto takes it by no rule yet
+        **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config)),
     )
 )
