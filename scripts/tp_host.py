@@ -33,15 +33,7 @@ def _worker(rank: int, world: int, tmp: str, tokens: int, calls: int) -> None:
     for layer in (tp.LAYERS[0], tp.LAYERS[2]):
         _, _, providers = tp._problem(layer, tokens, rank, world, device)
         for name, call in providers.items():
-            for _ in range(3):
-                call()
-            torch.cuda.synchronize()
-            dist.barrier()
-            start = time.perf_counter()
-            for _ in range(calls):
-                call()
-            host_us = (time.perf_counter() - start) / calls * 1e6
-            torch.cuda.synchronize()
+            host_us = _host_us(call, calls)
             if rank == 0:
                 print(f"{layer[0]:7s} {tokens:6d} {name:16s} host {host_us:7.1f} us/call", flush=True)
         dist.barrier()
@@ -55,6 +47,21 @@ def _worker(rank: int, world: int, tmp: str, tokens: int, calls: int) -> None:
             pstats.Stats(profile).sort_stats("tottime").print_stats(22)
     _primitives(rank, tokens, calls, device)
     dist.destroy_process_group()
+
+
+def _host_us(call, calls: int) -> float:
+    """The host's microseconds per call of `call`, `calls` back to back after three to warm up,
+    every rank starting together."""
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    host_us = (time.perf_counter() - start) / calls * 1e6
+    torch.cuda.synchronize()
+    return host_us
 
 
 def _primitives(rank: int, tokens: int, calls: int, device) -> None:
@@ -78,15 +85,7 @@ def _primitives(rank: int, tokens: int, calls: int, device) -> None:
     }  # fmt: skip
     for name, step in steps.items():
         with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-            torch.cuda.synchronize()
-            dist.barrier()
-            start = time.perf_counter()
-            for _ in range(calls):
-                step()
-            host_us = (time.perf_counter() - start) / calls * 1e6
-            torch.cuda.synchronize()
+            host_us = _host_us(step, calls)
         if rank == 0:
             print(f"primitive {name:28s} host {host_us:7.1f} us/call", flush=True)
 

@@ -275,7 +275,7 @@ register(
         idea="whole waves of tiles as rung 6; the rows of a short last wave split along K as rung 7",
         launch=split_tail.launch,
         plan=split_tail.plan,
-        experimental=True,  # right on the H100 (tests/test_split_tail.py); auto takes it by no rule yet
+        experimental=True,  # 4-5% past rung 6 where it splits a long K (docs/stream-k.md); in auto by no rule
         **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config)),
     )
 )
