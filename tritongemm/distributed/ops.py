@@ -260,9 +260,10 @@ def _gemm_into(a, b, out, bias, activation) -> None:
 
 def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
     """Whether the gathered chunks' GEMMs (m x n each) should run side by side, each on a stream of
-    its own (exchange.py `SymmetricExchanges.landed`): where one is at most two waves of the big
-    tile (128 x 256, the one `auto` takes at these sizes) on the SMs the ops plan for. Measured on
-    four H100s, every all-gather of bench tp (scripts/tp_probe.py)."""
+    its own (exchange.py `SymmetricExchanges.landed`): where one is at most two waves of 128 x 256
+    tiles on the SMs the ops plan for. A threshold on a fixed tile, not on the one `auto` runs
+    (128 x 128 at 2048 x 2560, say): it is what was measured, on four H100s, every all-gather of
+    bench tp (scripts/tp_probe.py, docs/tensor-parallel.md)."""
     if device.type != "cuda":
         return False
     tiles = -(-m // 128) * -(-n // 256)
