@@ -3,7 +3,7 @@ torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
     PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
-        [--min-m 2048] [--max-m 128] [--split]
+        [--min-m 2048] [--max-m 128] [--split] [--partitions]
 
 --split times rung 7's split-K on fp8 beside the ws tiles (tensor-wise only). On the H100 at M = 128
 (results/h100/probes/fp8-split-k-m128.csv) it ran 0.61-0.86x torch's, below the ws tiles' 0.85-0.98x
@@ -75,6 +75,15 @@ SPLIT = {
     for bm, bn, w, st in ((128, 128, 8, 4), (64, 128, 4, 6), (128, 64, 8, 6), (64, 256, 4, 4))
     for s in (0, 2, 4, 8)
 }
+# fp8_block's two-warpgroup tiles with the warpgroups in one partition (as before 2026-11-26; the
+# partition's barriers then make both promote at once) or in two (the default). scale_a laid out
+# M-major (each K-step's column contiguous, as cuBLAS reads it) ran 0.94x torch's against 0.95x
+# row-major (results/h100/probes/fp8-block-partitions.csv): not kept.
+PARTITIONS = {
+    f"block-ws 128x{n} s{stages} c{consumers}": ("fp8_block partitions", (cfg(128, n, 128, 8, stages), consumers))
+    for n, stages in ((256, 4), (128, 5), (128, 6))
+    for consumers in (1, 2)
+}
 BOTH = {"auto": ("auto", None)}
 LLM = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 8192, 8192)]
@@ -93,6 +102,8 @@ def main() -> None:
     parser.add_argument("--min-m", type=int, default=0, help="only the shapes with M at least this")
     parser.add_argument("--max-m", type=int, default=1 << 30, help="only the shapes with M at most this")
     parser.add_argument("--split", action="store_true", help="auto, the ws tiles and rung 7's split-K only")
+    parser.add_argument("--partitions", action="store_true", help="block scales: auto and fp8_block's partitions")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved timing rounds (median of each's)")
     args = parser.parse_args()
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
@@ -123,7 +134,12 @@ def main() -> None:
                     small = {name: c for name, c in SMALL.items() if c[0] == "fp8_grouped"} if M <= 128 else {}
                     large = dict(**{"tma default": LARGE["tma default"]}, **BLOCK) if M >= 128 else {}
                     table = dict(BOTH, **small, **(BLOCK_SMALL if M <= 128 else {}), **large)
+                if args.partitions:
+                    table = dict(BOTH, **PARTITIONS)
                 for name, (kernel, config) in table.items():
+                    if kernel == "fp8_block partitions":
+                        calls[name] = block_partitions(a, b, sa, sb, *config)
+                        continue
                     if recipe == "block" and config is not None and config.BLOCK_K != 128:
                         continue
                     if kernel == "split_k":
@@ -136,7 +152,7 @@ def main() -> None:
                     calls[name] = functools.partial(
                         scaled_mm, a, b, sa, sb, out_dtype=torch.bfloat16, kernel=kernel, config=config
                     )
-                errors, results = check_then_time(calls, ref, bound, problem, timings=("graph",), rounds=1)
+                errors, results = check_then_time(calls, ref, bound, problem, timings=("graph",), rounds=args.rounds)
                 torch_ms = results["graph"].get("torch fast_accum=False", (None,))[0]
                 for name, (ms, status) in results["graph"].items():
                     tflops = problem.flops / ms / 1e9 if ms else None
@@ -164,6 +180,23 @@ def split_k_tensorwise(a, b, sa, sb, config):
     def call():
         out = torch.empty_like(c)
         run(a, b, out)
+        return out
+
+    return call
+
+
+def block_partitions(a, b, sa, sb, config, consumers):
+    """scaled_mm on fp8_block's plan with `consumers` partitions."""
+    from tritongemm.epilogue import PLAIN
+    from tritongemm.hopper import fp8_block
+
+    sa, sb = sa.contiguous(), sb.contiguous()
+    c = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
+    run = fp8_block.plan(a, b, c, sa, sb, config, PLAIN, consumers=consumers)
+
+    def call():
+        out = torch.empty_like(c)
+        run(a, b, out, sa, sb)
         return out
 
     return call

@@ -288,15 +288,21 @@ def test_the_block_scaled_rung(shape, out_dtype, tile):
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU")
 @pytest.mark.parametrize("num_programs", [1, 3, 7])
-def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs):
+@pytest.mark.parametrize("consumers", [None, 1], ids=["warpgroup-partitions", "one-partition"])
+def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs, consumers):
     """Few persistent programs, so each walks many tiles: the ring's phases and the scales'
-    rows and columns carry from tile to tile (54 tiles of 9 K-steps, the ring of 5 slots)."""
+    rows and columns carry from tile to tile (24 tiles of 9 K-steps, the ring of 4 slots), with
+    the tile's warpgroups in partitions of their own (each releasing every slot) or in one; and
+    scale_a M-major, each K-step's column of it contiguous, in the single-program case."""
     from tritongemm.epilogue import PLAIN
     from tritongemm.hopper import fp8_block
 
     a, b, sa, sb = operands(900, 760, 1152, "block", seed="persistent")
+    if num_programs == 1:
+        sa = sa.t().contiguous().t()
     c = torch.full((900, 760), float("nan"), dtype=torch.bfloat16, device=DEVICE)
-    run = fp8_block.plan(a, b, c, sa, sb, fp8_block.DEFAULT_CONFIG, PLAIN, num_programs=num_programs)
+    run = fp8_block.plan(a, b, c, sa, sb, fp8_block.DEFAULT_CONFIG, PLAIN, num_programs=num_programs,
+                         consumers=consumers)  # fmt: skip
     run(a, b, c, sa, sb)
     expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
     assert rel_error(c, expected) <= fp8_tolerance(torch.bfloat16, 1152)

@@ -317,15 +317,17 @@ def _check_warp_specialized_fp8(kernel: str) -> None:
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
-# The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, tile):
-# both fp8 formats, a fused epilogue, ConSan's ring, auto's four tiles (fp8_block.TILES).
+# The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, tile,
+# consumers): both fp8 formats, a fused epilogue, ConSan's ring, auto's four tiles (fp8_block.TILES)
+# with their consumers (None: consumers_for's), and the wide tile in one partition (probes).
 FP8_BLOCK_CASES = [
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 1),
-    ("float8_e5m2", "float16", 640, "gelu", 1, 1),
-    ("float8_e4m3fn", "bfloat16", 768, None, 2, 1),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 2),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 3),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 1, None),
+    ("float8_e5m2", "float16", 640, "gelu", 1, 1, None),
+    ("float8_e4m3fn", "bfloat16", 768, None, 2, 1, None),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0, None),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 2, None),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 3, None),
 ]
 
 
@@ -335,26 +337,29 @@ def _compile_fp8_block() -> list[dict]:
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
-    for fp8, out, K, fused, per_slot, tile in FP8_BLOCK_CASES:
+    for fp8, out, K, fused, per_slot, tile, consumers in FP8_BLOCK_CASES:
         config = fp8_block.TILES[tile]
+        consumers = consumers or fp8_block.consumers_for(config)
         M, N = 1000, 1504
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
         desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
-                _descriptor(c, (config.BLOCK_M, config.BLOCK_N // 2)))  # fmt: skip
+                _descriptor(c, (config.BLOCK_M // consumers, fp8_block.piece_n(config))))  # fmt: skip
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
         scales = (torch.empty(M, K // 128), torch.empty(-(-N // 128), K // 128), K // 128, 1, K // 128, 1)
         args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact), *scales)
         compiled = fp8_block._fp8_block_kernel.warmup(
             *args, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
-            BARRIERS_PER_SLOT=per_slot, LOAD_REGS=fp8_block.LOAD_REGISTERS, num_warps=config.num_warps,
-            **epilogue.constexprs(), grid=(1,),
+            BARRIERS_PER_SLOT=per_slot, LOAD_REGS=fp8_block.LOAD_REGISTERS, CONSUMERS=consumers,
+            CONSUMER_REGS=fp8_block.CONSUMER_REGISTERS,
+            num_warps=config.num_warps // consumers, **epilogue.constexprs(), grid=(1,),
         )  # fmt: skip
         ptx = compiled.asm["ptx"]
         wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
         instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg")
-        results.append(dict(case=[fp8, out, K, fused, per_slot, config.short()], shared=compiled.metadata.shared,
+        results.append(dict(case=[fp8, out, K, fused, per_slot, config.short(), consumers],
+                            shared=compiled.metadata.shared,
                             missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
                             planned=fp8_block.smem_bytes(config, c.element_size())))  # fmt: skip
     return results

@@ -10,17 +10,25 @@ tensor cores idled. Here:
 
   * the scales of step kb + 1 are loaded while step kb multiplies, so the promotion finds them
     in registers;
-  * two warpgroups split the tile's 128 rows, and each waits for its own MMAs only, so while one
-    promotes the other's MMA keeps the tensor cores busy (DeepGEMM's schedule; CUTLASS's fp8
-    promotion also waits for each interval's MMAs before it adds);
-  * the tile is 128 x 256 (a quarter less L2 traffic per FLOP than 128 x 128: 995-1082 TFLOP/s
-    against 875-930). A warpgroup's 64 x 256 sum and an MMA accumulator beside it would take 256
-    registers a thread, more than there are, so each K-step is two MMAs of 64 x 128, one per
-    column half, each promoted into its half's sum as it retires, from the same A tile: three
-    fp32 tiles of 64 registers. Each half lies in one of the weight's 128 x 128 scale blocks, so
-    its scale_b is one number a step and the promotion one fused multiply-add an element;
+  * two warpgroups split the tile's 128 rows, each a partition of its own (`consumers_for`), so
+    while one promotes the other's MMA keeps the tensor cores busy (DeepGEMM's schedule; CUTLASS's
+    fp8 promotion also waits for each interval's MMAs before it adds). Both had first been one
+    partition of 8 warps: the compiler then puts a barrier of all 256 threads before each wait on
+    the ring and before each release, so both warpgroups promoted at the same moments, with the
+    tensor cores idle. As partitions, each waits for and releases every slot itself (`empty`
+    counts one arrival per consumer), and their barriers are a warpgroup's: 0.95x torch's
+    block-wise _scaled_mm at M >= 2048 where one partition gave 0.92x (H100, 5 rounds,
+    results/h100/probes/fp8-block-partitions.csv);
+  * the tile is 128 x 256 (a quarter less L2 traffic per FLOP than 128 x 128: 0.95x torch's
+    against 0.86x, both as partitions; cuBLAS's block-wise kernel is 128 x 128, with two CTAs of a
+    cluster sharing their loads, which Triton 3.6's Gluon can't ask of TMA). A warpgroup's
+    64 x 256 sum and an MMA accumulator beside it would take 256 registers a thread, more than
+    there are, so each K-step is two MMAs of 64 x 128, one per column half, each promoted into
+    its half's sum as it retires, from the same A tile: three fp32 tiles of 64 registers. Each
+    half lies in one of the weight's 128 x 128 scale blocks, so its scale_b is one number a step
+    and the promotion one fused multiply-add an element. Tiles up to 128 wide are one MMA a step;
   * rung 9's shape (tma_warp_specialized.py): a load warp runs ahead through the ring (its
-    `_load_partition`, unchanged), each slot goes back once both MMAs reading it have retired,
+    `_load_partition`, unchanged), each slot goes back once the MMAs reading it have retired,
     and the programs are persistent, so the next tile's loads go out during this tile's epilogue.
 
 Tried and dropped: two accumulators taking turns, step kb + 1 issued before step kb is promoted.
@@ -60,12 +68,13 @@ from tritongemm.hopper.pipeline import (
     store_tile_in_pieces,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
-from tritongemm.hopper.tma_warp_specialized import LOAD_REGISTERS, _load_partition
+from tritongemm.hopper.tma_warp_specialized import CONSUMER_REGISTERS, LOAD_REGISTERS, _load_partition
 
 NAME = "fp8_block"
 # 128 x 256 on two warpgroups (above), 4 slots of 48 KB and a 32 KB bf16 C half: 224 of 227 KB.
 # Measured on the H100 (results/h100/probes/fp8-block-configs.csv): 995-1082 TFLOP/s at M >= 2048,
-# where 128 x 128 (5 slots) gave 806-858; 3 slots, GROUP_SIZE_M 4 or 16 no better.
+# where 128 x 128 (5 slots) gave 806-858; 3 slots, GROUP_SIZE_M 4 or 16 no better. As two partitions
+# (probes/fp8-block-partitions.csv): 0.95x torch's, 128 x 128 0.86x with 5 or 6 slots.
 DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
 # Half the width, for grids the wide tile leaves short of one tile an SM.
 NARROW_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=128, num_stages=5)
@@ -94,73 +103,88 @@ def _promoting_partition(
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
     Scheduler: gl.constexpr, ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr,
-    HAS_RESIDUAL: gl.constexpr, STORE_PREACT: gl.constexpr, num_warps: gl.constexpr,
+    HAS_RESIDUAL: gl.constexpr, STORE_PREACT: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
-    """The consumer: per tile and K-step, the two column halves' MMAs one after the other, each
-    promoted into its fp32 sum once retired, with the scales loaded a step ahead; the step's slot
-    goes back to the load warp after the second. Then the epilogue, half by half."""
-    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    """A consumer, rows CONSUMER * ROWS to (CONSUMER + 1) * ROWS of every tile (ROWS = BLOCK_M /
+    CONSUMERS): per K-step, an MMA per column piece (two halves of a 256-wide tile, else the
+    whole width), one after the other, each promoted into its fp32 sum once retired, with the
+    scales loaded a step ahead; after the last, its release of the step's slot (the load warp
+    refills it once every consumer has released it). Then the epilogue, piece by piece."""
+    TILE_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = TILE_M // CONSUMERS  # my rows of the tile
+    ROW0: gl.constexpr = CONSUMER * BLOCK_M
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
-    HALF_N: gl.constexpr = BLOCK_N // 2
+    PIECE_N: gl.constexpr = c_desc.block_type.shape[1]  # one MMA's columns, within one scale block
+    HALVES: gl.constexpr = BLOCK_N // PIECE_N
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     M = c_desc.shape[0]
     N = c_desc.shape[1]
     k_steps = a_desc.shape[1] // BLOCK_K  # K is a multiple of 128 = BLOCK_K under block scales
-    layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, HALF_N, num_warps)
+    layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, PIECE_N, num_warps)
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     # The zeros are never read (every MMA here starts afresh): they give the registers a type.
-    acc = gl.zeros((BLOCK_M, HALF_N), dtype=gl.float32, layout=layout)
-    scheduler = Scheduler.initialize(M, N, BLOCK_M, BLOCK_N)
+    acc = gl.zeros((BLOCK_M, PIECE_N), dtype=gl.float32, layout=layout)
+    scheduler = Scheduler.initialize(M, N, TILE_M, BLOCK_N)
     consumer = 0  # K-steps taken by this program, over all its tiles: the load warp's count
     for idx in range(scheduler.get_num_tiles()):
         pid_m, pid_n = scheduler.get_tile(idx)
-        off_m = pid_m * BLOCK_M
+        off_m = pid_m * TILE_M + ROW0
         off_n = pid_n * BLOCK_N
         offs_m = off_m + rows
         row_mask = offs_m < M
         sa_ptrs = sa_ptr + offs_m * stride_sam
-        # Each half lies in one of the weight's 128 x 128 scale blocks (BLOCK_K is 128): one scale_b a step.
+        # Each piece lies in one of the weight's 128 x 128 scale blocks (BLOCK_K is 128): one scale_b a step.
         sb0_ptr = sb_ptr + (off_n // BLOCK_K) * stride_sbn
-        sb1_ptr = sb_ptr + ((off_n + HALF_N) // BLOCK_K) * stride_sbn
-        right_in = off_n + HALF_N < N  # else the right half lies past N, and so may its scale block
-        total0 = gl.zeros((BLOCK_M, HALF_N), dtype=gl.float32, layout=layout)
-        total1 = gl.zeros((BLOCK_M, HALF_N), dtype=gl.float32, layout=layout)
+        total0 = gl.zeros((BLOCK_M, PIECE_N), dtype=gl.float32, layout=layout)
         sa = gl.expand_dims(gl.load(sa_ptrs, mask=row_mask, other=0.0), 1)
         sb0 = gl.load(sb0_ptr)
-        sb1 = gl.load(sb1_ptr, mask=right_in, other=0.0)
+        if HALVES == 2:
+            sb1_ptr = sb_ptr + ((off_n + PIECE_N) // BLOCK_K) * stride_sbn
+            right_in = off_n + PIECE_N < N  # else the right half lies past N, and so may its scale block
+            total1 = gl.zeros((BLOCK_M, PIECE_N), dtype=gl.float32, layout=layout)
+            sb1 = gl.load(sb1_ptr, mask=right_in, other=0.0)
         for kb in range(k_steps):
-            # 1. The left half's MMA, and the next step's scales while it runs (the last step
-            #    reloads its own); once it retires, its product goes into the left sum.
+            # 1. The (left) piece's MMA, and the next step's scales while it runs (the last step
+            #    reloads its own).
             a, b = step_operands(consumer, ready, a_bufs, b_bufs, False, True)
-            acc = warpgroup_mma(a, b.slice(0, HALF_N, dim=1), acc, use_acc=False, is_async=True)
+            if CONSUMERS > 1:
+                a = a.slice(ROW0, BLOCK_M, dim=0)
+            acc = warpgroup_mma(a, b.slice(0, PIECE_N, dim=1), acc, use_acc=False, is_async=True)
             ahead = gl.minimum(kb + 1, k_steps - 1)
             next_sa = gl.expand_dims(gl.load(sa_ptrs + ahead * stride_sak, mask=row_mask, other=0.0), 1)
             next_sb0 = gl.load(sb0_ptr + ahead * stride_sbk)
-            next_sb1 = gl.load(sb1_ptr + ahead * stride_sbk, mask=right_in, other=0.0)
             acc = warpgroup_mma_wait(0, (acc,))
-            total0, acc = _promote(total0, acc, sa * sb0)
-            # 2. The right half's, from the same A tile; then the slot goes back to the load warp.
-            acc = warpgroup_mma(a, b.slice(HALF_N, HALF_N, dim=1), acc, use_acc=False, is_async=True)
-            acc = warpgroup_mma_wait(0, (acc,))
-            mbarrier.arrive(empty.index(consumer % NUM_BUFFERS))
+            if HALVES == 2:
+                # 2. Once it retires, its product goes into the left sum; then the right half's
+                #    MMA, from the same A tile, and the slot goes back to the load warp.
+                next_sb1 = gl.load(sb1_ptr + ahead * stride_sbk, mask=right_in, other=0.0)
+                total0, acc = _promote(total0, acc, sa * sb0)
+                acc = warpgroup_mma(a, b.slice(PIECE_N, PIECE_N, dim=1), acc, use_acc=False, is_async=True)
+                acc = warpgroup_mma_wait(0, (acc,))
+                mbarrier.arrive(empty.index(consumer % NUM_BUFFERS))
+                total1, acc = _promote(total1, acc, sa * sb1)
+                sb1 = next_sb1
+            else:  # 2. The slot goes back to the load warp before the promotion.
+                mbarrier.arrive(empty.index(consumer % NUM_BUFFERS))
+                total0, acc = _promote(total0, acc, sa * sb0)
             consumer += 1
-            total1, acc = _promote(total1, acc, sa * sb1)
             sa = next_sa
             sb0 = next_sb0
-            sb1 = next_sb1
 
-        # 3. Epilogue, half by half, while the load warp fills the ring for the next tile.
+        # 3. Epilogue, piece by piece, while the load warp fills the ring for the next tile.
         total0 = apply_gl(
             total0, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
             alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
         )  # fmt: skip
         store_tile_in_pieces(total0, c_desc, c_smem, off_m, off_n)  # after the last store read c_smem
-        total1 = apply_gl(
-            total1, off_m, off_n + HALF_N, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
-            stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
-        )  # fmt: skip
-        store_tile_in_pieces(total1, c_desc, c_smem, off_m, off_n + HALF_N)
+        if HALVES == 2:
+            total1 = apply_gl(
+                total1, off_m, off_n + PIECE_N, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
+                stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
+            )  # fmt: skip
+            store_tile_in_pieces(total1, c_desc, c_smem, off_m, off_n + PIECE_N)
     tma.store_wait(pendings=0)
 
 
@@ -169,7 +193,7 @@ def _fp8_block_kernel(
     # TMA descriptors
     a_desc,  # (M, K) fp8, block [BLOCK_M, 128]
     b_desc,  # (N, K) fp8, the weight whose transpose is B, block [BLOCK_N, 128]
-    c_desc,  # (M, N) bf16 or fp16, block [BLOCK_M, BLOCK_N / 2]: a column half
+    c_desc,  # (M, N) bf16 or fp16, block [BLOCK_M / CONSUMERS, piece_n]: a consumer's rows of a column piece
     # the fused epilogue (epilogue/), after the scales
     bias_ptr,
     residual_ptr,
@@ -190,6 +214,8 @@ def _fp8_block_kernel(
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)
+    CONSUMERS: gl.constexpr,  # 1, or 2 warpgroups of num_warps = 4 on a tile's row halves
+    CONSUMER_REGS: gl.constexpr,  # two consumers: registers a thread of the second (setmaxnreg)
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
@@ -201,33 +227,67 @@ def _fp8_block_kernel(
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
-    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
-    init_barriers(empty)  # count 1: the consumer's one `arrive` per lap
+    for i in gl.static_range(NUM_BUFFERS):
+        mbarrier.init(empty.index(i), count=CONSUMERS)  # each consumer's one `arrive` per lap
 
-    gl.warp_specialize(
-        [
-            (_promoting_partition, (
-                a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
-                bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, num_warps,
-            )),
-            (_load_partition, (a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False)),
-        ],
-        [1],  # the load warp
-        [LOAD_REGS],
-    )  # fmt: skip
+    if CONSUMERS == 1:
+        gl.warp_specialize(
+            [
+                (_promoting_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 1, num_warps,
+                )),
+                (_load_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False,
+                )),
+            ],
+            [1],  # the load warp
+            [LOAD_REGS],
+        )  # fmt: skip
+    else:
+        gl.static_assert(CONSUMERS == 2, "one consumer, or two warpgroups on a tile's row halves")
+        gl.warp_specialize(
+            [
+                (_promoting_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, num_warps,
+                )),
+                (_promoting_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, num_warps,
+                )),
+                (_load_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False,
+                )),
+            ],
+            [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
+            [CONSUMER_REGS, LOAD_REGS],
+        )  # fmt: skip
 
     invalidate_barriers(ready)
     invalidate_barriers(empty)
 
 
+def piece_n(config: MatmulConfig) -> int:
+    """Columns of one MMA and of C's staging buffer: a 256-wide tile's half, else the whole
+    width; each lies in one of the weight's 128-wide scale blocks."""
+    return min(config.BLOCK_N, SCALE_BLOCK)
+
+
 def smem_bytes(config: MatmulConfig, c_elem_bytes: int) -> int:
-    """The fp8 ring and C's staging buffer of half a tile, both live for the whole program (barriers aside)."""
-    return config.num_stages * operand_stage_bytes(config, 1) + c_tile_bytes(config, c_elem_bytes) // 2
+    """The fp8 ring and C's staging buffer of one column piece, both live for the whole program (barriers aside)."""
+    staging = c_tile_bytes(config, c_elem_bytes) * piece_n(config) // config.BLOCK_N
+    return config.num_stages * operand_stage_bytes(config, 1) + staging
 
 
 def check_config(config: MatmulConfig, c_elem_bytes: int, smem_limit: int = H100_SHARED_MEMORY_BYTES) -> None:
@@ -235,10 +295,10 @@ def check_config(config: MatmulConfig, c_elem_bytes: int, smem_limit: int = H100
     check_wgmma_tile(NAME, config)
     if config.BLOCK_K != SCALE_BLOCK:
         raise ValueError(f"{NAME}: one scale block a K-step: BLOCK_K must be {SCALE_BLOCK}, not {config.BLOCK_K}")
-    if config.BLOCK_N < 16 or config.BLOCK_N % 2 or SCALE_BLOCK % (config.BLOCK_N // 2):
+    if config.BLOCK_N not in (16, 32, 64, 128, 256):
         raise ValueError(
-            f"{NAME}: each half of a tile's columns must lie in one of the weight's {SCALE_BLOCK}-wide scale "
-            f"blocks: BLOCK_N must be 16, 32, 64, 128 or 256, but got {config.BLOCK_N}"
+            f"{NAME}: each MMA's columns (a tile's, or each half's of 256) must lie in one of the weight's "
+            f"{SCALE_BLOCK}-wide scale blocks: BLOCK_N must be 16, 32, 64, 128 or 256, but got {config.BLOCK_N}"
         )
     if config.num_stages < 2:
         raise ValueError(
@@ -254,27 +314,41 @@ def check_config(config: MatmulConfig, c_elem_bytes: int, smem_limit: int = H100
         )
 
 
+def consumers_for(config: MatmulConfig) -> int:
+    """A consumer partition per warpgroup of the tile (module docstring: no barrier then makes them
+    promote in step)."""
+    return config.num_warps // 4
+
+
 def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=None, residual=None, *,
-         num_programs: int | None = None):  # fmt: skip
+         num_programs: int | None = None, consumers: int | None = None):  # fmt: skip
     """`launch(a, b, c, scale_a, scale_b, bias, residual)` for block-scaled tensors of this geometry
     (or one-element scales, K a multiple of 128),
     checked and compiled once. Raises ValueError where the rung can't take them. `num_programs`
-    replaces the SM count (tests: several tiles per program)."""
+    replaces the SM count (tests: several tiles per program); `consumers` (probes) replaces
+    consumers_for's count: 1 runs a two-warpgroup tile in one partition."""
     require_sm90(NAME, c.device)
     check_config(config, c.element_size())
+    consumers = consumers or consumers_for(config)
+    if consumers not in (1, config.num_warps // 4):
+        raise ValueError(
+            f"{NAME}: consumers is 1, or one per warpgroup ({config.num_warps // 4} for num_warps = "
+            f"{config.num_warps}); got {consumers}"
+        )
     reason = unsupported_reason(a, b, c, "block")
     if reason is not None:
         raise ValueError(f"{NAME}: {reason}")
     M, K = a.shape
     desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
-            _descriptor(c, (config.BLOCK_M, config.BLOCK_N // 2)))  # fmt: skip
+            _descriptor(c, (config.BLOCK_M // consumers, piece_n(config))))  # fmt: skip
     # One element each (tensor-wise scales, or the block grid of M = 1, N <= 128, K = 128): read broadcast.
     one_each = scale_a.numel() == 1 and scale_b.numel() == 1
     scale_strides = (0, 0, 0, 0) if one_each else (*scale_a.stride(), *scale_b.stride())
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
-        BARRIERS_PER_SLOT=barriers_per_slot(), LOAD_REGS=LOAD_REGISTERS,
-        num_warps=config.num_warps, **spec.constexprs(),
+        BARRIERS_PER_SLOT=barriers_per_slot(), LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers,
+        CONSUMER_REGS=CONSUMER_REGISTERS,
+        num_warps=config.num_warps // consumers, **spec.constexprs(),
     )  # fmt: skip
     grid = (num_persistent_programs(config.num_tiles(M, c.shape[1]), c.device, num_programs),)
     return planned_scaled_launch(_fp8_block_kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides,
