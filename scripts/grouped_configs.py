@@ -6,13 +6,14 @@ sizes (dW[g] = A_g^T dC_g, A (rows, k), dC (rows, n), the groups along the rows)
 torch._grouped_mm on the same operands: the backward an MoE training step spends most in.
 
 `--ws`: the warp-specialized Gluon kernel (hopper/grouped_ws.py) on WS_CANDIDATES instead, beside
-grouped_mm as it chooses, on the problems of 2048 tokens and more.
+grouped_mm as it chooses, on the problems of 2048 tokens and more. With `--form k`, the K-group
+Gluon kernel (hopper/grouped_k_ws.py) on the same tiles, beside the `tl` kernel's tile.
 
 `--glu`: the gated pair (glu="silu", b's columns [gate; up]) on grouped_mm's own tile, beside
 torch._grouped_mm followed by torch's silu(gate) * up. (Its run of tree 3682407,
 probes/grouped-pair-loop-3682407.csv, also timed the kernel's former two walks over K.)
 
-    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k | --ws | --glu]
+    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k] [--ws | --glu]
 """
 
 from __future__ import annotations
@@ -78,6 +79,24 @@ def ws_call(a, b, offs, sizes):
     return call
 
 
+def k_ws_call(a, b, offs, sizes):
+    """grouped_k_ws on one tile, as a call of no arguments."""
+    from tritongemm.config import MatmulConfig
+    from tritongemm.hopper import grouped_k_ws
+
+    bm, bn, bk, warps, stages = sizes
+    config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=8, num_warps=warps, num_stages=stages)
+    shape = (offs.shape[0], a.shape[0], b.shape[1])
+    launch = grouped_k_ws.plan(a, b, offs, a.new_empty(shape), config)
+
+    def call():
+        out = a.new_empty(shape)
+        launch(a, b, offs, out)
+        return out
+
+    return call
+
+
 def main() -> None:
     from tritongemm.bench.grouped import SUITE, operands
     from tritongemm.bench.measure import check_then_time
@@ -117,9 +136,14 @@ def main() -> None:
                 import tritongemm
 
                 calls["grouped_mm"] = functools.partial(tritongemm.grouped_mm, a, b, offs)
+                if args.form == "k":  # the `tl` kernel's tile, which grouped_mm took before grouped_k_ws
+                    calls["tl 128x256x64 g8 w8 s3"] = functools.partial(
+                        _launch, a, b, offs, a.dtype, "k", tile=CANDIDATES["128x256x64 g8 w8 s3"]
+                    )
                 for name, sizes in WS_CANDIDATES.items():
                     try:
-                        calls[name] = ws_call(a, b, offs, sizes)
+                        make = k_ws_call if args.form == "k" else ws_call
+                        calls[name.replace("ws", "k-ws") if args.form == "k" else name] = make(a, b, offs, sizes)
                     except ValueError as exc:
                         print(f"{name}: {exc}", flush=True)
             for name, t in {} if args.ws or args.glu else CANDIDATES.items():

@@ -162,7 +162,8 @@ def fp8_cases(kernel: str, quick: bool):
 
 
 # The grouped kernels (tritongemm.grouped): ragged row groups with an empty one, a one-row one, a
-# tail past the last; the gated pair; K groups; a batched matmul. Checked on the CPU.
+# tail past the last; the gated pair; K groups, on the `tl` kernel and, in the weight gradient's
+# layout with 130 rows a group (on Hopper), on grouped_k_ws; a batched matmul. Checked on the CPU.
 GROUPED = "grouped_mm"
 
 
@@ -183,6 +184,7 @@ def grouped_cases(quick: bool):
         (rand(sum(row_sizes) + 5, 72), rand(len(row_sizes), 72, 40), ends(row_sizes), None),
         (rand(sum(row_sizes), 72), rand(len(row_sizes), 72, 48), ends(row_sizes), "silu"),
         (rand(17, 40), rand(40, 24), ends([0, 33, 7]), None),
+        (rand(390, 40).T, rand(390, 24), ends([200, 0, 190]), None),
         (rand(3, 9, 24), rand(3, 24, 20), None, None),
     ]
     for a, b, offs, glu in problems[1:2] if quick else problems:

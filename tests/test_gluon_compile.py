@@ -113,6 +113,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_gated()
     if kernel == "grouped_ws":
         return _compile_grouped_ws()
+    if kernel == "grouped_k_ws":
+        return _compile_grouped_k_ws()
     if kernel == "glu":
         from tritongemm.epilogue.glu import BLOCK, _glu_backward_kernel, _glu_forward_kernel
 
@@ -373,6 +375,19 @@ def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
     _check_warp_specialized_fp8("fp8_block")
 
 
+def test_the_k_group_rung_compiles_for_sm90():
+    """hopper/grouped_k_ws.py (grouped_mm's K groups, the MoE weight gradient): TMA + mbarriers +
+    WGMMA + setmaxnreg, the fence before an MMA reads a slot whose rows past the group were
+    cleared, TMA and masked stores of C, no spills, no serialized WGMMAs, the planned shared
+    memory; C staged whole (the default) and in halves."""
+    for result in compile_kernel("grouped_k_ws"):
+        label = f"grouped_k_ws {result['case'][0]} C in {result['case'][1]} piece(s)"
+        assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
+        assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+
+
 # The gated pair on rungs 6 and 9 (blocks/gated_pair.py): (rung, tile, activation, a_m_major).
 # The big tile is gated_config's (4 slots: C's tile is half the MMA's width, in a buffer of its
 # own), then smaller tiles, one with A M-major; rung 6's deep ring on the mid tile.
@@ -480,6 +495,32 @@ def _compile_grouped_ws() -> list[dict]:
                             missing=[n for n in (*INSTRUCTIONS, *GROUPED_STORES) if n not in ptx],
                             copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)),
                             planned=grouped_ws.smem_bytes(config, 2, gated=glu is not None)))  # fmt: skip
+    return results
+
+
+def _compile_grouped_k_ws() -> list[dict]:
+    from tritongemm.hopper import grouped_k_ws
+    from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.schedulers import scheduler_for
+    from tritongemm.hopper.tma_warp_specialized import c_pieces, smem_bytes
+
+    results = []
+    G, M, N, K = 8, 1000, 1504, 4096
+    # The weight gradient's operands: A M-major (the output gradient's transpose), B row-major.
+    a, b = torch.empty(K, M, dtype=torch.bfloat16).T, torch.empty(K, N, dtype=torch.bfloat16)
+    c, offs = torch.empty(G * M, N, dtype=torch.bfloat16), torch.empty(G, dtype=torch.int32)
+    for config in (grouped_k_ws.DEFAULT_CONFIG, grouped_k_ws.DEFAULT_CONFIG.with_(num_stages=4)):  # C whole, halves
+        pieces = c_pieces(config, 2)
+        desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=pieces)
+        compiled = grouped_k_ws._grouped_k_ws_kernel.warmup(
+            desc.a, desc.b, desc.c, offs, c, N, M, N, G,
+            Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
+            BARRIERS_PER_SLOT=1, LOAD_REGS=grouped_k_ws.LOAD_REGISTERS, num_warps=config.num_warps, grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        results.append(dict(case=[config.short(), pieces], shared=compiled.metadata.shared, **_ptxas(ptx),
+                            missing=[n for n in (*INSTRUCTIONS, *GROUPED_STORES, "fence.proxy.async") if n not in ptx],
+                            planned=smem_bytes(config, 2)))  # fmt: skip
     return results
 
 

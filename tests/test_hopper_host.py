@@ -407,7 +407,7 @@ def test_the_sanitizer_workload_builds_its_cases_for_every_kernel():
         for quick in (True, False):
             cases = list(module.cases(info.name, info, quick))
             assert cases and all(len(case) == 4 for case in cases), info.name
-    assert len(list(module.grouped_cases(quick=False))) == 4 and len(list(module.grouped_cases(quick=True))) == 1
+    assert len(list(module.grouped_cases(quick=False))) == 5 and len(list(module.grouped_cases(quick=True))) == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -346,6 +346,8 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
         return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
     if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
         return _ws_plan(a, b, offs, shape, glu)
+    if form == "k" and chosen is None and _takes_k_ws(a, b, out_dtype, G):
+        return _k_ws_plan(a, b, offs, shape)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
     launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
 
@@ -392,6 +394,43 @@ def _ws_plan(a, b, offs, shape, glu):
 
     c = torch.empty(shape, dtype=a.dtype, device=a.device)  # this call's, to plan on
     launch = grouped_ws.plan(a, b, offs, c, glu=glu)
+
+    def call(a, b, offs):
+        c = torch.empty(shape, dtype=a.dtype, device=a.device)
+        launch(a, b, offs, c)
+        return c
+
+    return call
+
+
+# Mean rows per group (along K) from which the K-group Gluon kernel (hopper/grouped_k_ws.py) serves
+# the weight gradient's layouts. On the H100 (scripts/grouped_configs.py --form k --ws,
+# results/h100/probes/grouped-k-ws-configs.csv) it ran 0.72-1.16x torch._grouped_mm at 128-2048
+# rows a group (the three MoE layers' weight gradients at 2048 and 8192 tokens) where the `tl`
+# kernel gave 0.60-0.89x. Below 128 it was not measured.
+K_WS_FROM_MEAN_ROWS = 128
+
+
+def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
+    """Whether grouped_k_ws serves these K groups (a checked, non-empty problem): a's dtype out,
+    K_WS_FROM_MEAN_ROWS, an sm_90 GPU, and the weight gradient's layouts, which it reads in place
+    (grouped_k_ws.unsupported_reason)."""
+    from tritongemm import device_info
+
+    if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] // groups < K_WS_FROM_MEAN_ROWS:
+        return False
+    if device_info.capability(a.device) != (9, 0):
+        return False
+    from tritongemm.hopper import grouped_k_ws
+
+    return grouped_k_ws.unsupported_reason(a, b) is None
+
+
+def _k_ws_plan(a, b, offs, shape):
+    """`call(a, b, offs) -> c` (shape (G, M, N), a's dtype) on grouped_k_ws for operands like these."""
+    from tritongemm.hopper import grouped_k_ws
+
+    launch = grouped_k_ws.plan(a, b, offs, torch.empty(shape, dtype=a.dtype, device=a.device))
 
     def call(a, b, offs):
         c = torch.empty(shape, dtype=a.dtype, device=a.device)

@@ -6,6 +6,7 @@ in one place, so that the kernels read the same on every release.
 | TMA store               | tma.async_copy_shared_to_global   | both names           | tma.async_store      |
 | view smem as other type | shared_memory_descriptor._reinterpret                   | .reinterpret         |
 | TMEM tile to registers  | tmem.load(get_tmem_reg_layout(..))  | (not checked)        | tmem.load()          |
+| barrier of the warps    | gl.thread_barrier; gl.barrier     | gl.barrier           | gl.barrier           |
 
 Each helper is chosen once, here, by what the installed Gluon has (not by version number, so a
 release that keeps both spellings takes the newer one). The kernels call these names only.
@@ -20,6 +21,9 @@ from triton.experimental.gluon.language.nvidia.hopper import tma
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 # tma_store(desc, coord, src_smem): copy a shared-memory block out to global memory.
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+
+# thread_barrier(): every warp of the partition waits for the others (bar.sync).
+thread_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 
 # reinterpret(smem, dtype, shape, layout): smem's bytes as a buffer of another dtype, shape and
 # layout (no data moves). The descriptor's builtin method, called unbound.
