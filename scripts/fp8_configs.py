@@ -36,6 +36,11 @@ SMALL = {  # decode-sized M: enough programs along N to stream the weight from e
     "ws 64x64x128 w4 s12": ("fp8_ws", cfg(64, 64, 128, 4, 12)),
     "ws 64x128x128 w4 s8": ("fp8_ws", cfg(64, 128, 128, 4, 8)),
     "ws 128x64x128 w8 s8": ("fp8_ws", cfg(128, 64, 128, 8, 8)),
+    # 256 deep: half the K-steps (ring waits, MMA issues) for the same bytes in flight
+    "ws 64x64x256 w4 s6": ("fp8_ws", cfg(64, 64, 256, 4, 6)),
+    "ws 64x128x256 w4 s4": ("fp8_ws", cfg(64, 128, 256, 4, 4)),
+    "ws 64x32x256 w4 s8": ("fp8_ws", cfg(64, 32, 256, 4, 8)),
+    "ws 64x32x128 w4 s12": ("fp8_ws", cfg(64, 32, 128, 4, 12)),
     # fp8_swap_ab: BLOCK_M tokens x BLOCK_N weight rows (the dot's tall side)
     "swap 16x64x256 w4 s3": ("fp8_swap_ab", cfg(16, 64, 256, 4, 3)),
     "swap 16x32x256 w4 s4": ("fp8_swap_ab", cfg(16, 32, 256, 4, 4)),
