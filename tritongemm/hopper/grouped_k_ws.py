@@ -71,6 +71,14 @@ def _group_rows(offs_ptr, g):
 
 
 @gluon.jit
+def _stacked_scheduler(Scheduler: gl.constexpr, M, N, G, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
+    """The scheduler over every group's grid of C tiles stacked into one (G * tiles_m) x tiles_n
+    grid, and tiles_m."""
+    tiles_m = gl.cdiv(M, BLOCK_M)
+    return Scheduler.initialize(G * tiles_m * BLOCK_M, N, BLOCK_M, BLOCK_N), tiles_m
+
+
+@gluon.jit
 def _stacked_tile(scheduler, idx, tiles_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
     """(group, first row within C[g], first column) of this program's idx-th tile of the stacked grid."""
     stacked_m, pid_n = scheduler.get_tile(idx)
@@ -105,8 +113,7 @@ def _load_partition(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    scheduler = Scheduler.initialize(G * tiles_m * BLOCK_M, N, BLOCK_M, BLOCK_N)
+    scheduler, tiles_m = _stacked_scheduler(Scheduler, M, N, G, BLOCK_M, BLOCK_N)
     producer = 0
     for idx in range(scheduler.get_num_tiles()):
         g, off_m, off_n = _stacked_tile(scheduler, idx, tiles_m, BLOCK_M, BLOCK_N)
@@ -128,8 +135,7 @@ def _mma_partition(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
-    tiles_m = gl.cdiv(M, BLOCK_M)
-    scheduler = Scheduler.initialize(G * tiles_m * BLOCK_M, N, BLOCK_M, BLOCK_N)
+    scheduler, tiles_m = _stacked_scheduler(Scheduler, M, N, G, BLOCK_M, BLOCK_N)
     mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
     consumer = 0
     for idx in range(scheduler.get_num_tiles()):
