@@ -17,7 +17,7 @@ tensor cores idled. Here:
     the ring and before each release, so both warpgroups promoted at the same moments, with the
     tensor cores idle. As partitions, each waits for and releases every slot itself (`empty`
     counts one arrival per consumer), and their barriers are a warpgroup's: 0.95x torch's
-    block-wise _scaled_mm at M >= 2048 where one partition gave 0.92x (H100, 5 rounds,
+    block-wise _scaled_mm at M >= 2048 where one partition gave 0.93x (H100, 5 rounds,
     results/h100/probes/fp8-block-partitions.csv);
   * the tile is 128 x 256 (a quarter less L2 traffic per FLOP than 128 x 128: 0.95x torch's
     against 0.86x, both as partitions; cuBLAS's block-wise kernel is 128 x 128, with two CTAs of a

@@ -4,8 +4,9 @@ Group g is columns offs[g - 1]:offs[g] of A (M, K) and the same rows of B (K, N)
 product: C (G, M, N). In an MoE backward A is the output gradient's transpose and B the layer's
 input, both (tokens, ...) row-major, so each expert's weight gradient sums over that expert's
 tokens: the groups lie along the reduction (grouped/api.py `grouped_grads`). The `tl` kernel
-(grouped/kernels.py) ran it at 0.67-0.93x torch._grouped_mm's CUTLASS kernel (docs/grouped.md);
-this is rung 9's load warp, ring and MMA warpgroups on it.
+(grouped/kernels.py) ran it at 0.60-0.89x torch._grouped_mm's CUTLASS kernel on the H100's MoE
+weight gradients; this is rung 9's load warp, ring and MMA warpgroups on it: 0.72-1.16x
+(docs/grouped.md, "The weight gradient on Gluon").
 
 The schedule. Every group has the same grid of C tiles; stacked, they are one (G * tiles_m) x
 tiles_n grid, which a persistent scheduler (schedulers.py) hands out as it would one tall C. A
