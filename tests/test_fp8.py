@@ -12,7 +12,7 @@ import zlib
 
 import pytest
 import torch
-from cases import DEVICE, ON_GPU
+from cases import DEVICE, ON_GPU, ON_HOPPER
 
 from tritongemm.config import MatmulConfig
 from tritongemm.fp8 import quantize_fp8, reference_quantize, reference_scaled_mm, scaled_mm
@@ -153,6 +153,24 @@ def test_auto_past_the_small_m_tiles(recipe, shape):
     check(*shape, recipe, out_dtype=torch.float32)
 
 
+@pytest.mark.skipif(not ON_HOPPER, reason="auto's choice at decode sizes is Hopper's")
+@pytest.mark.parametrize("M, N, K, gluon", [(1, 4096, 8192, True), (16, 28672, 4096, True), (64, 4096, 8192, True),
+                                            (16, 4096, 4096, False)])  # fmt: skip
+def test_auto_streams_large_block_scaled_weights_through_the_gluon_rung(M, N, K, gluon, monkeypatch):
+    """Block scales at M <= 64: fp8_block's 64-row tiles on weights of 2^25 elements or more,
+    the `tl` rung below; right either way."""
+    from tritongemm.hopper import fp8_block
+
+    planned = []
+    real_plan = fp8_block.plan
+    monkeypatch.setattr(
+        fp8_block, "plan", lambda *args, **kwargs: planned.append(args[5]) or real_plan(*args, **kwargs)
+    )
+    check(M, N, K, "block")
+    assert bool(planned) == gluon
+    assert all(config in fp8_block.ONE_WARPGROUP_TILES for config in planned)
+
+
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
 def test_the_fused_epilogue_after_the_scales(recipe, out_dtype):
@@ -249,9 +267,6 @@ def test_bad_input_is_refused_naming_it(index):
 
 def test_every_bad_call_is_tested():
     assert len(_bad_calls()) == 21
-
-
-ON_HOPPER = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rung needs an sm_90 GPU (CPU: compiled in test_gluon_compile)")

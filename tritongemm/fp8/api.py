@@ -303,7 +303,13 @@ def _key(*facts) -> tuple | None:
 # - M <= 16 on Hopper, tensor- and row-wise scales: fp8_swap_ab's 16 tokens x 64 weight rows x 512
 #   (results/h100/probes/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
 #   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x.
-# - Else at M <= 64 (block scales at M = 16 were probed), or where TMA can't take the call: the `tl`
+# - Block scales at M <= 64 on Hopper, weights of _BLOCK_GLUON_FROM_WEIGHT elements or more:
+#   fp8_block's 64-row tiles, the larger of the two that gives half the SMs a tile
+#   (results/h100/probes/fp8-block-small-partitions.csv, M = 16): 1.13x torch's at 16 x 28672 x 4096
+#   (64 x 128) and 0.91x at 16 x 4096 x 14336 (64 x 64), where the `tl` rung gave 0.89x and 0.69x;
+#   on the smaller weights the `tl` rung stays ahead (1.00x against 0.97x at 6144 x 4096, 1.28x
+#   against 1.07x at 4096 x 4096).
+# - Else at M <= 64, or where TMA can't take the call: the `tl`
 #   rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a 128 x 128 tile left 100
 #   of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep along K where the scales
 #   allow. At M = 16 the ws tiles ran 0.45-0.78x torch's tensor-wise, the `tl` rung 0.64-0.92x.
@@ -316,6 +322,7 @@ _TL_MAX_M = 64
 # 16 x 32, 64, 128 and 256 or 512 deep; 120 KB of ring, past an Ada SM's 100 KB).
 _SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
 _SWAP_MAX_M = 16
+_BLOCK_GLUON_FROM_WEIGHT = 1 << 25  # N * K: 28672 x 4096 and 4096 x 14336 take fp8_block at M <= 64
 
 
 def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
@@ -332,6 +339,13 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
 
             kernel, tiles = ("fp8_block", fp8_block.TILES) if recipe == "block" else ("fp8_ws", fp8_ws.TILES)
             return kernel, _filling_tile(tiles, M, N, device_info.sm_count(a.device))
+    if hopper and recipe == "block" and N * a.shape[1] >= _BLOCK_GLUON_FROM_WEIGHT:
+        from tritongemm.hopper import fp8_tma
+
+        if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
+            from tritongemm.hopper import fp8_block
+
+            return "fp8_block", _filling_tile(fp8_block.ONE_WARPGROUP_TILES, M, N, device_info.sm_count(a.device))
     if hopper and M <= _SWAP_MAX_M and recipe != "block":
         return "fp8_swap_ab", _SWAP_TILE
     if M > _SMALL_M:
