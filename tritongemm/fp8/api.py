@@ -299,20 +299,22 @@ def _key(*facts) -> tuple | None:
 #     torch's where the `tl` rung's 64-row tiles gave 0.68-0.84x; block-wise 0.91-1.07x where the
 #     tiles before gave 0.51-0.86x. Filling every SM instead (the rule before, for block scales)
 #     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x. At 128 x 4096 x 4096 the `tl` rung's
-#     64 x 64 x 256 tile ran faster still (1.05x against the rule's 0.91x): one shape, not taken.
+#     64 x 64 x 256 tile ran faster still (1.05x against the rule's 0.91x); fp8_ws's 64-row tiles
+#     now step 256 of K too (H100, probes/fp8-ws-deep-m128.csv: 0.98x there, 0.85x 128 deep).
 # - M <= 16 on Hopper, tensor- and row-wise scales: fp8_swap_ab's 16 tokens x 64 weight rows x 512
 #   (results/h100/probes/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
 #   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x.
 # - Block scales at M <= 64 on Hopper, weights of _BLOCK_GLUON_FROM_WEIGHT elements or more:
 #   fp8_block's 64-row tiles, the larger of the two that gives half the SMs a tile
-#   (results/h100/probes/fp8-block-small-partitions.csv, M = 16): 1.13x torch's at 16 x 28672 x 4096
-#   (64 x 128) and 0.91x at 16 x 4096 x 14336 (64 x 64), where the `tl` rung gave 0.89x and 0.69x;
-#   on the smaller weights the `tl` rung stays ahead (1.00x against 0.97x at 6144 x 4096, 1.28x
-#   against 1.07x at 4096 x 4096).
-# - Else at M <= 64, or where TMA can't take the call: the `tl`
-#   rung, a 64-row tile narrow enough that the tiles along N fill the SMs (a 128 x 128 tile left 100
-#   of 132 idle at 16 x 4096 x 4096, 0.34x torch's tensor-wise), deep along K where the scales
-#   allow. At M = 16 the ws tiles ran 0.45-0.78x torch's tensor-wise, the `tl` rung 0.64-0.92x.
+#   (results/h100/probes/fp8-block-small-partitions.csv and fp8-block-m16-rule.csv, M = 16):
+#   1.00-1.13x torch's at 16 x 28672 x 4096 (64 x 128) and 0.91-0.93x at 16 x 4096 x 14336
+#   (64 x 64), where the `tl` rung gave 0.82-0.89x and 0.69-0.77x; on the smaller weights the
+#   `tl` rung stays ahead (1.00x against 0.95-0.97x at 6144 x 4096, 1.28x against 1.07-1.13x at
+#   4096 x 4096).
+# - Else at M <= 64, or where TMA can't take the call: the `tl` rung, a 64-row tile narrow enough
+#   that the tiles along N fill the SMs (a 128 x 128 tile left 100 of 132 idle at 16 x 4096 x 4096,
+#   0.34x torch's tensor-wise), deep along K where the scales allow. At M = 16 the ws tiles ran
+#   0.45-0.78x torch's tensor-wise, the `tl` rung 0.64-0.92x.
 # The wide tile serves both rungs on Hopper: the `tl` rung's best at M > 128 too, where the Gluon one can't run.
 _WIDE = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
 _BLOCK_TL = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=SCALE_BLOCK, GROUP_SIZE_M=8, num_warps=8, num_stages=3)
