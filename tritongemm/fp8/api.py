@@ -333,21 +333,18 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     if a.device.type != "cuda":
         return "fp8_grouped", None
     hopper = device_info.capability(a.device) == (9, 0)  # the GPU the tiles were measured on
-    if hopper and M > _TL_MAX_M:
-        from tritongemm.hopper import fp8_tma
+    large_block_weight = recipe == "block" and N * a.shape[1] >= _BLOCK_GLUON_FROM_WEIGHT
+    if hopper and (M > _TL_MAX_M or large_block_weight):
+        from tritongemm.hopper import fp8_block, fp8_tma, fp8_ws
 
         if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
-            from tritongemm.hopper import fp8_block, fp8_ws
-
-            kernel, tiles = ("fp8_block", fp8_block.TILES) if recipe == "block" else ("fp8_ws", fp8_ws.TILES)
-            return kernel, _filling_tile(tiles, M, N, device_info.sm_count(a.device))
-    if hopper and recipe == "block" and N * a.shape[1] >= _BLOCK_GLUON_FROM_WEIGHT:
-        from tritongemm.hopper import fp8_tma
-
-        if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
-            from tritongemm.hopper import fp8_block
-
-            return "fp8_block", _filling_tile(fp8_block.ONE_WARPGROUP_TILES, M, N, device_info.sm_count(a.device))
+            sms = device_info.sm_count(a.device)
+            if recipe != "block":
+                return "fp8_ws", _filling_tile(fp8_ws.TILES, M, N, sms)
+            # At M <= 64 (large weights only): a warpgroup's 64 rows.
+            return "fp8_block", _filling_tile(
+                fp8_block.TILES if M > _TL_MAX_M else fp8_block.ONE_WARPGROUP_TILES, M, N, sms
+            )
     if hopper and M <= _SWAP_MAX_M and recipe != "block":
         return "fp8_swap_ab", _SWAP_TILE
     if M > _SMALL_M:
