@@ -345,9 +345,13 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
     if empty:
         return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
     if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
-        return _ws_plan(a, b, offs, shape, glu)
+        from tritongemm.hopper import grouped_ws
+
+        return _gluon_plan(grouped_ws.plan, a, b, offs, shape, glu=glu)
     if form == "k" and chosen is None and _takes_k_ws(a, b, out_dtype, G):
-        return _k_ws_plan(a, b, offs, shape)
+        from tritongemm.hopper import grouped_k_ws
+
+        return _gluon_plan(grouped_k_ws.plan, a, b, offs, shape)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
     launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
 
@@ -388,12 +392,10 @@ def _takes_ws(a, b, out_dtype, glu) -> bool:
     return grouped_ws.unsupported_reason(a, b) is None
 
 
-def _ws_plan(a, b, offs, shape, glu):
-    """`call(a, b, offs) -> c` (shape, a's dtype) on grouped_ws for operands like these."""
-    from tritongemm.hopper import grouped_ws
-
-    c = torch.empty(shape, dtype=a.dtype, device=a.device)  # this call's, to plan on
-    launch = grouped_ws.plan(a, b, offs, c, glu=glu)
+def _gluon_plan(plan, a, b, offs, shape, **options):
+    """`call(a, b, offs) -> c` (shape, a's dtype) on a Gluon grouped kernel, `plan(a, b, offs, c,
+    **options)` (hopper/grouped_ws.py or grouped_k_ws.py), for operands like these."""
+    launch = plan(a, b, offs, torch.empty(shape, dtype=a.dtype, device=a.device), **options)
 
     def call(a, b, offs):
         c = torch.empty(shape, dtype=a.dtype, device=a.device)
@@ -426,20 +428,6 @@ def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
     return grouped_k_ws.unsupported_reason(a, b) is None
 
 
-def _k_ws_plan(a, b, offs, shape):
-    """`call(a, b, offs) -> c` (shape (G, M, N), a's dtype) on grouped_k_ws for operands like these."""
-    from tritongemm.hopper import grouped_k_ws
-
-    launch = grouped_k_ws.plan(a, b, offs, torch.empty(shape, dtype=a.dtype, device=a.device))
-
-    def call(a, b, offs):
-        c = torch.empty(shape, dtype=a.dtype, device=a.device)
-        launch(a, b, offs, c)
-        return c
-
-    return call
-
-
 def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
     """`call(rows, weight) -> act(rows @ gate.T) * (rows @ up.T)` for a dense gated pair of rows (M,
     H) and weight [gate; up] (2I, H) like these (checked by the caller): the row-group kernel over
@@ -465,7 +453,9 @@ def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: 
     key = ("grouped_ws", glu, tensor_facts(a), tensor_facts(b), tensor_facts(offs))
     call = PLANS.find_key(key)
     if call is None:
-        call = _ws_plan(a, b, offs, (a.shape[0], b.shape[2] // 2 if glu else b.shape[2]), glu)
+        from tritongemm.hopper import grouped_ws
+
+        call = _gluon_plan(grouped_ws.plan, a, b, offs, (a.shape[0], b.shape[2] // 2 if glu else b.shape[2]), glu=glu)
         PLANS.remember(key, call)
     return call(a, b, offs)
 
