@@ -129,6 +129,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return results
     if kernel == "expert_rows":
         return _compile_expert_rows()
+    if kernel == "odd_width":
+        return _compile_odd_width()
     if kernel == "offsets_check":
         from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
 
@@ -535,6 +537,51 @@ def test_the_grouped_rung_compiles_for_sm90():
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
         assert result["copies"] == (3 if result["case"][0] else 2), f"{label}: {result['copies']} TMA loads"
         assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
+        assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
+        assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+
+
+def _compile_odd_width() -> list[dict]:
+    """Rung 13's tiles with A and B in each layout, and the big one with the whole fused epilogue."""
+    from tritongemm.hopper import odd_width
+    from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.schedulers import scheduler_for
+
+    results = []
+    cases = [(config, False, b_k_major, None) for config in odd_width.TILES for b_k_major in (False, True)]
+    cases += [(odd_width.TILES[0], True, True, None), (odd_width.TILES[1], False, True, "gelu")]
+    for config, a_m_major, b_k_major, fused in cases:
+        main_n, tail_n = odd_width.split_width(config.BLOCK_N)
+        M, N, K = 1000, 1504, 704
+        a = torch.empty(K, M, dtype=torch.bfloat16).T if a_m_major else torch.empty(M, K, dtype=torch.bfloat16)
+        b = torch.empty(N, K, dtype=torch.bfloat16).T if b_k_major else torch.empty(K, N, dtype=torch.bfloat16)
+        c = torch.empty(M, N, dtype=torch.bfloat16)
+        desc = make_descriptors(a, b, c, config.BLOCK_M, main_n, config.BLOCK_K)
+        tails = make_descriptors(a, b, c, config.BLOCK_M, tail_n, config.BLOCK_K)
+        epilogue = FUSED[fused] if fused else PLAIN
+        bias, residual = torch.empty(N, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
+        compiled = odd_width._odd_width_kernel.warmup(
+            desc.a, desc.b, desc.c, tails.b, tails.c, *epilogue.pointers(bias, residual, residual),
+            *epilogue.fixed_args(residual, residual), Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+            NUM_BUFFERS=config.num_stages, **desc.layout_constexprs(), num_warps=config.num_warps,
+            **epilogue.constexprs(), grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        results.append(dict(case=[config.short(), a_m_major, b_k_major, fused], shared=compiled.metadata.shared,
+                            ptx_has=[i in ptx for i in INSTRUCTIONS], wgmma=ptx.count("wgmma.mma_async"),
+                            planned=odd_width.smem_bytes(config, 2), **_ptxas(ptx)))  # fmt: skip
+    return results
+
+
+def test_the_odd_widths_compile_for_sm90():
+    """hopper/odd_width.py: TMA + mbarriers + WGMMA in pairs (the main part's and the tail's each
+    K-step), no spills but the fused GELU's few bytes, MMAs not serialized, the planned shared
+    memory."""
+    for result in compile_kernel("odd_width"):
+        label = f"odd_width {result['case']}"
+        assert all(result["ptx_has"]), label
+        assert result["wgmma"] % 2 == 0, f"{label}: {result['wgmma']} WGMMAs, not pairs"
+        assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 

@@ -165,7 +165,14 @@ def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: to
 
 
 def check_config(kernel: KernelInfo, config, device: torch.device) -> None:
-    if config is None or isinstance(config, MatmulConfig):
+    if config is None:
+        return
+    if isinstance(config, MatmulConfig):
+        if config.odd_width and not kernel.odd_widths:
+            raise ValueError(
+                f"matmul: kernel {kernel.name!r} takes tiles whose BLOCK_N is a power of two, but got "
+                f"BLOCK_N={config.BLOCK_N} (an odd width, kernel 'odd_width''s)"
+            )
         return
     if config == "autotune":
         if kernel.name != "grouped":

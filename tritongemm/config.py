@@ -28,10 +28,13 @@ class MatmulConfig:
     def __post_init__(self) -> None:
         for name in ("BLOCK_M", "BLOCK_N", "BLOCK_K"):
             value = getattr(self, name)
+            if name == "BLOCK_N" and self.odd_width:  # two power-of-two parts (hopper/odd_width.py)
+                continue
             if not _is_power_of_two(value) or value < 16:
                 raise ValueError(
                     f"MatmulConfig: {name} must be a power of two >= 16 (tl.dot needs at least 16 "
-                    f"on every axis), but got {name}={value!r}"
+                    f"on every axis), or BLOCK_N the sum of two (an odd width: 96, 160, 192, ...), but got "
+                    f"{name}={value!r}"
                 )
         if not isinstance(self.GROUP_SIZE_M, int) or self.GROUP_SIZE_M < 1:
             raise ValueError(f"MatmulConfig: GROUP_SIZE_M must be an int >= 1, but got {self.GROUP_SIZE_M!r}")
@@ -43,6 +46,16 @@ class MatmulConfig:
             raise ValueError(f"MatmulConfig: scheduler must be one of {SCHEDULERS}, but got {self.scheduler!r}")
         if not isinstance(self.split_k, int) or isinstance(self.split_k, bool) or self.split_k < 0:
             raise ValueError(f"MatmulConfig: split_k must be an int >= 0 (0: per shape), but got {self.split_k!r}")
+
+    @property
+    def odd_width(self) -> bool:
+        """BLOCK_N is not a power of two but the sum of two, each >= 16 (160 = 128 + 32): a tile
+        only hopper/odd_width.py computes, as two parts side by side."""
+        n = self.BLOCK_N
+        if not isinstance(n, int) or isinstance(n, bool) or n < 48 or _is_power_of_two(n):
+            return False
+        low = n & -n  # the smaller part
+        return low >= 16 and _is_power_of_two(n - low)
 
     def meta(self) -> dict:
         """The tile meta-parameters as keyword arguments for a ``@triton.jit`` launch (per call:

@@ -66,6 +66,8 @@ class KernelInfo:
     experimental: bool = False
     # What `gpu` in describe() adds about capabilities it compiles for but has never run on.
     never_run_on: str = ""
+    # Takes configs whose BLOCK_N is the sum of two powers of two (MatmulConfig.odd_width).
+    odd_widths: bool = False
 
     def available_on(self, device: torch.device) -> bool:
         return self.unavailable_reason(device) is None

@@ -1,7 +1,8 @@
 """Hopper (sm_90) kernels in Gluon: TMA loads, mbarriers, WGMMA, persistent schedulers.
 
-Rungs 4-7, 9, 11 and 12 of the ladder (11 is rung 9's module with two consumers, 12 runs rungs 6
-and 7 on two parts of C), one module each, built from the shared pieces:
+Rungs 4-7, 9 and 11-13 of the ladder (11 is rung 9's module with two consumers, 12 runs rungs 6
+and 7 on two parts of C, 13 is rung 6 on tiles of two parts), one module each, built from the
+shared pieces:
   descriptors.py  which operands TMA takes as they are; their descriptors
   mma.py          the WGMMA accumulator as a value
   pipeline.py     the shared-memory ring (loads, MMAs, epilogue) and its footprint
@@ -16,6 +17,7 @@ import torch
 from tritongemm import device_info
 from tritongemm.config import MatmulConfig
 from tritongemm.hopper import (
+    odd_width,
     split_k,
     split_tail,
     tma_persistent,
@@ -277,5 +279,23 @@ register(
         plan=split_tail.plan,
         experimental=True,  # 4-5% past rung 6 where it splits a long K (docs/stream-k.md); in auto by no rule
         **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config)),
+    )
+)
+
+
+def _odd_width_config(dtype, M, N, K, device) -> MatmulConfig:
+    return odd_width.default_config(M, N, K, _num_sms(device))
+
+
+register(
+    KernelInfo(
+        name="odd_width",
+        rung=13,
+        idea="rung 6 on tiles 160 or 192 wide, two accumulators side by side, so the tiles fill whole waves",
+        launch=odd_width.launch,
+        plan=odd_width.plan,
+        experimental=True,  # right on the H100; faster than rung 6 on few waves only (docs/stream-k.md)
+        odd_widths=True,
+        **_COMMON | dict(default_config=_odd_width_config),
     )
 )
