@@ -58,6 +58,18 @@ def test_the_tile_is_the_one_that_fills_the_waves():
     assert odd_width.default_config(2048, 1536, 4096, 132).BLOCK_N == 192  # 256 tiles: two waves
 
 
+def test_auto_takes_it_where_it_was_measured_ahead_and_not_where_it_was_behind():
+    from tritongemm.hopper import persistent_pipelined_config
+
+    def pays(M, N, K):
+        return odd_width.pays(M, N, K, 132, persistent_pipelined_config(M, N, K, 132))
+
+    assert pays(512, 2560, 8192) and pays(1024, 2560, 8192) and pays(2048, 1536, 4096)
+    for M, N, K in [(2048, 2560, 8192), (4096, 2560, 8192), (1000, 1000, 1000), (777, 4096, 4096), (8192, 8192, 8192),
+                    (512, 2560, 1024)]:  # fmt: skip
+        assert not pays(M, N, K), (M, N, K)
+
+
 gpu = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA and WGMMA")
 # (M, N, K, programs): whole waves; a last tile whose tail is cut by N (2552 = 15 x 160 + 152, or
 # 13 x 192 + 56 where the tail lies wholly past N); C narrower than the main part (N = 104); K not

@@ -32,6 +32,11 @@ AUTO_ORDER_SKINNY = ("swap_ab", "grouped", "naive")
 # rung 6's 1.73x: its 128 x 128 tiles read B twice as often). Hence two waves and whole lines.
 SHORT_K = 512
 AUTO_ORDER_SHORT_K = ("tma_ping_pong", *AUTO_ORDER)
+# Few waves of a long K: where rung 6's tiles leave a quarter of the SMs' time idle in a part-empty
+# last wave and rung 13's 160- or 192-wide tiles fill at most two waves (hopper/odd_width.py
+# `pays`, with its H100 measurements: 0.84-0.98x cuBLAS where rung 6 ran 0.62-0.86x). One GPU's
+# chunk of a tensor-parallel projection is such a problem (512 x 2560 x 8192).
+AUTO_ORDER_ODD_WIDTH = ("odd_width", *AUTO_ORDER)
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
 # 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned
@@ -88,6 +93,9 @@ def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str
         return AUTO_ORDER_SHORT_K, rule
     if 2 * M * K * b.shape[1] < STAGING_MIN_FLOPS and _tma_would_copy(a, b):
         return AUTO_ORDER_UNALIGNED, f"rows TMA can't read, under {STAGING_MIN_FLOPS:.2g} FLOPs: {AUTO_ORDER_UNALIGNED}"
+    if _odd_width_pays(a, b, _sm_count(a.device)):
+        rule = "at most two waves of 160- or 192-wide tiles fill the SMs where rung 6's leave a quarter idle"
+        return AUTO_ORDER_ODD_WIDTH, f"{rule}: {AUTO_ORDER_ODD_WIDTH}"
     return AUTO_ORDER, f"{AUTO_ORDER}"
 
 
@@ -111,6 +119,16 @@ def _short_k_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool
 
     waves = hopper.BIG_TILE.num_tiles(a.shape[0], b.shape[1]) / num_sms
     return waves >= 2 and rows_on_fast_boundaries(a, b)
+
+
+def _odd_width_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool:
+    if num_sms is None or a.dtype not in (torch.float16, torch.bfloat16):  # no GPU, or not a Gluon dtype
+        return False
+    from tritongemm import hopper  # it imports triton: only for a GPU's problem
+
+    M, K = a.shape
+    N = b.shape[1]
+    return hopper.odd_width.pays(M, N, K, num_sms, hopper.persistent_pipelined_config(M, N, K, num_sms))
 
 
 def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, copy_any_size=False) -> str | None:

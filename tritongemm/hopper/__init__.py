@@ -294,7 +294,7 @@ register(
         idea="rung 6 on tiles 160 or 192 wide, two accumulators side by side, so the tiles fill whole waves",
         launch=odd_width.launch,
         plan=odd_width.plan,
-        experimental=True,  # right on the H100; faster than rung 6 on few waves only (docs/stream-k.md)
+        experimental=True,  # right on the H100; auto takes it for few waves only (dispatch.AUTO_ORDER_ODD_WIDTH)
         odd_widths=True,
         **_COMMON | dict(default_config=_odd_width_config),
     )

@@ -72,6 +72,32 @@ def wave_fill(config: MatmulConfig, M: int, N: int, num_sms: int) -> float:
     return useful / (-(-tiles // num_sms) * num_sms)
 
 
+# Where `auto` takes it (dispatch.py): at most two waves of its tiles, at least 90% full, where rung
+# 6's tile leaves a quarter of the SMs' time idle, on a K long enough that each tile's steps
+# outweigh its prologue and epilogue. Measured on the H100 against rung 6's rules, kernel-only, two
+# runs (results/h100/probes/odd-width-first.csv, odd-width-auto.csv): 512 x 2560 x 8192 0.90-0.94x
+# cuBLAS where rung 6 ran 0.62-0.67x, 1024 x 2560 x 8192 0.84-0.90x (0.79x), 2048 x 1536 x 4096
+# 0.90-0.98x (0.85-0.86x). Past two waves it lost (2048 x 2560 x 8192: 0.85x against split_tail's
+# 0.91-0.94x; 4096 rows 0.84-0.85x against rung 6's 0.94-0.97x).
+PAYS_MIN_FILL = 0.9
+PAYS_MAX_WAVES = 2
+PAYS_RUNG6_MAX_FILL = 0.75
+PAYS_MIN_K = 2048
+
+
+def pays(M: int, N: int, K: int, num_sms: int, rung6: MatmulConfig) -> bool:
+    """Whether `auto` gives this problem to the odd widths rather than rung 6's `rung6` tile (pure)."""
+    if K < PAYS_MIN_K:
+        return False
+    config = default_config(M, N, K, num_sms)
+    waves = -(-config.num_tiles(M, N) // num_sms)
+    return (
+        waves <= PAYS_MAX_WAVES
+        and wave_fill(config, M, N, num_sms) >= PAYS_MIN_FILL
+        and wave_fill(rung6, M, N, num_sms) <= PAYS_RUNG6_MAX_FILL
+    )
+
+
 def default_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
     """Of TILES, the one whose tiles fill the waves best; the larger tile where two fill as well
     (pure: tests and rules call it without a GPU)."""
