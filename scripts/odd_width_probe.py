@@ -2,7 +2,7 @@
 each of its tiles and its own pick, checked against fp64 first, then timed in one run (CUDA-graph
 medians; `--eager` adds the call as a user makes it). CSV on stdout.
 
-Run on a GPU: PYTHONPATH=. python3 scripts/odd_width_probe.py [--eager] > probe.csv
+Run on a GPU: PYTHONPATH=. python3 scripts/odd_width_probe.py [--eager] [--shapes 'M,N,K,nt;...'] > probe.csv
 """
 
 import argparse
@@ -44,10 +44,14 @@ def providers(M, N, K):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eager", action="store_true", help="also time eager calls")
+    parser.add_argument("--shapes", help="instead of SHAPES: 'M,N,K,layout;...' (layout nt or nn)")
     args = parser.parse_args()
+    shapes = SHAPES
+    if args.shapes:
+        shapes = [(*map(int, item.split(",")[:3]), item.split(",")[3]) for item in args.shapes.split(";")]
     device = torch.cuda.get_device_name()
     print("device,m,n,k,layout,provider,config,timing,ms,tflops,ratio_to_cublas,rel_err")
-    for M, N, K, layout in SHAPES:
+    for M, N, K, layout in shapes:
         a, b = operands(M, N, K, layout)
         reference = reference_matmul(a, b)
         base = {}

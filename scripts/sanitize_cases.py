@@ -87,6 +87,10 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
     gluon = not info.interpretable
     dtypes = (torch.float16, torch.bfloat16) if gluon else (torch.float16, torch.float32)
     small = GLUON_SMALL if gluon else SMALL
+    if kernel == "odd_width":  # its tiles only: 64 rows, 160 or 192 columns
+        from tritongemm.hopper import odd_width
+
+        small = odd_width.TILES[-1]
     for dtype in dtypes[:1] if quick else dtypes:
         for M, N, K in QUICK_SHAPES if quick else SHAPES:
             for layout in ("nt",) if quick else ("nt", "offset"):
@@ -116,9 +120,11 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
             yield a, b, config, None
             if kernel != "tma_pipelined":
                 yield a, b, config, functools.partial(launch_on_few_programs, info, a_, b_, c, config)
-    if kernel in ("tma_persistent", "tma_persistent_pipelined", "tma_warp_specialized", "tma_ping_pong"):
+    if kernel in ("tma_persistent", "tma_persistent_pipelined", "tma_warp_specialized", "tma_ping_pong", "odd_width"):
         # Several tiles per program: the cross-tile pipeline and barrier phases over many laps.
         configs = (GLUON_SMALL, GLUON_SMALL.with_(scheduler="chunked", GROUP_SIZE_M=1))
+        if kernel == "odd_width":  # each tile; N = 500 cuts the last tile in its main part, its tail past N
+            configs = odd_width.TILES
         for config in configs + half_c_staging(kernel):
             a = operand(300, 700, torch.float16, "nn", gen)
             b = operand(500, 700, torch.float16, "nn", gen).T

@@ -45,6 +45,7 @@ GLUON = (
     "tma_warp_specialized",  # rungs 9 and 11 are experimental, fuzzed as issue 15 asks
     "tma_ping_pong",
     "split_tail",  # rung 12, experimental: its row cut and the tail's split meet odd shapes here
+    "odd_width",  # rung 13, experimental: its two-part tiles meet odd edges here
 )
 # stream_k (rung 10) is experimental, so the shared LADDER leaves it out; it has no spin-wait that
 # could hang a run, and the issue's fuzz count covers it.
@@ -85,6 +86,9 @@ def _gpu_configs() -> dict[str, tuple[MatmulConfig | None, ...]]:
         configs["split_k"] = (None, TINY_TILE.with_(split_k=2), SMALL_TILE.with_(split_k=5))
         # rung 9's two-warpgroup tile is its default only where its tiles fill the SMs (not here)
         configs["tma_warp_specialized"] = (*gluon, WARP_SPECIALIZED_BIG_TILE)
+        from tritongemm.hopper import odd_width
+
+        configs["odd_width"] = (None, *odd_width.TILES, odd_width.TILES[0].with_(scheduler="chunked", GROUP_SIZE_M=1))
     return configs
 
 

@@ -70,6 +70,24 @@ def test_auto_takes_it_where_it_was_measured_ahead_and_not_where_it_was_behind()
         assert not pays(M, N, K), (M, N, K)
 
 
+def test_auto_takes_it_for_a_weight_s_view_only():
+    from tritongemm import dispatch
+
+    def operands(layout):  # meta tensors: the rule reads shapes and strides only
+        a = torch.empty(512, 8192, dtype=torch.bfloat16, device="meta")
+        b = torch.empty(2560, 8192, dtype=torch.bfloat16, device="meta").T
+        if layout[0] == "t":
+            a = torch.empty(8192, 512, dtype=torch.bfloat16, device="meta").T
+        if layout[1] == "n":
+            b = torch.empty(8192, 2560, dtype=torch.bfloat16, device="meta")
+        return a, b
+
+    assert dispatch._odd_width_pays(*operands("nt"), 132)
+    for layout in ("nn", "tn", "tt"):  # B row-major lost on the H100 (bench tp's chunks); A M-major unmeasured
+        assert not dispatch._odd_width_pays(*operands(layout), 132), layout
+    assert not dispatch._odd_width_pays(*operands("nt"), None)  # no GPU
+
+
 gpu = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA and WGMMA")
 # (M, N, K, programs): whole waves; a last tile whose tail is cut by N (2552 = 15 x 160 + 152, or
 # 13 x 192 + 56 where the tail lies wholly past N); C narrower than the main part (N = 104); K not

@@ -34,8 +34,11 @@ SHORT_K = 512
 AUTO_ORDER_SHORT_K = ("tma_ping_pong", *AUTO_ORDER)
 # Few waves of a long K: where rung 6's tiles leave a quarter of the SMs' time idle in a part-empty
 # last wave and rung 13's 160- or 192-wide tiles fill at most two waves (hopper/odd_width.py
-# `pays`, with its H100 measurements: 0.84-0.98x cuBLAS where rung 6 ran 0.62-0.86x). One GPU's
-# chunk of a tensor-parallel projection is such a problem (512 x 2560 x 8192).
+# `pays`, with its H100 measurements: 0.84-0.98x cuBLAS where rung 6 ran 0.62-0.86x), with B an
+# nn.Linear weight's view (nt). With B row-major (nn) its 160-wide tile lost (0.64-0.76x at 512 and
+# 1024 x 2560 x 8192, results/h100/probes/odd-width-nn.csv: the 32-column tail's rows are 64 bytes),
+# and bench tp's q,k,v chunks (nn) fell from 0.98x torch's fused op to 0.62x at 4096 tokens when
+# auto gave them to it (results/h100x4/probes/tp-odd-width-nn.csv; nt only: tp-odd-width-nt-only.csv).
 AUTO_ORDER_ODD_WIDTH = ("odd_width", *AUTO_ORDER)
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
@@ -123,6 +126,8 @@ def _short_k_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool
 
 def _odd_width_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool:
     if num_sms is None or a.dtype not in (torch.float16, torch.bfloat16):  # no GPU, or not a Gluon dtype
+        return False
+    if a.stride(1) != 1 or b.stride(0) != 1:  # measured ahead with A row-major and B K-major (nt) only
         return False
     from tritongemm import hopper  # it imports triton: only for a GPU's problem
 
