@@ -30,12 +30,12 @@ def operands(M, N, K, layout):
     return a, b if b is not None else torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
 
 
-def providers(M, N, K):
+def providers(M, N, K, b_k_major):
     yield "cublas", "torch.matmul", torch.matmul
     yield "auto", "", tritongemm.matmul
     for kernel in ("tma_persistent_pipelined", "split_tail"):
         yield kernel, "default", functools.partial(tritongemm.matmul, kernel=kernel)
-    pick = odd_width.default_config(M, N, K, torch.cuda.get_device_properties(0).multi_processor_count)
+    pick = odd_width.default_config(M, N, K, torch.cuda.get_device_properties(0).multi_processor_count, b_k_major)
     for config in odd_width.TILES:
         label = config.short() + (" (pick)" if config == pick else "")
         yield "odd_width", label, functools.partial(tritongemm.matmul, kernel="odd_width", config=config)
@@ -55,7 +55,7 @@ def main() -> None:
         a, b = operands(M, N, K, layout)
         reference = reference_matmul(a, b)
         base = {}
-        for name, label, fn in providers(M, N, K):
+        for name, label, fn in providers(M, N, K, layout == "nt"):
             err = rel_error(fn(a, b), reference)
             if err > tolerance(torch.bfloat16, K):
                 print(f"{M}x{N}x{K} {name} {label}: error {err:.2e} over the bound", file=sys.stderr)

@@ -52,25 +52,34 @@ def test_its_tiles_fit_the_shared_memory_with_their_rings():
 def test_the_tile_is_the_one_that_fills_the_waves():
     # One GPU's q,k,v chunk of a four-GPU step at 2048 tokens: 512 x 2560 in 64 x 160 tiles is 128
     # of them, one wave of 132 SMs 97% full (rung 6's 64 x 128: 160 tiles, 1.2 waves in two).
-    config = odd_width.default_config(512, 2560, 8192, 132)
+    config = odd_width.default_config(512, 2560, 8192, 132, b_k_major=True)
     assert (config.BLOCK_M, config.BLOCK_N) == (64, 160)
     assert odd_width.wave_fill(config, 512, 2560, 132) == pytest.approx(128 / 132)
-    assert odd_width.default_config(2048, 1536, 4096, 132).BLOCK_N == 192  # 256 tiles: two waves
+    assert odd_width.default_config(2048, 1536, 4096, 132, b_k_major=True).BLOCK_N == 192  # 256 tiles: two waves
+
+
+def test_with_b_row_major_the_tail_is_64_columns_at_least():
+    for M, N in [(512, 2560), (2048, 1536), (1000, 1000)]:
+        assert odd_width.default_config(M, N, 4096, 132, b_k_major=False).BLOCK_N == 192
+
+
+def _pays(M, N, K, b_k_major=True):
+    from tritongemm.hopper import persistent_pipelined_config
+
+    return odd_width.pays(M, N, K, 132, persistent_pipelined_config(M, N, K, 132), b_k_major)
 
 
 def test_auto_takes_it_where_it_was_measured_ahead_and_not_where_it_was_behind():
-    from tritongemm.hopper import persistent_pipelined_config
-
-    def pays(M, N, K):
-        return odd_width.pays(M, N, K, 132, persistent_pipelined_config(M, N, K, 132))
-
-    assert pays(512, 2560, 8192) and pays(1024, 2560, 8192) and pays(2048, 1536, 4096)
-    for M, N, K in [(2048, 2560, 8192), (4096, 2560, 8192), (1000, 1000, 1000), (777, 4096, 4096), (8192, 8192, 8192),
-                    (512, 2560, 1024)]:  # fmt: skip
-        assert not pays(M, N, K), (M, N, K)
+    for b_k_major in (True, False):
+        assert _pays(512, 2560, 8192, b_k_major) and _pays(1024, 2560, 8192, b_k_major)
+        assert _pays(2048, 1536, 4096, b_k_major)
+        for M, N, K in [(2048, 2560, 8192), (4096, 2560, 8192), (1000, 1000, 1000), (777, 4096, 4096),
+                        (8192, 8192, 8192), (512, 2560, 1024), (1024, 7168, 8192), (512, 14336, 8192)]:  # fmt: skip
+            assert not _pays(M, N, K, b_k_major), (M, N, K, b_k_major)
+    assert _pays(512, 1536, 4096, b_k_major=False)  # 64 tiles of 64 x 192: 0.96x cuBLAS where rung 6 had 0.78x
 
 
-def test_auto_takes_it_for_a_weight_s_view_only():
+def test_auto_passes_the_tile_of_b_s_layout():
     from tritongemm import dispatch
 
     def operands(layout):  # meta tensors: the rule reads shapes and strides only
@@ -82,10 +91,15 @@ def test_auto_takes_it_for_a_weight_s_view_only():
             b = torch.empty(8192, 2560, dtype=torch.bfloat16, device="meta")
         return a, b
 
-    assert dispatch._odd_width_pays(*operands("nt"), 132)
-    for layout in ("nn", "tn", "tt"):  # B row-major lost on the H100 (bench tp's chunks); A M-major unmeasured
-        assert not dispatch._odd_width_pays(*operands(layout), 132), layout
-    assert not dispatch._odd_width_pays(*operands("nt"), None)  # no GPU
+    assert dispatch._odd_width_tile(*operands("nt"), 132).BLOCK_N == 160
+    assert dispatch._odd_width_tile(*operands("nn"), 132).BLOCK_N == 192  # a 32-column tail lost there
+    for layout in ("tn", "tt"):  # A M-major: not measured
+        assert dispatch._odd_width_tile(*operands(layout), 132) is None, layout
+    assert dispatch._odd_width_tile(*operands("nt"), None) is None  # no GPU
+    from tritongemm import device_info
+
+    with device_info.sparing_sms(1):  # the tensor-parallel ops' chunk GEMMs share the GPU
+        assert dispatch._odd_width_tile(*operands("nt"), 131) is None
 
 
 gpu = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA and WGMMA")

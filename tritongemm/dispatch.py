@@ -34,11 +34,12 @@ SHORT_K = 512
 AUTO_ORDER_SHORT_K = ("tma_ping_pong", *AUTO_ORDER)
 # Few waves of a long K: where rung 6's tiles leave a quarter of the SMs' time idle in a part-empty
 # last wave and rung 13's 160- or 192-wide tiles fill at most two waves (hopper/odd_width.py
-# `pays`, with its H100 measurements: 0.84-0.98x cuBLAS where rung 6 ran 0.62-0.86x), with B an
-# nn.Linear weight's view (nt). With B row-major (nn) its 160-wide tile lost (0.64-0.76x at 512 and
-# 1024 x 2560 x 8192, results/h100/probes/odd-width-nn.csv: the 32-column tail's rows are 64 bytes),
-# and bench tp's q,k,v chunks (nn) fell from 0.98x torch's fused op to 0.62x at 4096 tokens when
-# auto gave them to it (results/h100x4/probes/tp-odd-width-nn.csv; nt only: tp-odd-width-nt-only.csv).
+# `pays`, with its H100 measurements: 0.84-0.98x cuBLAS where rung 6 ran 0.62-0.86x). With B
+# row-major (nn) only its 192-wide tile: the 160-wide one lost there (0.64-0.76x at 512 and 1024 x
+# 2560 x 8192, its 32-column tail's rows 64 bytes). Not where SMs are spared for other streams'
+# kernels: bench tp's q,k,v chunks, which run side by side, lost on it (0.77x torch's fused op at
+# 4096 tokens with the 192-wide tile, 0.62x with the 160, where rung 6 gives 0.98x; four H100s,
+# results/h100x4/probes/tp-odd-width-*.csv).
 AUTO_ORDER_ODD_WIDTH = ("odd_width", *AUTO_ORDER)
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
@@ -79,6 +80,8 @@ def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: tor
         reason = cannot_take(info, a, b, out_dtype)
         if reason is None:
             skipped = "".join(f"; not {name}: {why}" for name, why in passed)
+            if info.name == "odd_width" and config is None:  # its tile depends on B's layout, which
+                config = _odd_width_tile(a, b, _sm_count(a.device))  # the registry's hook can't see
             return info, config, f"the first of {rule} that takes the problem{skipped}"
         passed.append((info.name, reason))
     checks.check_device(candidates[-1], a.device)  # raises the most helpful error
@@ -96,8 +99,8 @@ def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str
         return AUTO_ORDER_SHORT_K, rule
     if 2 * M * K * b.shape[1] < STAGING_MIN_FLOPS and _tma_would_copy(a, b):
         return AUTO_ORDER_UNALIGNED, f"rows TMA can't read, under {STAGING_MIN_FLOPS:.2g} FLOPs: {AUTO_ORDER_UNALIGNED}"
-    if _odd_width_pays(a, b, _sm_count(a.device)):
-        rule = "at most two waves of 160- or 192-wide tiles fill the SMs where rung 6's leave a quarter idle"
+    if _odd_width_tile(a, b, _sm_count(a.device)) is not None:
+        rule = "at most two waves of 160- or 192-wide tiles where rung 6's leave a quarter of the SMs idle"
         return AUTO_ORDER_ODD_WIDTH, f"{rule}: {AUTO_ORDER_ODD_WIDTH}"
     return AUTO_ORDER, f"{AUTO_ORDER}"
 
@@ -124,16 +127,23 @@ def _short_k_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool
     return waves >= 2 and rows_on_fast_boundaries(a, b)
 
 
-def _odd_width_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool:
+def _odd_width_tile(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> MatmulConfig | None:
+    """Rung 13's tile where `auto` gives it the problem (odd_width.pays), else None."""
     if num_sms is None or a.dtype not in (torch.float16, torch.bfloat16):  # no GPU, or not a Gluon dtype
-        return False
-    if a.stride(1) != 1 or b.stride(0) != 1:  # measured ahead with A row-major and B K-major (nt) only
-        return False
-    from tritongemm import hopper  # it imports triton: only for a GPU's problem
+        return None
+    if a.stride(1) != 1:  # measured with A row-major only
+        return None
+    from tritongemm import device_info, hopper  # hopper imports triton: only for a GPU's problem
+
+    if device_info.spare_sms():  # other streams' kernels beside this GEMM (the tensor-parallel ops'
+        return None  # transfers and side-by-side chunk GEMMs): its tiles won't have the waves alone
 
     M, K = a.shape
     N = b.shape[1]
-    return hopper.odd_width.pays(M, N, K, num_sms, hopper.persistent_pipelined_config(M, N, K, num_sms))
+    b_k_major = b.stride(0) == 1 and b.stride(1) != 1
+    if not hopper.odd_width.pays(M, N, K, num_sms, hopper.persistent_pipelined_config(M, N, K, num_sms), b_k_major):
+        return None
+    return hopper.odd_width.default_config(M, N, K, num_sms, b_k_major)
 
 
 def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, copy_any_size=False) -> str | None:

@@ -284,7 +284,9 @@ register(
 
 
 def _odd_width_config(dtype, M, N, K, device) -> MatmulConfig:
-    return odd_width.default_config(M, N, K, _num_sms(device))
+    """For kernel="odd_width" by name: the tile for B row-major, which serves both layouts (the
+    hook sees no operands; `auto` passes the layout's own tile, dispatch.py)."""
+    return odd_width.default_config(M, N, K, _num_sms(device), b_k_major=False)
 
 
 register(

@@ -72,36 +72,43 @@ def wave_fill(config: MatmulConfig, M: int, N: int, num_sms: int) -> float:
     return useful / (-(-tiles // num_sms) * num_sms)
 
 
-# Where `auto` takes it (dispatch.py): at most two waves of its tiles, at least 90% full, where rung
-# 6's tile leaves a quarter of the SMs' time idle, on a K long enough that each tile's steps
-# outweigh its prologue and epilogue. Measured on the H100 against rung 6's rules, kernel-only, two
-# runs (results/h100/probes/odd-width-first.csv, odd-width-auto.csv): 512 x 2560 x 8192 0.90-0.94x
-# cuBLAS where rung 6 ran 0.62-0.67x, 1024 x 2560 x 8192 0.84-0.90x (0.79x), 2048 x 1536 x 4096
-# 0.90-0.98x (0.85-0.86x). Past two waves it lost (2048 x 2560 x 8192: 0.85x against split_tail's
-# 0.91-0.94x; 4096 rows 0.84-0.85x against rung 6's 0.94-0.97x).
-PAYS_MIN_FILL = 0.9
+# Where `auto` takes it (dispatch.py): at most two waves of its tiles where rung 6's tile leaves a
+# quarter of the SMs' time idle, on a K long enough that each tile's steps outweigh its prologue and
+# epilogue; with B a weight's view (nt) its tiles at least 90% full. Measured on the H100 against
+# rung 6's rules, kernel-only:
+#   nt, two runs (results/h100/probes/odd-width-first.csv, odd-width-auto.csv): 512 x 2560 x 8192
+#   0.90-0.94x cuBLAS where rung 6 ran 0.62-0.67x, 1024 x 2560 x 8192 0.84-0.90x (0.79x), 2048 x
+#   1536 x 4096 0.90-0.98x (0.85-0.86x);
+#   nn, 64 x 192, two runs at 2560 columns (odd-width-nn.csv, odd-width-nn-2.csv): 512 x 2560 x
+#   8192 0.97-0.98x (0.74-0.76x), 1024 rows 0.84-0.87x (0.81-0.83x), 2048 x 1536 x 4096 0.96x
+#   (0.86x), 512 x 1536 x 4096 0.96x (0.78x), although its tiles fill 48-97% of their waves.
+# Where it lost: past two waves (2048 x 2560 x 8192: 0.85x nt against split_tail's 0.91-0.94x,
+# 0.74x nn against rung 6's 0.79x; 4096 rows 0.80-0.85x against 0.92-0.97x), and where rung 6
+# filled its waves (1024 x 7168 x 8192 nn: 0.91x against 0.97-1.00x; 512 x 14336 x 8192 0.98x
+# against 1.01-1.03x).
+PAYS_MIN_FILL_NT = 0.9
 PAYS_MAX_WAVES = 2
 PAYS_RUNG6_MAX_FILL = 0.75
 PAYS_MIN_K = 2048
 
 
-def pays(M: int, N: int, K: int, num_sms: int, rung6: MatmulConfig) -> bool:
+def pays(M: int, N: int, K: int, num_sms: int, rung6: MatmulConfig, b_k_major: bool) -> bool:
     """Whether `auto` gives this problem to the odd widths rather than rung 6's `rung6` tile (pure)."""
     if K < PAYS_MIN_K:
         return False
-    config = default_config(M, N, K, num_sms)
+    config = default_config(M, N, K, num_sms, b_k_major)
     waves = -(-config.num_tiles(M, N) // num_sms)
-    return (
-        waves <= PAYS_MAX_WAVES
-        and wave_fill(config, M, N, num_sms) >= PAYS_MIN_FILL
-        and wave_fill(rung6, M, N, num_sms) <= PAYS_RUNG6_MAX_FILL
-    )
+    full_enough = not b_k_major or wave_fill(config, M, N, num_sms) >= PAYS_MIN_FILL_NT
+    return waves <= PAYS_MAX_WAVES and full_enough and wave_fill(rung6, M, N, num_sms) <= PAYS_RUNG6_MAX_FILL
 
 
-def default_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
-    """Of TILES, the one whose tiles fill the waves best; the larger tile where two fill as well
-    (pure: tests and rules call it without a GPU)."""
-    return max(TILES, key=lambda t: (round(wave_fill(t, M, N, num_sms), 2), t.BLOCK_M * t.BLOCK_N))
+def default_config(M: int, N: int, K: int, num_sms: int, b_k_major: bool) -> MatmulConfig:
+    """Of TILES, the one whose tiles fill the waves best, the larger where two fill as well (pure:
+    tests and rules call it without a GPU). With B row-major, only tails of 64 columns and more:
+    a 32-column tail's rows are 64 bytes, under the 128-byte swizzle of the other boxes, and its
+    tile ran 0.57-0.86x where the 192-wide one ran 0.74-0.98x (results/h100/probes/odd-width-nn*.csv)."""
+    tiles = TILES if b_k_major else tuple(t for t in TILES if split_width(t.BLOCK_N)[1] >= 64)
+    return max(tiles, key=lambda t: (round(wave_fill(t, M, N, num_sms), 2), t.BLOCK_M * t.BLOCK_N))
 
 
 def split_width(BLOCK_N: int) -> tuple[int, int]:
