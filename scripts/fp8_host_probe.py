@@ -1,11 +1,13 @@
 """Where an `Fp8Linear` call spends its host time, beside the bf16 `nn.Linear` it replaces: the
 whole forward, `quantize_fp8` and `scaled_mm` alone, and each of their planned calls without the
 plan look-up. Host time is the wall clock until the last launch returns, per call, over calls
-issued back to back (median of 5 rounds); the GPU time is do_bench's. bf16, row-wise. On a GPU:
+issued back to back (median of 5 rounds); the GPU time is do_bench's. bf16; row-wise scales, or
+`--recipe block`. On a GPU:
 
-    PYTHONPATH=. python3 scripts/fp8_host_probe.py
+    PYTHONPATH=. python3 scripts/fp8_host_probe.py [--recipe block]
 """
 
+import argparse
 import statistics
 import time
 
@@ -35,32 +37,35 @@ def host_us(call) -> float:
     return statistics.median(times)
 
 
-def probe(M: int, K: int, N: int) -> None:
+def probe(M: int, K: int, N: int, recipe: str) -> None:
     linear = torch.nn.Linear(K, N, bias=False, device="cuda", dtype=torch.bfloat16)
-    fp8 = Fp8Linear.from_linear(linear, "row")
+    fp8 = Fp8Linear.from_linear(linear, recipe)
     x = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    xq, sx = quantize_fp8(x, "row")
+    xq, sx = quantize_fp8(x, recipe)
     w_t, sw = fp8.weight_fp8.T, fp8.weight_scale
     scaled_mm(xq, w_t, sx, sw, out_dtype=torch.bfloat16)
-    quantize_call = PLANS.find_key(_key("quantize_fp8", "row", None, torch.float8_e4m3fn, x))
+    quantize_call = PLANS.find_key(_key("quantize_fp8", recipe, None, torch.float8_e4m3fn, x))
     mm_call = PLANS.find_key(_key("scaled_mm", "auto", None, None, 1.0, torch.bfloat16, xq, w_t, sx, sw, None, None))
     calls = {
         "nn.Linear bf16": lambda: linear(x),
         "Fp8Linear": lambda: fp8(x),
-        "quantize_fp8": lambda: quantize_fp8(x, "row"),
+        "quantize_fp8": lambda: quantize_fp8(x, recipe),
         "scaled_mm": lambda: scaled_mm(xq, w_t, sx, sw, out_dtype=torch.bfloat16),
         "quantize's plan, called": lambda: quantize_call(x),
         "scaled_mm's plan, called": lambda: mm_call(xq, w_t, sx, sw, None, None),
     }
-    print(f"M={M} K={K} N={N}")
+    print(f"M={M} K={K} N={N} {recipe}")
     for name, call in calls.items():
         print(f"  {name:26s} host {host_us(call):6.1f} us   GPU {do_bench(call) * 1e3:7.1f} us")
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="row", choices=("row", "block"))
+    recipe = parser.parse_args().recipe
     with torch.no_grad():
         for M, K, N in SHAPES:
-            probe(M, K, N)
+            probe(M, K, N, recipe)
 
 
 if __name__ == "__main__":
