@@ -17,3 +17,7 @@ python3 -m tritongemm schedule $h100 --kernel tma_pipelined --out "$img/schedule
 python3 -m tritongemm schedule $h100 --kernel grouped --out "$img/schedule-h100-grouped.png"
 python3 -m tritongemm l2 8192 8192 8192 --plot "$img/l2-8192.png"
 python3 -m tritongemm.grouped.schedule --out "$img/grouped-schedule.png"
+# Odd widths (docs/stream-k.md): one GPU's q,k,v chunk in rung 6's 64 x 128 tiles, 1.2 waves run in
+# two, and in rung 13's 64 x 160, one (rung 13 walks its tiles in rung 6's order).
+python3 -m tritongemm schedule 512 2560 --kernel tma_persistent_pipelined --block-m 64 --block-n 128 --out "$img/waves-512x2560-64x128.png"
+python3 -m tritongemm schedule 512 2560 --kernel tma_persistent_pipelined --block-m 64 --block-n 160 --out "$img/waves-512x2560-64x160.png"

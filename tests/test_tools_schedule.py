@@ -90,3 +90,12 @@ def test_large_grid_draws_without_numbers(tmp_path):
 def test_bad_kernel_says_what_is_expected():
     with pytest.raises(ValueError, match="unknown kernel 'fast'; expected one of"):
         launch.ordering_of("fast")
+
+
+def test_odd_widths_are_drawn_in_rung_6_s_order_and_other_widths_refused(tmp_path, capsys):
+    out = tmp_path / "odd.png"
+    argv = f"schedule 512 2560 --kernel tma_persistent_pipelined --block-m 64 --block-n 160 --out {out}".split()
+    assert main(argv) == 0
+    assert "8x16 = 128 tiles, 128 persistent programs, 1 steps" in capsys.readouterr().out
+    assert main("schedule 512 2560 --block-n 100".split()) != 0
+    assert "the sum of two (96, 160, 192, ...), but got '100'" in capsys.readouterr().err

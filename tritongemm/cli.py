@@ -355,6 +355,21 @@ def tile_size(text: str) -> int:
     return value
 
 
+def tile_width(text: str) -> int:
+    """A tile's BLOCK_N: a power of two >= 16, or an odd width (two powers of two side by side,
+    hopper/odd_width.py: 96, 160, 192, ...), as MatmulConfig takes them."""
+    from tritongemm.config import MatmulConfig
+
+    value = _int(text, 16)
+    try:
+        MatmulConfig(BLOCK_N=value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a power of two >= 16, or the sum of two (96, 160, 192, ...), but got {text!r}"
+        ) from None
+    return value
+
+
 def comma_list(item: Callable[[str], object], form: str, count: int | None = None) -> Callable[[str], tuple]:
     """A type: comma-separated values, each parsed by `item` (`count` of them when given)."""
 

@@ -85,7 +85,7 @@ def draw(launch: Launch, path: str | Path, title: str | None = None) -> Path:
 
 
 def add_parser(commands) -> None:
-    from tritongemm.cli import positive_int, tile_size
+    from tritongemm.cli import positive_int, tile_size, tile_width
 
     p = commands.add_parser("schedule", help="draw which program (SM, step) computes each output tile (PNG)")
     p.add_argument("M", type=positive_int)
@@ -93,7 +93,7 @@ def add_parser(commands) -> None:
     p.add_argument("--kernel", default="grouped", choices=launch_mod.KERNELS)
     p.add_argument("--scheduler", default="grouped", choices=("grouped", "chunked"), help="tma_persistent*: tiles")
     p.add_argument("--block-m", type=tile_size, default=128)
-    p.add_argument("--block-n", type=tile_size, default=128)
+    p.add_argument("--block-n", type=tile_width, default=128, help="160 or 192: rung 13's odd widths")
     p.add_argument("--group-size-m", type=positive_int, default=8)
     p.add_argument(
         "--sms", type=positive_int, default=launch_mod.H100.num_sms, help="number of SMs (default: H100, 132)"
