@@ -57,7 +57,9 @@ NAME = "odd_width"
 # Its tiles: one warpgroup's 64 rows, 192 or 160 columns, rings as deep as shared memory allows
 # beside C's two staging buffers (smem_bytes). Two warpgroups' 128 rows ran slower on the H100 at
 # every shape tried, 0.72-0.87x cuBLAS where these ran 0.77-0.98x (128 x 160: 0.79x at 2048 x
-# 2560 x 8192, 64 x 160 0.85x; results/h100/probes/odd-width-first.csv); why was not looked into.
+# 2560 x 8192, 64 x 160 0.85x; results/h100/probes/odd-width-first.csv): as one partition of 8
+# warps they wait for each other at a CTA barrier around every ring wait and load, 43% of their
+# issue gaps under Nsight Compute (results/h100/probes/ncu-odd-width/).
 TILES = (
     MatmulConfig(BLOCK_M=64, BLOCK_N=192, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=6),
     MatmulConfig(BLOCK_M=64, BLOCK_N=160, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=4, num_stages=7),
