@@ -66,6 +66,32 @@ def test_a_part_s_rows_come_from_the_data_pointer_of_whatever_tensor_is_given():
     assert split_tail._Rows(None, 0, 3)(x) is None  # no such operand in the plan: none passed on
 
 
+def test_auto_takes_it_where_it_was_measured_ahead_and_not_where_it_was_behind():
+    from tritongemm.hopper import persistent_pipelined_config
+
+    def pays(M, N, K):
+        return split_tail.pays(M, N, K, 132, persistent_pipelined_config(M, N, K, 132))
+
+    for M, N, K in [(1280, 4096, 8192), (1536, 3072, 4096), (1792, 2560, 8192), (2048, 2560, 4096),
+                    (3328, 1536, 8192), (2048, 2560, 8192)]:  # fmt: skip
+        assert pays(M, N, K), (M, N, K)
+    for M, N, K in [(768, 6144, 4096), (768, 1536, 4096), (256, 2560, 8192), (4096, 2560, 8192), (8192, 8192, 8192),
+                    (2048, 2560, 1024), (8192, 14336, 4096)]:  # fmt: skip
+        assert not pays(M, N, K), (M, N, K)
+
+
+def test_auto_leaves_it_out_beside_other_streams_kernels_and_for_an_m_major_a():
+    from tritongemm import device_info, dispatch
+
+    a = torch.empty(2048, 8192, dtype=torch.bfloat16, device="meta")  # meta: shapes and strides only
+    b = torch.empty(2560, 8192, dtype=torch.bfloat16, device="meta").T
+    assert dispatch._split_tail_pays(a, b, 132)
+    assert not dispatch._split_tail_pays(torch.empty(8192, 2048, dtype=torch.bfloat16, device="meta").T, b, 132)
+    assert not dispatch._split_tail_pays(a, b, None)  # no GPU
+    with device_info.sparing_sms(1):  # the tensor-parallel ops' chunk GEMMs share the GPU
+        assert not dispatch._split_tail_pays(a, b, 131)
+
+
 gpu = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA and WGMMA")
 # (M, N, K, SM count to fill): a head and a split tail (the last with a partial tile row and K
 # not a multiple of 64, rows TMA reads in place); the tail alone (head empty); no split.

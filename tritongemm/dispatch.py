@@ -41,6 +41,11 @@ AUTO_ORDER_SHORT_K = ("tma_ping_pong", *AUTO_ORDER)
 # 4096 tokens with the 192-wide tile, 0.62x with the 160, where rung 6 gives 0.98x; four H100s,
 # results/h100x4/probes/tp-odd-width-*.csv).
 AUTO_ORDER_ODD_WIDTH = ("odd_width", *AUTO_ORDER)
+# A few waves of rung 6's 128 x 128 tiles and a fraction, from 1024 rows and a K of 4096: rung 12
+# runs the rows of whole waves as rung 6 and splits the last, short wave's tiles along K
+# (hopper/split_tail.py `pays`, with its H100 measurements: 0.81-0.94x cuBLAS where rung 6 ran
+# 0.77-0.85x). Not where SMs are spared for other streams' kernels, as for the odd widths.
+AUTO_ORDER_SPLIT_TAIL = ("split_tail", *AUTO_ORDER)
 # Operands TMA can't read in place (a row stride that is not a multiple of 16 bytes, an offset
 # pointer): on the H100, 12345 x 4567 x 2345 fp16, whose rows are 4690 and 9134 bytes, ran at
 # 0.15x cuBLAS on the triton.language path and at 2.6-2.8x on the TMA kernels given aligned
@@ -102,6 +107,9 @@ def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str
     if _odd_width_tile(a, b, _sm_count(a.device)) is not None:
         rule = "at most two waves of 160- or 192-wide tiles where rung 6's leave a quarter of the SMs idle"
         return AUTO_ORDER_ODD_WIDTH, f"{rule}: {AUTO_ORDER_ODD_WIDTH}"
+    if _split_tail_pays(a, b, _sm_count(a.device)):
+        rule = "a few waves of 128 x 128 tiles and a short one, split along K"
+        return AUTO_ORDER_SPLIT_TAIL, f"{rule}: {AUTO_ORDER_SPLIT_TAIL}"
     return AUTO_ORDER, f"{AUTO_ORDER}"
 
 
@@ -144,6 +152,18 @@ def _odd_width_tile(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> Ma
     if not hopper.odd_width.pays(M, N, K, num_sms, hopper.persistent_pipelined_config(M, N, K, num_sms), b_k_major):
         return None
     return hopper.odd_width.default_config(M, N, K, num_sms, b_k_major)
+
+
+def _split_tail_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool:
+    if num_sms is None or a.dtype not in (torch.float16, torch.bfloat16) or a.stride(1) != 1:
+        return False  # no GPU, not a Gluon dtype, or A M-major (not measured)
+    from tritongemm import device_info, hopper  # hopper imports triton: only for a GPU's problem
+
+    if device_info.spare_sms():  # other streams' kernels beside it: its waves aren't its own
+        return False
+    M, K = a.shape
+    N = b.shape[1]
+    return hopper.split_tail.pays(M, N, K, num_sms, hopper.persistent_pipelined_config(M, N, K, num_sms))
 
 
 def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, copy_any_size=False) -> str | None:

@@ -277,7 +277,7 @@ register(
         idea="whole waves of tiles as rung 6; the rows of a short last wave split along K as rung 7",
         launch=split_tail.launch,
         plan=split_tail.plan,
-        experimental=True,  # 4-5% past rung 6 where it splits a long K (docs/stream-k.md); in auto by no rule
+        experimental=True,  # auto takes it for a few waves of 128 x 128 tiles only (dispatch.AUTO_ORDER_SPLIT_TAIL)
         **_COMMON | dict(default_config=_registry_hook(persistent_pipelined_config)),
     )
 )

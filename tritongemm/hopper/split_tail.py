@@ -48,6 +48,30 @@ def split_rows(M: int, N: int, K: int, config: MatmulConfig, num_sms: int) -> tu
     return (head_rows, S) if S >= 2 else (M, 1)
 
 
+# Where `auto` takes it (dispatch.py): rung 6's tile is 128 x 128 (its rule's choice for a few waves),
+# C at least 1024 rows, K at least 4096, at most three waves, and the tail split. Measured on the H100
+# beside rung 6's rules, kernel-only (eager), results/h100/probes/split-tail-candidates.csv: 1280 x
+# 4096 x 8192 0.89x cuBLAS (0.86x) where rung 6 ran 0.84x (0.81x); 1536 x 3072 x 4096 0.81x (0.80x)
+# against 0.77x (0.77x); 1792 x 2560 x 8192 0.87x (0.84x) against 0.79x (0.80x); 2048 x 2560 x 4096
+# 0.86x (0.85x) against 0.84x (0.85x); 3328 x 1536 x 8192 0.89x (0.86x) against 0.83x (0.82x); 2048
+# x 2560 x 8192 0.90-0.94x in five runs, nt and nn, against 0.79-0.82x; a second run through `auto`
+# (split-tail-auto.csv) agreed on every row. Below 1024 rows it lost
+# (768 x 6144 x 4096: 0.74x against 0.79x; 768 x 1536 x 4096, 64 x 128 tiles split ten ways: 0.60x
+# against 0.70x, 0.33x eager).
+PAYS_MIN_M = 1024
+PAYS_MIN_K = 4096
+PAYS_MAX_WAVES = 3
+
+
+def pays(M: int, N: int, K: int, num_sms: int, rung6: MatmulConfig) -> bool:
+    """Whether `auto` gives this problem to the split tail rather than to rung 6's `rung6` (pure)."""
+    if M < PAYS_MIN_M or K < PAYS_MIN_K or (rung6.BLOCK_M, rung6.BLOCK_N) != (128, 128):
+        return False
+    if rung6.num_tiles(M, N) > PAYS_MAX_WAVES * num_sms:
+        return False
+    return split_rows(M, N, K, rung6, num_sms)[1] > 1
+
+
 def tail_config(config: MatmulConfig, elem_bytes: int = 2) -> MatmulConfig:
     """The tail's tile: the head's, with as many of its ring slots as rung 7's non-overlapped ring
     fits (its C tile shares the ring's memory, rung 6's lives beside it)."""
