@@ -102,6 +102,17 @@ def test_auto_passes_the_tile_of_b_s_layout():
         assert dispatch._odd_width_tile(*operands("nt"), 131) is None
 
 
+def test_a_config_given_with_auto_keeps_rung_6_s_rules(monkeypatch):
+    from tritongemm import dispatch
+    from tritongemm.config import MatmulConfig
+
+    monkeypatch.setattr(dispatch, "_sm_count", lambda device: 132)  # as on an H100, for meta tensors
+    a = torch.empty(512, 8192, dtype=torch.bfloat16, device="meta")
+    b = torch.empty(2560, 8192, dtype=torch.bfloat16, device="meta").T
+    assert dispatch._rules_order(a, b)[0] == dispatch.AUTO_ORDER_ODD_WIDTH
+    assert dispatch._rules_order(a, b, MatmulConfig())[0] == dispatch.AUTO_ORDER  # its tile is rung 6's
+
+
 gpu = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA and WGMMA")
 # (M, N, K, programs): whole waves; a last tile whose tail is cut by N (2552 = 15 x 160 + 152, or
 # 13 x 192 + 56 where the tail lies wholly past N); C narrower than the main part (N = 104); K not

@@ -171,7 +171,7 @@ def check_config(kernel: KernelInfo, config, device: torch.device) -> None:
         if config.odd_width and not kernel.odd_widths:
             raise ValueError(
                 f"matmul: kernel {kernel.name!r} takes tiles whose BLOCK_N is a power of two, but got "
-                f"BLOCK_N={config.BLOCK_N} (an odd width, kernel 'odd_width''s)"
+                f"BLOCK_N={config.BLOCK_N}, an odd width, which only kernel 'odd_width' takes"
             )
         return
     if config == "autotune":

@@ -78,15 +78,15 @@ def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: tor
             # The table measured its winner on operands of this bucket, copies included if any.
             if cannot_take(info, a, b, out_dtype, copy_any_size=True) is None:
                 return info, choice.config, choice.why
-    order, rule = _rules_order(a, b)
+    order, rule = _rules_order(a, b, config)
     candidates = [registry.get(name) for name in order]
     passed = []
     for info in candidates:
         reason = cannot_take(info, a, b, out_dtype)
         if reason is None:
             skipped = "".join(f"; not {name}: {why}" for name, why in passed)
-            if info.name == "odd_width" and config is None:  # its tile depends on B's layout, which
-                config = _odd_width_tile(a, b, _sm_count(a.device))  # the registry's hook can't see
+            if info.name == "odd_width":  # its tile depends on B's layout, which the registry's hook can't see
+                config = _odd_width_tile(a, b, _sm_count(a.device))
             return info, config, f"the first of {rule} that takes the problem{skipped}"
         passed.append((info.name, reason))
     checks.check_device(candidates[-1], a.device)  # raises the most helpful error
@@ -94,8 +94,10 @@ def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: tor
     raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
 
 
-def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str]:
-    """The rules' kernels for this problem, in order, and how `explain` names the rule."""
+def _rules_order(a: torch.Tensor, b: torch.Tensor, config=None) -> tuple[tuple[str, ...], str]:
+    """The rules' kernels for this problem, in order, and how `explain` names the rule. A config
+    given with "auto" was meant for rung 6's tiles: the few-wave rules, whose kernels pick tiles
+    of their own (odd widths; a split tail), are not asked then."""
     M, K = a.shape
     if M <= SKINNY_M:
         return AUTO_ORDER_SKINNY, f"M <= {SKINNY_M}: {AUTO_ORDER_SKINNY}"
@@ -104,6 +106,8 @@ def _rules_order(a: torch.Tensor, b: torch.Tensor) -> tuple[tuple[str, ...], str
         return AUTO_ORDER_SHORT_K, rule
     if 2 * M * K * b.shape[1] < STAGING_MIN_FLOPS and _tma_would_copy(a, b):
         return AUTO_ORDER_UNALIGNED, f"rows TMA can't read, under {STAGING_MIN_FLOPS:.2g} FLOPs: {AUTO_ORDER_UNALIGNED}"
+    if config is not None:
+        return AUTO_ORDER, f"{AUTO_ORDER}"
     if _odd_width_tile(a, b, _sm_count(a.device)) is not None:
         rule = "at most two waves of 160- or 192-wide tiles where rung 6's leave a quarter of the SMs idle"
         return AUTO_ORDER_ODD_WIDTH, f"{rule}: {AUTO_ORDER_ODD_WIDTH}"
