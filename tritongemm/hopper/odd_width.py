@@ -2,12 +2,14 @@
 GEMM's tiles fill whole waves of the GPU.
 
 Idea: a persistent GEMM takes as long as its busiest SM, and that SM runs ceil(tiles / SMs)
-tiles. 2048 x 2560 (one GPU's q,k,v chunk of a tensor-parallel 8192-token step) cuts into 320
-tiles of 128 x 128: 2.42 waves on 132 SMs, so the third wave runs with 56 SMs busy and 76 idle,
-and the GEMM takes 3 waves' time for 2.42 waves of work. Rung 6 there ran at 0.81x cuBLAS, about
-what 2.42 / 3 predicts of a kernel otherwise at cuBLAS's level. 128 x 160 tiles cut it into 256:
-1.94 waves, two full ones. cuBLAS picks such widths itself (128 x 200, 256 x 152 on the shapes of
-results/h100/cublas-kernels.csv).
+tiles. 512 x 2560 (one GPU's q,k,v chunk of a tensor-parallel 2048-token step) cuts into 160
+tiles of rung 6's 64 x 128: 1.2 waves on 132 SMs, so the second wave runs with 28 SMs busy and
+104 idle, as long as the first. Rung 6 there ran at 0.62-0.67x cuBLAS. 64 x 160 tiles cut it into
+128: one wave, 97% full, at 0.90-0.94x (docs/stream-k.md). cuBLAS picks such widths itself (128 x
+200, 256 x 152 on the shapes of results/h100/cublas-kernels.csv). Where the waves are full anyway
+a tile in two parts costs about a tenth (8192^3: 0.90-0.92x against rung 6's 1.02-1.05x), and
+beside other GEMMs on other streams its full waves starve them; `auto` takes it accordingly
+(`pays`, dispatch.py).
 
 Triton wants every tensor's dimensions to be powers of two, the accumulator's as much as a TMA
 box's, so a 160-wide tile is two: a 128-wide main part and a 32-wide tail (192: 128 + 64). Each
