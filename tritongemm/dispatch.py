@@ -139,16 +139,25 @@ def _short_k_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool
     return waves >= 2 and rows_on_fast_boundaries(a, b)
 
 
+def _waves_its_own(a: torch.Tensor, num_sms: int | None) -> bool:
+    """Whether the few-wave rules may ask: a GPU, a Gluon dtype, A row-major (all they were measured
+    on), and no SMs spared for other streams' kernels (the tensor-parallel ops' transfers and
+    side-by-side chunk GEMMs), beside which a GEMM's tiles don't have the waves to themselves."""
+    from tritongemm import device_info
+
+    return (
+        num_sms is not None
+        and a.dtype in (torch.float16, torch.bfloat16)
+        and a.stride(1) == 1
+        and not device_info.spare_sms()
+    )
+
+
 def _odd_width_tile(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> MatmulConfig | None:
     """Rung 13's tile where `auto` gives it the problem (odd_width.pays), else None."""
-    if num_sms is None or a.dtype not in (torch.float16, torch.bfloat16):  # no GPU, or not a Gluon dtype
+    if not _waves_its_own(a, num_sms):
         return None
-    if a.stride(1) != 1:  # measured with A row-major only
-        return None
-    from tritongemm import device_info, hopper  # hopper imports triton: only for a GPU's problem
-
-    if device_info.spare_sms():  # other streams' kernels beside this GEMM (the tensor-parallel ops'
-        return None  # transfers and side-by-side chunk GEMMs): its tiles won't have the waves alone
+    from tritongemm import hopper  # it imports triton: only for a GPU's problem
 
     M, K = a.shape
     N = b.shape[1]
@@ -159,12 +168,10 @@ def _odd_width_tile(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> Ma
 
 
 def _split_tail_pays(a: torch.Tensor, b: torch.Tensor, num_sms: int | None) -> bool:
-    if num_sms is None or a.dtype not in (torch.float16, torch.bfloat16) or a.stride(1) != 1:
-        return False  # no GPU, not a Gluon dtype, or A M-major (not measured)
-    from tritongemm import device_info, hopper  # hopper imports triton: only for a GPU's problem
-
-    if device_info.spare_sms():  # other streams' kernels beside it: its waves aren't its own
+    if not _waves_its_own(a, num_sms):
         return False
+    from tritongemm import hopper  # it imports triton: only for a GPU's problem
+
     M, K = a.shape
     N = b.shape[1]
     return hopper.split_tail.pays(M, N, K, num_sms, hopper.persistent_pipelined_config(M, N, K, num_sms))

@@ -299,11 +299,13 @@ def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_spli
 
 def planned_launch(
     kernel, grid, desc: Descriptors, constexprs: dict, c: torch.Tensor, epilogue: Epilogue = PLAIN, bias=None,
-    residual=None, preact=None, trailing: tuple = (),
+    residual=None, preact=None, trailing: tuple = (), tails: Descriptors | None = None,
 ):  # fmt: skip
     """Compile a Gluon kernel that takes (a_desc, b_desc, c_desc, *epilogue arguments, *trailing,
     *constexprs) for this geometry and return `launch(a, b, c, bias=None, residual=None,
     preact=None)` for tensors of the same geometry. `trailing`: arguments the same in every call.
+    `tails`: a second set of descriptors on the same b and c (other boxes: odd_width.py's tile
+    tails), passed after c_desc as (b's, c's).
 
     A descriptor is its tensor's address, shape, strides and block: only the address changes from
     call to call, so each call encodes the plan's descriptors at the new tensors' addresses
@@ -312,12 +314,16 @@ def planned_launch(
     called at before (a weight, always) reuses that call's encoding.
     """
     fixed = (*epilogue.fixed_args(residual, preact), *trailing)
-    runtime = (desc.a, desc.b, desc.c, *epilogue.pointers(bias, residual, preact), *fixed)
+    descriptors = (desc.a, desc.b, desc.c) if tails is None else (desc.a, desc.b, desc.c, tails.b, tails.c)
+    runtime = (*descriptors, *epilogue.pointers(bias, residual, preact), *fixed)
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
     # A transposed operand's descriptor describes its .T: the same data pointer and dtype, which is
     # all that a launch reads from a descriptor's tensor (its shape and strides are the plan's), so
     # the operand serves.
-    launch = compiled.with_descriptors((desc.a, desc.b, desc.c), bind)
+    launch = compiled.with_descriptors(descriptors, bind)
+    if tails is not None:  # the tails' descriptors move onto the same b and c
+        with_tails = launch
+        launch = lambda a, b, c, *rest: with_tails(a, b, c, b, c, *rest)  # noqa: E731
     if epilogue.plain:  # matmul's launch, in the fewest steps
         return lambda a, b, c, *_: launch(a, b, c, 0, 0, 0, *fixed)
 

@@ -40,8 +40,7 @@ from triton.language.core import _aggregate as aggregate
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import PLAIN, Epilogue
 from tritongemm.epilogue.kernels import apply_gl
-from tritongemm.fast_launch import compile_launch
-from tritongemm.hopper.descriptors import bind, make_descriptors
+from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.gluon_compat import tma_load
 from tritongemm.hopper.mma import wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
@@ -340,26 +339,14 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     require_sm90(NAME, c.device)
     check_config(config, a.element_size())
     main_n, tail_n = split_width(config.BLOCK_N)
-    M, N = c.shape
     desc = make_descriptors(a, b, c, config.BLOCK_M, main_n, config.BLOCK_K)
     tails = make_descriptors(a, b, c, config.BLOCK_M, tail_n, config.BLOCK_K)  # its b and c: the tail's boxes
-    num_tiles = -(-M // config.BLOCK_M) * -(-N // config.BLOCK_N)
-    grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
-    spec = epilogue
-    fixed = spec.fixed_args(residual, preact)
+    grid = (num_persistent_programs(config.num_tiles(*c.shape), c.device, num_programs),)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
-        **desc.layout_constexprs(), num_warps=config.num_warps, **spec.constexprs(),
+        **desc.layout_constexprs(), num_warps=config.num_warps,
     )  # fmt: skip
-    descriptors = (desc.a, desc.b, desc.c, tails.b, tails.c)
-    compiled = compile_launch(_odd_width_kernel, grid, (*descriptors, *spec.pointers(bias, residual, preact), *fixed),
-                              constexprs, c.device)  # fmt: skip
-    run = compiled.with_descriptors(descriptors, bind)
-
-    def launch(a, b, c, bias=None, residual=None, preact=None):
-        run(a, b, c, b, c, *spec.pointers(bias, residual, preact), *fixed)
-
-    return launch
+    return planned_launch(_odd_width_kernel, grid, desc, constexprs, c, epilogue, bias, residual, preact, tails=tails)
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *,
