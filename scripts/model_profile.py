@@ -9,6 +9,7 @@ The third argument names bench model's providers to profile (default torch,trito
 fourth picks the phase's setting by its shape, e.g. 4x1024 (default: the phase's first).
 """
 
+import os
 import sys
 
 import torch
@@ -16,7 +17,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from tritongemm.bench.model import SETTINGS, build_models, make_inputs, model_config, timed_call
 
-ROWS = 14
+ROWS = int(os.environ.get("PROFILE_ROWS", "14"))  # the table's kernels, the slowest first
 
 
 def main(family: str, phase: str, providers: str = "torch,tritongemm", shape: str | None = None) -> None:

@@ -89,6 +89,26 @@ def test_nd_gradients():
     assert rel_error(b.grad, b64.grad) <= tolerance(torch.float32, 10)
 
 
+@pytest.mark.parametrize("through", ["matmul", "operator"])
+def test_gradients_come_back_in_their_operands_layouts(through):
+    """A weight's .T (column-major b) gets a gradient that is contiguous as the weight, as torch's
+    mm backward gives it, so that autograd adds no transposing copy; a column-major a likewise."""
+    weight, x = rand(40, 24, requires_grad=True), rand(24, 9, requires_grad=True)  # x.T: (9, 24), column-major
+    grad = rand(9, 40)
+    arriving = {}  # what autograd hands each leaf, before it would copy it into the leaf's layout
+    for name, leaf in (("weight", weight), ("x", x)):
+        leaf.register_hook(lambda g, name=name: arriving.setdefault(name, g))
+    if through == "matmul":
+        c = tritongemm.matmul(x.T, weight.T, kernel=KERNEL)
+    else:
+        c = torch.ops.tritongemm.mm.default(x.T, weight.T, KERNEL)
+    c.backward(grad)
+    assert arriving["weight"].is_contiguous() and arriving["x"].is_contiguous()
+    expected = grad.double().T @ x.detach().double().T  # d weight = dC^T @ a: (40, 24)
+    assert rel_error(weight.grad, expected) <= tolerance(torch.float32, 9)
+    assert rel_error(x.grad, (grad.double() @ weight.detach().double()).T) <= tolerance(torch.float32, 40)
+
+
 @pytest.mark.parametrize(
     "a_shape, b_shape", [((2, 3, 0), (0, 4)), ((3, 4), (4, 0)), ((3, 0), (0, 5)), ((2, 0, 4), (4, 5))]
 )
