@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from cases import DEVICE, DTYPES, ON_GPU, ON_HOPPER
 
 import tritongemm
-from tritongemm.blocks import GatedMLP, QKVProjection
+from tritongemm.blocks import GatedMLP, QKVProjection, RMSNorm
 from tritongemm.blocks.fuse import why_not_fused
 from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.epilogue import activate_torch
@@ -302,6 +302,7 @@ def test_patch_fuse_on_transformers_models(architecture):
     ref_grad = model.model.layers[0].mlp.down_proj.weight.grad.clone()
     attention = model.model.layers[0].self_attn
     ref_qkv_grad = torch.cat([getattr(attention, p).weight.grad for p in ("q_proj", "k_proj", "v_proj")])
+    ref_norm_grad = model.model.layers[0].input_layernorm.weight.grad.clone()
     model.zero_grad()
 
     tritongemm.patch(model, fuse=True)
@@ -311,6 +312,8 @@ def test_patch_fuse_on_transformers_models(architecture):
     assert all(isinstance(layer.mlp, GatedMLP) for layer in model.model.layers)
     assert all(isinstance(layer.self_attn.q_proj, QKVProjection) for layer in model.model.layers)
     assert "fused 2 gated MLPs into GatedMLP, 2 attention q/k/v projections" in str(report)
+    norms = [f"model.layers.{i}.{n}" for i in (0, 1) for n in ("input_layernorm", "post_attention_layernorm")]
+    assert report.fused_norms == [*norms, "model.norm"] and isinstance(model.model.norm, RMSNorm)
     joined = model.model.layers[0].self_attn.q_proj
     calls = []
     joined.register_forward_hook(lambda *_: calls.append("q"))
@@ -321,13 +324,15 @@ def test_patch_fuse_on_transformers_models(architecture):
     assert rel_error(out.logits, ref_logits.double()) <= 1e-5
     assert rel_error(model.model.layers[0].mlp.down_proj.weight.grad, ref_grad.double()) <= 1e-4
     assert rel_error(joined.qkv_weight.grad, ref_qkv_grad.double()) <= 1e-4
+    assert rel_error(model.model.layers[0].input_layernorm.weight.grad, ref_norm_grad.double()) <= 1e-4
     # per layer: the q/k/v GEMM, o_proj, the gated pair's (not a linear) and down_proj; and lm_head
     assert launches.count == 2 * 3 + 1 and calls == ["q"]
     assert joined._kept is None  # k and v took theirs: nothing is held after the forward
     assert sorted(model.state_dict()) == sorted(keys)  # the same keys (down_proj first within an MLP now)
     model.load_state_dict(model.state_dict())
     tritongemm.patch(model, fuse=True)
-    assert model.tritongemm_patch_report.fused == [] and model.tritongemm_patch_report.fused_qkv == []
+    again = model.tritongemm_patch_report
+    assert again.fused == [] and again.fused_qkv == [] and again.fused_norms == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if ON_GPU else [torch.float32], ids=str)

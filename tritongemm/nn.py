@@ -98,6 +98,8 @@ class PatchReport:
     fused_qkv: list[str] = field(default_factory=list)
     # fuse=True: the decoder layers whose residual adds are done in o_proj's and down_proj's stores.
     fused_residuals: list[str] = field(default_factory=list)
+    # fuse=True: the RMSNorms put in place as tritongemm.blocks.RMSNorm (one kernel each way).
+    fused_norms: list[str] = field(default_factory=list)
     not_fused: dict[str, str] = field(default_factory=dict)
     # fp8: the modules whose Fp8Linears of one input share its quantization (SHARED_INPUTS).
     shared_quantization: list[str] = field(default_factory=list)
@@ -111,10 +113,11 @@ class PatchReport:
             text += f"; experts: {self.experts}"
         if self.shared_quantization:
             text += f"; {len(self.shared_quantization)} groups of fp8 layers share their input's quantization"
-        if self.fused or self.fused_qkv or self.fused_residuals or self.not_fused:
+        if self.fused or self.fused_qkv or self.fused_residuals or self.fused_norms or self.not_fused:
             text += f"; fused {len(self.fused)} gated MLPs into GatedMLP"
             text += f", {len(self.fused_qkv)} attention q/k/v projections into one GEMM each"
-            text += f" and the residual adds of {len(self.fused_residuals)} decoder layers into their GEMMs"
+            text += f", the residual adds of {len(self.fused_residuals)} decoder layers into their GEMMs"
+            text += f" and {len(self.fused_norms)} RMSNorms into one kernel each"
             if self.not_fused:
                 text += "; not fused: " + ", ".join(f"{name} ({why})" for name, why in self.not_fused.items())
         return text
@@ -139,6 +142,8 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     report's `fused`, `fused_qkv` and `not_fused` say which and why. Last, it moves the residual
     adds of transformers' pre-norm decoder layers into the stores of o_proj and down_proj (the
     layer's forward rebuilt from its own source: blocks/residual.py); `fused_residuals` lists them.
+    It also puts a `tritongemm.blocks.RMSNorm` (one kernel forward, one backward; the same weight)
+    in place of each of transformers' RMSNorms of Llama's or Gemma's form; `fused_norms` lists them.
 
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
@@ -159,11 +164,13 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     served = _served_dtypes(kernel)
     report = PatchReport()
     if fuse:
-        from tritongemm.blocks import fuse_mlps, fuse_qkv
+        from tritongemm.blocks import fuse_mlps, fuse_norms, fuse_qkv
 
         refuse = lambda linear: _why_not(linear, served)  # noqa: E731
         report.fused, report.not_fused = fuse_mlps(model, kernel, refuse=refuse)
         report.fused_qkv, left = fuse_qkv(model, kernel, refuse=refuse)
+        report.not_fused.update(left)
+        report.fused_norms, left = fuse_norms(model)
         report.not_fused.update(left)
     seen = {}  # id(nn.Linear) -> its replacement (None: left), so a module shared by two parents stays shared
     for name, module in list(model.named_modules(remove_duplicate=False)):  # every path to a shared module

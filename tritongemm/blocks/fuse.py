@@ -1,6 +1,6 @@
-"""`fuse_mlps` and `fuse_qkv`: transformers' gated MLPs put in place as `GatedMLP`s, and their
-attention's q, k and v projections as one GEMM (`QKVProjection`); what `tritongemm.patch(model,
-fuse=True)` runs first.
+"""`fuse_mlps`, `fuse_qkv` and `fuse_norms`: transformers' gated MLPs put in place as `GatedMLP`s,
+their attention's q, k and v projections as one GEMM (`QKVProjection`), and their RMSNorms as one
+kernel each (`RMSNorm`); what `tritongemm.patch(model, fuse=True)` runs first.
 
 A module is fused only where its forward is known to compute what the fused one does: its class
 is one of transformers' that do (by name, so nothing imports transformers), its projections are
@@ -15,6 +15,7 @@ import torch
 from tritongemm.blocks.gated_mlp import GatedMLP
 from tritongemm.blocks.qkv import NAMES as QKV_NAMES
 from tritongemm.blocks.qkv import QKVProjection
+from tritongemm.blocks.rms_norm import RMSNorm, kernel_serves, rms_norm_reference
 from tritongemm.epilogue import GLU_ACTIVATIONS, activation_of
 
 # transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
@@ -133,5 +134,64 @@ def fuse_qkv(model: torch.nn.Module, kernel: str = "auto", refuse=None) -> tuple
             left[name] = reason
             continue
         QKVProjection.install(module, kernel)
+        fused.append(name)
+    return fused, left
+
+
+# transformers' RMSNorm classes by form (rms_norm.py): (offset, cast) for Llama's weight * cast(x̂)
+# and Gemma's cast(x̂ * (1 + weight)). Olmo2's, cast(weight * x̂), is neither, and is left.
+RMS_NORM_FORMS = {
+    **dict.fromkeys(("LlamaRMSNorm", "MistralRMSNorm", "MixtralRMSNorm", "Qwen2RMSNorm", "Qwen3RMSNorm",
+                     "Qwen2MoeRMSNorm", "Qwen3MoeRMSNorm", "GraniteRMSNorm"), (0.0, True)),
+    **dict.fromkeys(("GemmaRMSNorm", "Gemma2RMSNorm", "Gemma3RMSNorm"), (1.0, False)),
+}  # fmt: skip
+
+
+def why_not_norm(module: torch.nn.Module) -> str | None:
+    """Why `module`, an RMSNorm by its class name, keeps its own forward (None: the kernel can take
+    it). Besides the class, a probe: on a random input the module must compute what its form does,
+    so a transformers release that changes a norm's formula is left, not silently misread."""
+    name = type(module).__name__
+    if name not in RMS_NORM_FORMS:
+        return f"{name}: not a class known to compute an RMSNorm of Llama's or Gemma's form"
+    if "forward" in module.__dict__ or any((module._forward_hooks, module._forward_pre_hooks)):
+        return "its forward is replaced or hooked"
+    weight, eps = getattr(module, "weight", None), _eps(module)
+    if not isinstance(weight, torch.nn.Parameter) or type(weight.data) is not torch.Tensor or weight.dim() != 1:
+        return "its weight is not a plain 1-D parameter"
+    if not isinstance(eps, float):
+        return "it has no float variance_epsilon or eps"
+    probe = torch.randn(2, weight.shape[0], generator=torch.Generator().manual_seed(0)).to(weight)
+    if not kernel_serves(probe, weight):
+        return f"{weight.dtype} weights on {weight.device}: the kernel does not run there"
+    with torch.no_grad():
+        seen, expected = module(probe), rms_norm_reference(probe, weight, eps, *RMS_NORM_FORMS[name])
+    if seen.dtype != expected.dtype or not torch.allclose(seen.float(), expected.float(), rtol=1e-2, atol=1e-2):
+        return "on a probe input it computed something else than its form's formula"
+    return None
+
+
+def _eps(module: torch.nn.Module):
+    eps = getattr(module, "variance_epsilon", getattr(module, "eps", None))
+    return float(eps) if isinstance(eps, (float, int)) and not isinstance(eps, bool) else None
+
+
+def fuse_norms(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
+    """Put, in place, an `RMSNorm` (the same weight Parameter) in place of every transformers RMSNorm
+    `why_not_norm` passes. Returns (the names fused, {name: why not} for those left)."""
+    fused, left, seen = [], {}, {}
+    for name, module in list(model.named_modules(remove_duplicate=False)):
+        if not name or isinstance(module, RMSNorm) or not type(module).__name__.endswith("RMSNorm"):
+            continue
+        if id(module) not in seen:
+            reason = why_not_norm(module)
+            form = RMS_NORM_FORMS.get(type(module).__name__)
+            seen[id(module)] = (RMSNorm.from_norm(module, _eps(module), *form) if reason is None else None, reason)
+        replacement, reason = seen[id(module)]
+        if replacement is None:
+            left[name] = reason
+            continue
+        parent, _, child = name.rpartition(".")
+        setattr(model.get_submodule(parent), child, replacement)
         fused.append(name)
     return fused, left
