@@ -7,6 +7,7 @@ bench model families (random weights, no download) under torch.profiler. bf16, o
 
 The third argument names bench model's providers to profile (default torch,tritongemm); the
 fourth picks the phase's setting by its shape, e.g. 4x1024 (default: the phase's first).
+PROFILE_ROWS sets the table's length, PROFILE_SORT its order (self_cpu_time_total for host time).
 """
 
 import os
@@ -15,9 +16,11 @@ import sys
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from tritongemm.bench.model import SETTINGS, build_models, make_inputs, model_config, timed_call
+from tritongemm.bench import model as bench_model
+from tritongemm.bench.model import SETTINGS, build_models, generator, make_inputs, model_config, timed_call
 
 ROWS = int(os.environ.get("PROFILE_ROWS", "14"))  # the table's kernels, the slowest first
+SORT = os.environ.get("PROFILE_SORT", "self_device_time_total")  # or self_cpu_time_total: the host's view
 
 
 def main(family: str, phase: str, providers: str = "torch,tritongemm", shape: str | None = None) -> None:
@@ -27,10 +30,13 @@ def main(family: str, phase: str, providers: str = "torch,tritongemm", shape: st
     models = build_models(family, config, device="cuda", providers=tuple(names))
     inputs = make_inputs(setting, config["vocab_size"], "cuda")
     for name in names:
-        model = models[name]
-        model.train(phase == "train")
+        models[name].train(phase == "train")
+        # generate calls a compiled model's own generate, which runs the uncompiled forward: profile
+        # what bench model times, a copy with its forward compiled.
+        model = generator(models[name]) if phase == "generate" else models[name]
         call = timed_call(model, setting, inputs)
-        with torch.set_grad_enabled(phase == "train"):
+        # Room for generate's recompiles (bench model's _recompile_limits), an error past it.
+        with torch.set_grad_enabled(phase == "train"), bench_model._recompile_limits():
             for _ in range(2):
                 call()
             torch.cuda.synchronize()
@@ -40,7 +46,7 @@ def main(family: str, phase: str, providers: str = "torch,tritongemm", shape: st
         events = prof.key_averages()
         gpu = sum(e.self_device_time_total for e in events) / 1e3
         print(f"=== {family} {phase} {name}: GPU kernels {gpu:.2f} ms")
-        print(events.table(sort_by="self_device_time_total", row_limit=ROWS, max_name_column_width=70))
+        print(events.table(sort_by=SORT, row_limit=ROWS, max_name_column_width=70))
 
 
 if __name__ == "__main__":

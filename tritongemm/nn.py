@@ -20,6 +20,7 @@ import torch
 
 from tritongemm import api, fused
 from tritongemm.blocks.gated_mlp import GatedMLP  # noqa: F401  tritongemm.nn.GatedMLP
+from tritongemm.blocks.rms_norm import RMSNorm  # noqa: F401  tritongemm.nn.RMSNorm
 from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
 from tritongemm.checks import _dtype_name
 from tritongemm.epilogue import ACTIVATIONS
