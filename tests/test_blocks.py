@@ -250,9 +250,18 @@ def test_patch_fuse_takes_a_model_patched_before():
     assert report.fused == ["mlp"] and report.fused_qkv == ["self_attn"] and not report.not_fused
 
 
-def test_patch_fuse_refuses_fp8():
-    with pytest.raises(ValueError, match="fuse=True"):
-        tritongemm.patch(torch.nn.Sequential(LlamaMLP(8, 8)), fuse=True, fp8="row")
+def test_patch_fuse_with_fp8_fuses_the_norms_only():
+    """fp8 layers are not joined into blocks: each gated MLP's projections become Fp8Linears, the
+    norms one kernel each (a stand-in norm: tests/test_rms_norm.py's)."""
+    from test_rms_norm import LlamaRMSNorm
+
+    from tritongemm.fp8.linear import Fp8Linear
+
+    model = torch.nn.ModuleDict({"mlp": LlamaMLP(128, 128), "norm": LlamaRMSNorm(128)}).to(DEVICE)
+    tritongemm.patch(model, fuse=True, fp8="row")
+    report = model.tritongemm_patch_report
+    assert report.fused_norms == ["norm"] and report.fused == [] and report.fused_qkv == []
+    assert not isinstance(model["mlp"], GatedMLP) and isinstance(model["mlp"].gate_proj, Fp8Linear)
 
 
 TINY = {  # transformers architectures whose MLP is gated, at a few dozen features

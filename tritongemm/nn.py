@@ -145,6 +145,8 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     layer's forward rebuilt from its own source: blocks/residual.py); `fused_residuals` lists them.
     It also puts a `tritongemm.blocks.RMSNorm` (one kernel forward, one backward; the same weight)
     in place of each of transformers' RMSNorms of Llama's or Gemma's form; `fused_norms` lists them.
+    With `fp8`, `fuse=True` fuses the norms only: the GEMMs stay Fp8Linears, each quantizing its
+    input in its own kernel (q, k and v share one quantization), with no blocks or residuals.
 
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
@@ -160,17 +162,18 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         raise ValueError(f"patch: expected fp8 to be None or one of {RECIPES}, but got {fp8!r}")
     if fp8 is not None and kernel != "auto":
         raise ValueError(f"patch: kernel={kernel!r} names a bf16 kernel; with fp8={fp8!r}, the fp8 kernels serve")
-    if fp8 is not None and fuse:
-        raise ValueError(f"patch: fuse=True fuses bf16 blocks; with fp8={fp8!r} each nn.Linear becomes an Fp8Linear")
     served = _served_dtypes(kernel)
     report = PatchReport()
-    if fuse:
-        from tritongemm.blocks import fuse_mlps, fuse_norms, fuse_qkv
+    if fuse and fp8 is None:
+        from tritongemm.blocks import fuse_mlps, fuse_qkv
 
         refuse = lambda linear: _why_not(linear, served)  # noqa: E731
         report.fused, report.not_fused = fuse_mlps(model, kernel, refuse=refuse)
         report.fused_qkv, left = fuse_qkv(model, kernel, refuse=refuse)
         report.not_fused.update(left)
+    if fuse:
+        from tritongemm.blocks import fuse_norms
+
         report.fused_norms, left = fuse_norms(model)
         report.not_fused.update(left)
     seen = {}  # id(nn.Linear) -> its replacement (None: left), so a module shared by two parents stays shared
@@ -192,7 +195,7 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         if seen[id(module)] is not None:
             parent_name, _, child_name = name.rpartition(".")
             setattr(model.get_submodule(parent_name), child_name, seen[id(module)])
-    if fuse:
+    if fuse and fp8 is None:
         from tritongemm.blocks.residual import fuse_residuals
 
         report.fused_residuals, left = fuse_residuals(model)

@@ -19,9 +19,10 @@ is reported and the run goes on.
   loss.backward(); checked on the logits, the loss and every nn.Linear parameter's gradient.
 
 The fp8 providers (`tritongemm-fp8-row`, `tritongemm-fp8-block`) are `tritongemm.patch(model,
-fp8=recipe)` of the same model: inference only, so prefill and generate (their train rows say
-so), checked against the bf16 model with fp8's looser bound, and held to 1.3x eager torch in
-prefill (issue 26).
+fp8=recipe)` of the same model, and their `-fused` twins `patch(model, fp8=recipe, fuse=True)`
+(the RMSNorms in one kernel each as well): inference only, so prefill and generate (their train
+rows say so), checked against the bf16 model with fp8's looser bound, and held to 1.3x eager
+torch in prefill (issue 26).
 
 Needs a CUDA GPU and `transformers` (optional: pip install transformers).
 """
@@ -43,8 +44,10 @@ import torch
 
 from tritongemm.bench.measure import describe_error, eager_timer
 
-# The fp8 providers: tritongemm.patch(model, fp8=recipe), inference only (prefill and generate).
-FP8_PROVIDERS = {"tritongemm-fp8-row": "row", "tritongemm-fp8-block": "block"}
+# The fp8 providers: tritongemm.patch(model, fp8=recipe, fuse=...), inference only (prefill and
+# generate); -fused: the RMSNorms one kernel each too, the GEMMs as without it.
+FP8_PROVIDERS = {"tritongemm-fp8-row": ("row", False), "tritongemm-fp8-block": ("block", False),
+                 "tritongemm-fp8-row-fused": ("row", True), "tritongemm-fp8-block-fused": ("block", True)}  # fmt: skip
 # MoE families only: transformers' own grouped experts (torch._grouped_mm), the bar of issue 27;
 # "torch" runs their experts as transformers' eager loop.
 HF_GROUPED = ("hf-grouped_mm", "hf-grouped_mm+compile")
@@ -388,10 +391,10 @@ def build_models(
         models["tritongemm-fused-rung6"] = _gated_pairs_on(
             tritongemm.patch(sharing_copy(base), fuse=True), "tma_persistent_pipelined"
         )
-    for provider, recipe in FP8_PROVIDERS.items():
+    for provider, (recipe, fuse) in FP8_PROVIDERS.items():
         if provider in providers:  # its own fp8 copy of the weights; the model's parameters untouched
-            models[provider] = tritongemm.patch(sharing_copy(base), fp8=recipe)
-            print(f"{family}: tritongemm.patch(fp8={recipe!r}): {models[provider].tritongemm_patch_report}")
+            models[provider] = patched = tritongemm.patch(sharing_copy(base), fp8=recipe, fuse=fuse)
+            print(f"{family}: tritongemm.patch(fp8={recipe!r}, fuse={fuse}): {patched.tritongemm_patch_report}")
     return {p: models[p] for p in PROVIDERS if p in providers and p in models}  # torch first: the reference
 
 
