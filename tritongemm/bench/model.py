@@ -51,9 +51,11 @@ FP8_PROVIDERS = {"tritongemm-fp8-row": ("row", False), "tritongemm-fp8-block": (
 # MoE families only: transformers' own grouped experts (torch._grouped_mm), the bar of issue 27;
 # "torch" runs their experts as transformers' eager loop.
 HF_GROUPED = ("hf-grouped_mm", "hf-grouped_mm+compile")
-# Dense families only: tritongemm.patch(model, fuse=True), each gated MLP a GatedMLP and each
-# attention's q, k and v one GEMM (issue 28); -rung6 runs the gated pairs on rung 6's gated
-# epilogue (blocks/gated_pair.py; an sm_90 GPU's rows only).
+# tritongemm.patch(model, fuse=True), each gated MLP a GatedMLP, each attention's q, k and v one
+# GEMM and each RMSNorm one kernel (issue 28); on a MoE family `tritongemm-fused` alone (its
+# experts tritongemm's, as the plain patch's; no gated MLP to join). -rung6 runs the gated pairs on
+# rung 6's gated epilogue (blocks/gated_pair.py; an sm_90 GPU's rows only); both it and +compile
+# are dense families' only.
 FUSED = ("tritongemm-fused", "tritongemm-fused+compile", "tritongemm-fused-rung6")
 PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *HF_GROUPED, *FP8_PROVIDERS, *FUSED)
 PHASES = ("prefill", "generate", "train")
@@ -382,7 +384,7 @@ def build_models(
         models["torch.compile"] = torch.compile(models["torch"], dynamic=False)
     if "tritongemm+compile" in providers:
         models["tritongemm+compile"] = torch.compile(models["tritongemm"], dynamic=False)
-    if not info.moe and any(p in providers for p in FUSED):  # its own joined gate/up weights, down_proj shared
+    if any(p in providers for p in FUSED):  # its own joined gate/up weights, down_proj shared
         models["tritongemm-fused"] = tritongemm.patch(sharing_copy(base), fuse=True)
         print(f"{family}: tritongemm.patch(fuse=True): {models['tritongemm-fused'].tritongemm_patch_report}")
     if not info.moe and "tritongemm-fused+compile" in providers:
