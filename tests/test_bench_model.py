@@ -465,3 +465,18 @@ def test_a_moe_models_compiled_providers_are_checked_against_transformers_compil
         assert [o.status for o in outcomes.values()] == ["ok", "error: hf-grouped_mm+compile failed", "wrong"]
     dense = M.measure_setting(models, TINY_SETTINGS[0], **kwargs)  # not a MoE model: eager torch for all
     assert dense["tritongemm+compile"].status == "wrong"
+
+
+@needs_transformers
+@pytest.mark.parametrize("error", [0.15, 0.4])
+def test_a_moe_models_fused_provider_has_the_compiled_references_bound(error):
+    """On a MoE model the fused patch rounds the router's input as a compiler does: its logits are
+    held to COMPILED_MOE_REFERENCE_MAX_REL_ERR of eager torch there, to the dense bound elsewhere."""
+    base = tiny_models("llama-3-8b", providers=("torch",))["torch"]
+    fused = M.sharing_copy(base)
+    fused.lm_head = _Scaled(fused.lm_head, 1 + error)
+    models = {"torch": base, "tritongemm-fused": fused}
+    kwargs = dict(vocab_size=TINY_VOCAB, device="cpu", rounds=1, timer=counting_timer([]))
+    moe = M.measure_setting(models, TINY_SETTINGS[0], moe=True, bound_factor=M.MOE_BOUND_FACTOR, **kwargs)
+    assert moe["tritongemm-fused"].status == ("ok" if error < M.COMPILED_MOE_REFERENCE_MAX_REL_ERR else "wrong")
+    assert M.measure_setting(models, TINY_SETTINGS[0], **kwargs)["tritongemm-fused"].status == "wrong"
