@@ -8,6 +8,8 @@ import zlib
 import pytest
 import torch
 from cases import DEVICE, DTYPES, ON_GPU
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tritongemm.blocks import RMSNorm, fuse_norms
 from tritongemm.blocks.fuse import why_not_norm
@@ -93,6 +95,31 @@ def test_what_the_kernel_does_not_take_runs_the_formula():
     assert not kernel_serves(rand(1, MAX_WIDTH + 8), wide.weight)
     with pytest.raises(RuntimeError):
         make_norm(24, "llama", torch.float32)(rand(2, 25))
+
+
+@settings(max_examples=60 if ON_GPU else 8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.integers(0, 700 if ON_GPU else 90),
+    width=st.integers(2, 6000 if ON_GPU else 700),  # one element normalizes to +-1: its dx is ill-conditioned
+    form=st.sampled_from(list(FORMS)),
+    dtype=st.sampled_from(DTYPES),
+    strided=st.booleans(),
+)
+def test_fuzz_against_the_formula(rows, width, form, dtype, strided):
+    """Random row counts and widths (power of two or not), both forms, every dtype, and rows that
+    are views of a wider tensor (a row stride past the width, as Qwen3's q slices of a joined
+    projection): forward and gradients within the dtype's bound of the fp64 formula."""
+    norm = make_norm(width, form, dtype)
+    base = rand(rows, width + (5 if strided else 0), dtype=dtype, seed="fuzz")
+    x = base[:, :width].detach().requires_grad_(True)
+    grad = rand(rows, width, seed="fuzz-grad")
+    y = norm(x)
+    y.backward(grad.to(y.dtype))
+    x64, w64 = (t.detach().double().requires_grad_(True) for t in (x, norm.weight))
+    expected = rms_norm_reference(x64, w64, 1e-5, *FORMS[form])
+    expected.backward(grad.double())
+    assert rel_error(y, expected) <= BOUND[dtype] and rel_error(x.grad, x64.grad) <= BOUND[dtype]
+    assert rel_error(norm.weight.grad, w64.grad) <= BOUND[dtype] * 4
 
 
 # ---------------------------------------------------------------------------------------------
