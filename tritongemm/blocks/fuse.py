@@ -70,18 +70,32 @@ def fuse_mlps(model: torch.nn.Module, kernel: str = "auto", refuse=None) -> tupl
     weights copied once into one; down_proj's shared). `refuse(linear) -> reason or None` adds
     the caller's reasons (patch's: dtypes and devices no kernel serves). Returns (the names
     fused, {name: why not} for the gated MLPs left)."""
+
+    def candidate(module: torch.nn.Module) -> bool:
+        return not isinstance(module, GatedMLP) and all(
+            hasattr(module, p) for p in ("gate_proj", "up_proj", "down_proj")
+        )
+
+    def build(module: torch.nn.Module):
+        reason = why_not_fused(module) or (refuse and refuse(module.gate_proj))
+        if reason is not None:
+            return None, reason
+        return GatedMLP.from_mlp(module, activation_of(getattr(module, "act_fn", None)), kernel=kernel), None
+
+    return _replace_each(model, candidate, build)
+
+
+def _replace_each(model: torch.nn.Module, candidate, build) -> tuple[list[str], dict[str, str]]:
+    """Put `build(module)`'s replacement, in place, at every path to each submodule that
+    `candidate(module)` picks; `build` returns (the replacement, None) or (None, why not). A module
+    reached by several paths is built once, so that it stays shared. Returns (the paths replaced,
+    {path: why not} for those left)."""
     fused, left, seen = [], {}, {}
-    for name, module in list(model.named_modules(remove_duplicate=False)):
-        if (
-            not name
-            or isinstance(module, GatedMLP)
-            or not all(hasattr(module, p) for p in ("gate_proj", "up_proj", "down_proj"))
-        ):
+    for name, module in list(model.named_modules(remove_duplicate=False)):  # every path to a shared module
+        if not name or not candidate(module):
             continue
         if id(module) not in seen:
-            reason = why_not_fused(module) or (refuse and refuse(module.gate_proj))
-            act = activation_of(getattr(module, "act_fn", None))
-            seen[id(module)] = (GatedMLP.from_mlp(module, act, kernel=kernel) if reason is None else None, reason)
+            seen[id(module)] = build(module)
         replacement, reason = seen[id(module)]
         if replacement is None:
             left[name] = reason
@@ -179,19 +193,14 @@ def _eps(module: torch.nn.Module):
 def fuse_norms(model: torch.nn.Module) -> tuple[list[str], dict[str, str]]:
     """Put, in place, an `RMSNorm` (the same weight Parameter) in place of every transformers RMSNorm
     `why_not_norm` passes. Returns (the names fused, {name: why not} for those left)."""
-    fused, left, seen = [], {}, {}
-    for name, module in list(model.named_modules(remove_duplicate=False)):
-        if not name or isinstance(module, RMSNorm) or not type(module).__name__.endswith("RMSNorm"):
-            continue
-        if id(module) not in seen:
-            reason = why_not_norm(module)
-            form = RMS_NORM_FORMS.get(type(module).__name__)
-            seen[id(module)] = (RMSNorm.from_norm(module, _eps(module), *form) if reason is None else None, reason)
-        replacement, reason = seen[id(module)]
-        if replacement is None:
-            left[name] = reason
-            continue
-        parent, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent), child, replacement)
-        fused.append(name)
-    return fused, left
+
+    def candidate(module: torch.nn.Module) -> bool:
+        return not isinstance(module, RMSNorm) and type(module).__name__.endswith("RMSNorm")
+
+    def build(module: torch.nn.Module):
+        reason = why_not_norm(module)
+        if reason is not None:
+            return None, reason
+        return RMSNorm.from_norm(module, _eps(module), *RMS_NORM_FORMS[type(module).__name__]), None
+
+    return _replace_each(model, candidate, build)
