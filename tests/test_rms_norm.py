@@ -16,7 +16,7 @@ from tritongemm.blocks.fuse import why_not_norm
 from tritongemm.blocks.rms_norm import MAX_WIDTH, kernel_serves, rms_norm_reference
 from tritongemm.reference import rel_error
 
-FORMS = {"llama": (0.0, True), "gemma": (1.0, False)}
+FORMS = {"llama": (0.0, True), "gemma": (1.0, False), "offset_cast": (1.0, True), "fp32_weight": (0.0, False)}
 # Largest rel_error of an output rounded once or twice to the dtype (x̂, then the weight's product).
 BOUND = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 # (leading shape, width): one row, rows of 128 packed 32 a program (Qwen3's q/k norms), odd

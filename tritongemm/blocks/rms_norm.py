@@ -61,10 +61,11 @@ class _RMSNormFunction(torch.autograd.Function):
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, cast: bool) -> torch.Tensor:
-    """transformers' two forms, op for op: Llama's (`cast`, offset 0) and Gemma's (offset 1)."""
+    """transformers' two forms, op for op: Llama's (`cast`, offset 0) and Gemma's (offset 1); the
+    other two pairings as the kernels compute them."""
     normed = x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
     if cast:
-        return weight * normed.to(x.dtype)
+        return (weight if offset == 0 else offset + weight) * normed.to(x.dtype)
     return (normed * (offset + weight.float())).to(x.dtype)
 
 
