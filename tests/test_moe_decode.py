@@ -1,7 +1,8 @@
 """MoE experts at decode (grouped/moe_decode.py): the two launches against a float64 loop over
 each token's experts, for either weight layout, every gated activation, tokens that share an
 expert and the last expert; a tiny Hugging Face MoE model's decode step through them against its
-eager experts; shapes refused naming the argument. CPU: the interpreter (fp32, fp16); GPU: every dtype."""
+eager experts, eagerly and compiled (the `tritongemm::moe_decode` operator, which Inductor calls
+directly); shapes refused naming the argument. CPU: the interpreter (fp32, fp16); GPU: every dtype."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from cases import DEVICE, DTYPES, ON_GPU
 from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
+from tritongemm import ops
 from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
 from tritongemm.grouped import moe_decode
 from tritongemm.grouped.moe_decode import experts_decode, serves
@@ -101,16 +103,53 @@ def test_weights_of_another_dtype_and_int32_ids():
         (lambda a: {**a, "gate_up": a["gate_up"][:, :, :-1]}, "an even number"),
         (lambda a: {**a, "down": a["down"].double()}, "of one dtype"),
         (lambda a: {**a, "top_k_index": a["top_k_index"].float()}, "top_k_index of an integer dtype"),
+        (lambda a: {**a, "x": a["x"][None]}, r"expected x \(tokens, hidden\)"),
+        (lambda a: {**a, "glu": "relu"}, "expected glu to be one of"),
     ],
-    ids=["down", "weights", "odd-pair", "dtype", "ids-dtype"],
+    ids=["down", "weights", "odd-pair", "dtype", "ids-dtype", "x-3d", "glu"],
 )
-def test_bad_shapes_are_refused_naming_the_argument(change, message):
-    gate_up, down = experts_weights(3, 16, 8, torch.float32, False)
-    args = dict(x=rand(2, 16), gate_up=gate_up, down=down, top_k_index=torch.tensor([[0, 1], [2, 0]], device=DEVICE),
-                top_k_weights=rand(2, 2))  # fmt: skip
-    args = change(args)
+@pytest.mark.parametrize("call", ["function", "operator"])
+def test_bad_shapes_are_refused_naming_the_argument(change, message, call):
+    """By experts_decode as its plan is built, and by the operator's fake as a graph is traced."""
+    args = change(decode_args())
     with pytest.raises((ValueError, TypeError), match=message):
-        experts_decode(*args.values(), glu="silu")
+        if call == "function":
+            experts_decode(*args.values())
+        else:
+            with torch._subclasses.FakeTensorMode(allow_non_fake_inputs=True):
+                ops.moe_decode(*args.values())
+
+
+def decode_args(tokens=2, experts=3, hidden=16, width=8, top_k=2) -> dict:
+    gate_up, down = experts_weights(experts, hidden, width, torch.float32, False)
+    ids = torch.stack([torch.arange(top_k) + t for t in range(tokens)]) % experts
+    weights = torch.softmax(rand(tokens, top_k, seed="w"), -1)
+    return dict(x=rand(tokens, hidden), gate_up=gate_up, down=down, top_k_index=ids.to(DEVICE), top_k_weights=weights,
+                glu="silu")  # fmt: skip
+
+
+def test_the_operator_passes_opcheck():
+    torch.library.opcheck(ops.moe_decode, tuple(decode_args().values()))
+
+
+def test_the_operator_has_no_backward():
+    args = decode_args()
+    args["x"].requires_grad_()
+    with pytest.raises(RuntimeError, match="moe_decode has no backward"):
+        ops.moe_decode(*args.values()).sum().backward()
+
+
+def test_inductor_calls_the_implementation_directly():
+    """inductor.py's lowering: the generated code calls experts_decode's operator implementation,
+    not the operator through the dispatcher (Inductor's CPU backend on the CPU)."""
+    from torch._inductor.utils import run_and_get_code
+
+    args = decode_args()
+    compiled = torch.compile(lambda *a: ops.moe_decode(*a) * 2, backend="inductor")
+    out, codes = run_and_get_code(compiled, *args.values())
+    assert rel_error(out, 2 * reference(*args.values())) <= 2 * tolerance(torch.float32, 16)
+    code = "\n".join(codes)
+    assert "tritongemm_direct_moe_decode(" in code and "tritongemm.moe_decode.default(" not in code
 
 
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")
@@ -144,3 +183,24 @@ def test_a_moe_models_decode_step_runs_the_two_launches(architecture, monkeypatc
         assert rel_error(got, expected.double()) <= 1e-5
     model(step).logits.sum().backward()  # autograd recording: grouped, with gradients
     assert len(calls) == config.num_hidden_layers
+
+
+@pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's compiled rows")
+@pytest.mark.parametrize("architecture", list(TINY_MOE))
+def test_a_compiled_moe_models_decode_step_runs_the_operator(architecture, monkeypatch):
+    """torch.compile of a patched model's decode step: its graph holds the moe_decode operator
+    (which runs experts_decode) where eager would take the two launches, and its logits are
+    transformers' eager experts'; the prompt's graph holds the grouped path."""
+    model = tiny_moe_model(architecture).eval()
+    prompt, step = torch.randint(0, 128, (1, 9)), torch.randint(0, 128, (1, 1))
+    with torch.no_grad():
+        model.set_experts_implementation("eager")
+        expected = model(prompt).logits, model(step).logits
+        tritongemm.patch(model)
+        calls = []
+        monkeypatch.setattr(moe_decode, "experts_decode", lambda *args: calls.append(1) or experts_decode(*args))
+        compiled = torch.compile(model, backend="aot_eager", dynamic=False)
+        got = compiled(prompt).logits, compiled(step).logits
+    assert len(calls) == model.config.num_hidden_layers  # the step's layers; the prompt went grouped
+    for g, e in zip(got, expected):
+        assert rel_error(g, e.double()) <= 1e-5

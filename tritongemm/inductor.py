@@ -66,6 +66,10 @@ def direct_moe_combine(rows, order, weights):
     return ops._moe_combine(rows, order, weights)
 
 
+def direct_moe_decode(x, gate_up, down, top_k_index, top_k_weights, glu):
+    return ops._moe_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
+
+
 def _install() -> None:
     from torch._inductor import ir
     from torch._inductor.lowering import constrain_to_fx_strides, fallback_handler, register_lowering
@@ -136,6 +140,7 @@ def _install() -> None:
         "direct_moe_combine",
         lambda rows, order, weights: (rows.get_dtype(), [weights.get_size()[0], rows.get_size()[1]]),
     )
+    lower_to(ops.moe_decode, "direct_moe_decode", lambda x, *_: (x.get_dtype(), list(x.get_size())))
 
 
 def _grouped_output(a, b, offs, out_dtype, glu):

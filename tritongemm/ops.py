@@ -1,6 +1,6 @@
 """tritongemm as PyTorch operators: `torch.ops.tritongemm.mm`, `.linear`, `.grouped_mm`,
-`.gated_pair`, `.moe_combine`, `.all_gather_matmul` and `.matmul_reduce_scatter`, registered with
-`torch.library`.
+`.gated_pair`, `.moe_combine`, `.moe_decode`, `.all_gather_matmul` and `.matmul_reduce_scatter`,
+registered with `torch.library`.
 
 What `torch.compile` needs to put a tritongemm GEMM into a graph: an operator with a schema, a
 fake implementation that gives the output's shape, strides and dtype without running anything
@@ -305,7 +305,7 @@ def _gated_pair_fake(rows, weight, activation, kernel_name="auto"):
     return rows.new_empty((rows.shape[0], weight.shape[0] // 2))
 
 
-def _setup_gated_context(ctx, inputs, output):
+def _no_context(ctx, inputs, output):  # an operator whose backward only refuses
     pass
 
 
@@ -315,7 +315,7 @@ def _gated_backward(ctx, grad):
     raise RuntimeError("tritongemm::gated_pair has no backward: call it where no gradient is recorded")
 
 
-_register_autograd(gated_pair, _gated_pair, _setup_gated_context, _gated_backward)
+_register_autograd(gated_pair, _gated_pair, _no_context, _gated_backward)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -356,6 +356,43 @@ def _combine_backward(ctx, grad):
 
 
 _register_autograd(moe_combine, _moe_combine, _setup_combine_context, _combine_backward)
+
+
+# ----------------------------------------------------------------------------------------------
+# moe_decode: a MoE layer's experts at decode in two launches (grouped/moe_decode.py), for graphs
+# ----------------------------------------------------------------------------------------------
+
+
+_LIB.define("moe_decode(Tensor x, Tensor gate_up, Tensor down, Tensor top_k_index, Tensor top_k_weights, str glu) "
+            "-> Tensor")  # fmt: skip
+
+
+def _moe_decode(x, gate_up, down, top_k_index, top_k_weights, glu):
+    from tritongemm.grouped.moe_decode import experts_decode
+
+    return experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
+
+
+_LIB.impl("moe_decode", _moe_decode, "CompositeExplicitAutograd")
+moe_decode = torch.ops.tritongemm.moe_decode.default
+
+
+@torch.library.register_fake("tritongemm::moe_decode", lib=_LIB)
+def _moe_decode_fake(x, gate_up, down, top_k_index, top_k_weights, glu):
+    from tritongemm.grouped.moe_decode import check
+
+    _install_lowerings()
+    check(x, gate_up, down, top_k_index, top_k_weights, glu)
+    return x.new_empty(x.shape)
+
+
+def _decode_backward(ctx, grad):
+    # moe.py takes this path only where no gradient is recorded (moe._decode_serves): each pair's
+    # gated row is never kept for a backward to read.
+    raise RuntimeError("tritongemm::moe_decode has no backward: call it where no gradient is recorded")
+
+
+_register_autograd(moe_decode, _moe_decode, _no_context, _decode_backward)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 runs it and selects it).
 
 The routing stays the model's own (its router picks top_k_index and top_k_weights). At decode
-(few tokens for the experts, moe_decode.serves; without autograd) two launches run the experts straight
-from the router's choice (moe_decode.py). Otherwise the experts run as transformers' own grouped
+(few tokens for the experts, moe_decode.serves; without autograd) two launches run the experts
+straight from the router's choice (moe_decode.py; the operator `torch.ops.tritongemm.moe_decode`
+under torch.compile). Otherwise the experts run as transformers' own grouped
 implementation runs them, on `tritongemm.grouped_mm`: the
 (token, expert) pairs sorted by expert once, one grouped GEMM for every expert's gate and up
 projections with the gated activation in its epilogue (where the module gates as transformers
@@ -37,10 +38,13 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
     glu = _fusable_glu(self) if gated else None
     if glu is not None and _decode_serves(self, hidden_states, top_k):
-        b = _as_b(self, self.gate_up_proj)
-        down = _as_b(self, self.down_proj)
-        out = moe_decode.experts_decode(hidden_states.to(b.dtype), b, down, top_k_index, top_k_weights, glu)
-        return out.to(hidden_states.dtype)
+        b, down = _as_b(self, self.gate_up_proj), _as_b(self, self.down_proj)
+        args = (hidden_states.to(b.dtype), b, down, top_k_index, top_k_weights, glu)
+        if torch.compiler.is_compiling():  # the graph's node (ops.moe_decode), which Inductor calls directly
+            from tritongemm import ops
+
+            return ops.moe_decode(*args).to(hidden_states.dtype)
+        return moe_decode.experts_decode(*args).to(hidden_states.dtype)
     expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
     x = hidden_states[order // top_k]
     # Counted on the device: histc takes floats on the CPU and integers on CUDA (deterministic mode).
@@ -65,15 +69,14 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
 
 def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
     """Whether moe_decode's two launches serve this call: few (token, expert) pairs an expert,
-    inference (no autograd to record), eagerly (a compiled graph keeps the grouped operator), no
-    norm after the experts, on a GPU or under the interpreter."""
+    inference (no autograd to record), no norm after the experts, on a GPU or under the
+    interpreter. Under torch.compile too: the decision is the trace's, on its shapes (a graph
+    traced for other token counts holds the grouped path)."""
     if not moe_decode.serves(hidden_states.shape[0], top_k, self.num_experts):
         return False
     if getattr(self, "has_post_expert_norm", False):
         return False
     if torch.is_grad_enabled() and (hidden_states.requires_grad or self.gate_up_proj.requires_grad):
-        return False
-    if torch.compiler.is_compiling():
         return False
     return hidden_states.is_cuda or interpreter_active()
 

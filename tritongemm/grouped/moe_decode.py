@@ -46,22 +46,22 @@ def experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> to
     (experts, width, hidden), as grouped_mm's b (any strides); top_k_index and top_k_weights
     (tokens, top_k). Returns (tokens, hidden) in x's dtype. Planned once per problem (plan.PLANS):
     the shapes are checked as the plan is built, the kernels compiled, the grids fixed."""
-    ids, weights = top_k_index.reshape(-1), top_k_weights.reshape(-1)
-    key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, ids, weights)))
+    key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, top_k_index, top_k_weights)))
     call = PLANS.find_key(key)
     if call is None:
-        call = _plan(x, gate_up, down, ids, weights, top_k_index.shape[-1], glu)
+        call = _plan(x, gate_up, down, top_k_index, top_k_weights, glu)
         PLANS.remember(key, call)
-    return call(x, gate_up, down, ids, weights)
+    return call(x, gate_up, down, top_k_index.reshape(-1), top_k_weights.reshape(-1))
 
 
-def _plan(x, gate_up, down, ids, weights, top_k: int, glu: str):
+def _plan(x, gate_up, down, top_k_index, top_k_weights, glu: str):
     from tritongemm.fast_launch import compile_launch
     from tritongemm.grouped.kernels import _expert_rows_kernel
 
-    tokens, hidden = x.shape
+    check(x, gate_up, down, top_k_index, top_k_weights, glu)
+    (tokens, hidden), top_k = x.shape, top_k_index.shape[1]
     width = gate_up.shape[2] // 2
-    _check(x, gate_up, down, ids, weights, top_k)
+    ids, weights = top_k_index.reshape(-1), top_k_weights.reshape(-1)
     pairs = tokens * top_k
     h = x.new_empty((pairs, width))  # this call's, to plan on
     out = x.new_empty((tokens, hidden))
@@ -108,19 +108,31 @@ def _block_k(block_n: int, k: int) -> int:
     return max(16, min(TILE["TILE_ELEMENTS"] // block_n, 1 << (k - 1).bit_length()))
 
 
-def _check(x, gate_up, down, ids, weights, top_k) -> None:
-    """The shapes the kernels index by: checked once per problem, as the plan is built."""
-    tokens, hidden = x.shape
-    experts = gate_up.shape[0]
+def check(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> None:
+    """What the kernels index by, each refusal naming the argument: x (tokens, hidden), gate_up
+    (experts, hidden, 2 x width), down (experts, width, hidden), top_k_index of an integer dtype
+    and top_k_weights (tokens, top_k); glu one of the gated activations. Checked once per problem,
+    as the plan is built, and by the operator's fake (ops.moe_decode) before a graph is traced."""
+    from tritongemm.epilogue import GLU_ACTIVATIONS
+
+    if glu not in GLU_ACTIVATIONS:
+        raise ValueError(f"moe decode: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")
+    if x.dim() != 2 or gate_up.dim() != 3 or top_k_index.dim() != 2:
+        raise ValueError(
+            f"moe decode: expected x (tokens, hidden), gate_up (experts, hidden, 2 x width) and top_k_index "
+            f"(tokens, top_k), but got shapes {tuple(x.shape)}, {tuple(gate_up.shape)} and {tuple(top_k_index.shape)}"
+        )
+    (tokens, hidden), experts = x.shape, gate_up.shape[0]
     if gate_up.shape[2] % 2:
         raise ValueError(
             f"moe decode: expected gate_up's columns [gate; up], an even number, but got {gate_up.shape[2]}"
         )
+    top_k = top_k_index.shape[1]
     expected = {
         "gate_up": (gate_up.shape, (experts, hidden, gate_up.shape[2])),
         "down": (down.shape, (experts, gate_up.shape[2] // 2, hidden)),
-        "top_k_index": (ids.shape, (tokens * top_k,)),
-        "top_k_weights": (weights.shape, (tokens * top_k,)),
+        "top_k_index": (top_k_index.shape, (tokens, top_k)),
+        "top_k_weights": (top_k_weights.shape, (tokens, top_k)),
     }
     for name, (got, want) in expected.items():
         if tuple(got) != tuple(want):
@@ -128,5 +140,5 @@ def _check(x, gate_up, down, ids, weights, top_k) -> None:
     if not (x.dtype == gate_up.dtype == down.dtype):
         raise TypeError(f"moe decode: expected x, gate_up and down of one dtype, got {x.dtype}, {gate_up.dtype}, "
                         f"{down.dtype}")  # fmt: skip
-    if ids.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"moe decode: expected top_k_index of an integer dtype, but got {ids.dtype}")
+    if top_k_index.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"moe decode: expected top_k_index of an integer dtype, but got {top_k_index.dtype}")
