@@ -304,3 +304,59 @@ def test_inductor_calls_the_implementations_directly():
     code = "\n".join(codes)
     assert "tritongemm_direct_linear(" in code and "tritongemm_direct_mm(" in code
     assert "tritongemm.linear.default(" not in code and "tritongemm.mm.default(" not in code
+    assert "tritongemm_Site(" not in code  # symbolic shapes: each call looks its plan up
+
+
+SITE_DTYPE = torch.bfloat16 if ON_GPU else torch.float16  # sites serve 16-bit graphs
+
+
+def site_fn(x, w, b, r):
+    return tritongemm.linear(x, w, b, residual=r), tritongemm.matmul(x[0], w.T, kernel=KERNEL)
+
+
+def site_args(offset=0):
+    """(x, w, b, r) for site_fn; x `offset` elements into its storage (1: not 16-byte aligned)."""
+    x = rand(offset + 2 * 5 * 24, dtype=SITE_DTYPE)[offset:].view(2, 5, 24)
+    return x, rand(40, 24, dtype=SITE_DTYPE), rand(40, dtype=SITE_DTYPE), rand(2, 5, 40, dtype=SITE_DTYPE)
+
+
+def check_site_fn(outputs, args):
+    x, w, b, r = args
+    y, z = outputs
+    expected_y = (x.double() @ w.double().T + b.double() + r.double()).to(SITE_DTYPE)
+    assert rel_error(y, expected_y.double()) <= tolerance(SITE_DTYPE, 24)
+    assert rel_error(z, reference_matmul(x[0], w.T)) <= tolerance(SITE_DTYPE, 24)
+
+
+def test_a_static_graph_keeps_its_plans_at_their_sites(monkeypatch):
+    """In a graph of static shapes, `linear` and `mm` are sites (inductor.Site): called into the
+    buffers Inductor allocates, they plan on their first run only, and launch the kept plan on
+    later runs with new tensors; `tritongemm.plans.clear()` makes them plan again, and a tensor
+    that is not 16-byte aligned takes the direct path, right. Inductor's CPU backend on the CPU,
+    its GPU one on a GPU."""
+    from torch._inductor.utils import run_and_get_code
+
+    from tritongemm import fused
+    from tritongemm.plan import PLANS
+
+    planned = []
+    real_call, real_lookup = fused.planned_call, PLANS.lookup
+    monkeypatch.setattr(fused, "planned_call", lambda *a: planned.append("linear") or real_call(*a))
+    monkeypatch.setattr(PLANS, "lookup", lambda *a: planned.append("mm") or real_lookup(*a))
+    compiled = torch.compile(site_fn, backend="inductor", fullgraph=True, dynamic=False)
+    args = site_args()
+    outputs, (code,) = run_and_get_code(compiled, *args)
+    check_site_fn(outputs, args)
+    assert "tritongemm_Site('linear'" in code and "tritongemm_Site('mm'" in code
+    assert "out=" in code and "tritongemm_direct_linear(" not in code and "tritongemm_direct_mm(" not in code
+    first = len(planned)
+    for _ in range(3):  # new tensors of the same shapes: the kept plans
+        args = site_args()
+        check_site_fn(compiled(*args), args)
+    assert len(planned) == first
+    tritongemm.plans.clear()
+    args = site_args()
+    check_site_fn(compiled(*args), args)
+    assert "linear" in planned[first:] and "mm" in planned[first:]
+    args = site_args(offset=1)
+    check_site_fn(compiled(*args), args)

@@ -167,6 +167,9 @@ class PlanCache:
         self._plans: OrderedDict[tuple, Plan] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = self.misses = self.evictions = 0
+        # How many times `clear` ran: what holds a plan outside the cache (a compiled graph's call
+        # site, inductor.Site) drops it when this moves, as the cache itself did.
+        self.generation = 0
 
     def find(self, a, b, out, kernel, config, fused: Fused | None = None) -> Plan | None:
         """The plan for this call's problem if one was built, else None (nothing is built or
@@ -221,6 +224,7 @@ class PlanCache:
         with self._lock:
             self._plans.clear()
             self.hits = self.misses = self.evictions = 0
+            self.generation += 1
 
 
 PLANS = PlanCache()
