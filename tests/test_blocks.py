@@ -367,6 +367,34 @@ def test_gated_mlp_under_torch_compile(dtype):
         assert rel_error(compiled(x), expected.double()) <= bound
 
 
+@pytest.mark.parametrize("rows", [5, 128] if ON_HOPPER else [5])  # 128: rung 6's gated epilogue
+def test_a_static_inference_graph_keeps_the_pairs_plan_at_its_site(rows, monkeypatch):
+    """GatedMLP's inference forward compiled by Inductor with static shapes: the gated pair and
+    the down projection are call sites (inductor.Site) writing into Inductor's buffers, which plan
+    once and launch their kept plans on later runs. Inductor's CPU backend on the CPU (fp16)."""
+    from torch._inductor.utils import run_and_get_code
+
+    from tritongemm.blocks import gated_pair as pair_module
+
+    dtype = torch.bfloat16 if ON_GPU else torch.float16
+    mlp = GatedMLP(64, 40, "silu", device=DEVICE, dtype=dtype)
+    planned = []
+    real = pair_module.planned_pair
+    monkeypatch.setattr(pair_module, "planned_pair", lambda *a: planned.append(1) or real(*a))
+    compiled = torch.compile(mlp, fullgraph=True, backend="inductor", dynamic=False)
+    bound = 2 * tolerance(dtype, 64)
+    with torch.no_grad():
+        x = rand(rows, 64, dtype=dtype, seed="s0")
+        y, (code,) = run_and_get_code(compiled, x)
+        assert "tritongemm_Site('gated_pair'" in code and "tritongemm_Site('linear'" in code
+        assert rel_error(y, mlp(x).double()) <= bound
+        first = len(planned)
+        for step in range(3):
+            x = rand(rows, 64, dtype=dtype, seed=f"s{step + 1}")
+            assert rel_error(compiled(x), mlp(x).double()) <= bound
+    assert len(planned) == first + 3  # the eager module's calls only: the site kept its plan
+
+
 def test_the_gated_pair_operator_passes_opcheck_and_checks_its_arguments():
     op = torch.ops.tritongemm.gated_pair.default
     torch.library.opcheck(op, (rand(5, 8, seed="oc"), rand(12, 8, seed="ocw"), "gelu"))

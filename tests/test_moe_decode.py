@@ -139,17 +139,24 @@ def test_the_operator_has_no_backward():
         ops.moe_decode(*args.values()).sum().backward()
 
 
-def test_inductor_calls_the_implementation_directly():
-    """inductor.py's lowering: the generated code calls experts_decode's operator implementation,
-    not the operator through the dispatcher (Inductor's CPU backend on the CPU)."""
+@pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
+def test_inductor_calls_the_implementation_directly(dynamic):
+    """inductor.py's lowering: the generated code calls experts_decode's plan itself, not the
+    operator through the dispatcher: at a call site (inductor.Site, into Inductor's buffer) in a
+    graph of static shapes, through the direct call in one of symbolic shapes. Inductor's CPU
+    backend on the CPU."""
     from torch._inductor.utils import run_and_get_code
 
-    args = decode_args()
-    compiled = torch.compile(lambda *a: ops.moe_decode(*a) * 2, backend="inductor")
-    out, codes = run_and_get_code(compiled, *args.values())
-    assert rel_error(out, 2 * reference(*args.values())) <= 2 * tolerance(torch.float32, 16)
+    compiled = torch.compile(lambda *a: ops.moe_decode(*a) * 2, backend="inductor", dynamic=dynamic)
+    codes = []
+    for tokens in (2, 2, 3):
+        args = decode_args(tokens=tokens)
+        out, code = run_and_get_code(compiled, *args.values())
+        codes += code
+        assert rel_error(out, 2 * reference(*args.values())) <= 2 * tolerance(torch.float32, 16)
     code = "\n".join(codes)
-    assert "tritongemm_direct_moe_decode(" in code and "tritongemm.moe_decode.default(" not in code
+    expected = "tritongemm_direct_moe_decode(" if dynamic else "tritongemm_Site('moe_decode'"
+    assert expected in code and "tritongemm.moe_decode.default(" not in code
 
 
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's")

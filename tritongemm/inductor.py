@@ -8,15 +8,16 @@ before the implementation starts. On the H100 machine a compiled Qwen2-7B decode
 the generated code call the implementation itself (`direct_linear(x, weight, ...)`, imported at
 the top of the generated module), as Inductor calls cuBLAS through `extern_kernels.mm`.
 
-In a graph of static shapes an `mm` or `linear` node goes further: it becomes a `Site`, created
-once at the top of the generated module and called as `site(x, weight, ..., out=buf)` into the
-buffer Inductor allocates (or reuses) for it, as `extern_kernels.mm(..., out=buf)` is. Every
-tensor of such a node has the same sizes, strides, dtype and device on every run (Inductor lays
-its buffers out once; Dynamo's guards hold the graph's inputs to the ones traced), so the plan
-its first run finds serves each later run whose tensors are 16-byte aligned as the first run's
-were: the per-call look-up (the problem's key, the plan cache's lock) and the output's
-allocation leave the hot path. On the H100 machine a compiled decode-sized linear cost about
-4.5 us of host time more than `torch.compile`'s cuBLAS call before (probes/compiled-host-*).
+In a graph of static shapes an `mm`, `linear`, `gated_pair` or `moe_decode` node goes further:
+it becomes a `Site`, created once at the top of the generated module and called as `site(x,
+weight, ..., out=buf)` into the buffer Inductor allocates (or reuses) for it, as
+`extern_kernels.mm(..., out=buf)` is. Every tensor of such a node has the same sizes, strides,
+dtype and device on every run (Inductor lays its buffers out once; Dynamo's guards hold the
+graph's inputs to the ones traced), so the plan its first run finds serves each later run whose
+tensors are 16-byte aligned as the first run's were: the per-call look-up (the problem's key,
+the plan cache's lock) and the output's allocation leave the hot path. On the H100 machine a
+compiled decode-sized linear cost about 4.5 us of host time more than `torch.compile`'s cuBLAS
+call before, and about 4-7 us less after (scripts/compiled_host.py).
 
 A compiled graph records no autograd (AOTAutograd differentiates the operator when it traces,
 with its registered backward), so the implementation is all a call needs. Inductor's IR is
@@ -84,17 +85,18 @@ def direct_moe_decode(x, gate_up, down, top_k_index, top_k_weights, glu):
 
 
 class Site:
-    """An `mm` or `linear` node of a compiled graph of static shapes, as its generated code calls
-    it: `site(*arguments, out=buf)`, the operator's arguments in schema order and the output
-    buffer Inductor laid out for it (contiguous, the result's size and dtype).
+    """An `mm`, `linear`, `gated_pair` or `moe_decode` node of a compiled graph of static shapes,
+    as its generated code calls it: `site(*arguments, out=buf)`, the operator's arguments in schema
+    order and the output buffer Inductor laid out for it (contiguous, the result's size and dtype).
 
     The first run plans as the direct call does (checked, then kept in plan.PLANS) and keeps what
     launches the plan; a later run launches it at once when its tensors' data pointers, out's
     included, are 16-byte aligned (the one fact of a plan's key a graph doesn't fix) and the plan
     cache was not cleared since (`tritongemm.plans.clear()`, after a tuning run). The lowering
-    makes sites of 16-bit nodes only, and of `mm` with a 2-D a. Where a call can't be kept (an
-    empty problem, a misaligned tensor, SMs spared by `device_info.sparing_sms`, a linear whose
-    tensors need a copy before the launch) it runs through the direct path, then a copy into out."""
+    makes sites of GEMMs on 16-bit operands only (`mm` with a 2-D a): a float32 plan reads torch's
+    TF32 switch, which may change between runs. Where a call can't be kept (an empty problem, a
+    misaligned tensor, SMs spared by `device_info.sparing_sms`, a plan that can't write into out)
+    it runs through the direct path, then a copy into out."""
 
     __slots__ = ("_build", "_tensors", "_run", "_generation")
 
@@ -163,14 +165,45 @@ def _linear_site(args, out):
     return run
 
 
-_SITE_BUILDERS = {"mm": _mm_site, "linear": _linear_site}
-HALF_DTYPES = (torch.float16, torch.bfloat16)
+def _gated_pair_site(args, out):
+    """`run(args, out)` for a `gated_pair` node's later calls: its plan's call into out, where it
+    writes into one (blocks/gated_pair.planned_pair); else None."""
+    from tritongemm.blocks.gated_pair import planned_pair
+
+    rows, weight, activation, kernel_name = args
+    if not _keepable(out, (rows, weight)):
+        return None
+    call, writes_into = planned_pair(rows, weight, activation, kernel_name)
+    if not writes_into or not out.is_contiguous():
+        return None
+    return lambda args, out: call(args[0], args[1], out)
+
+
+def _moe_decode_site(args, out):
+    """`run(args, out)` for a `moe_decode` node's later calls: its plan's two launches into out.
+    Kept where the router's index and weights are contiguous, so that their flat views, which the
+    kernels read, start where they do: the call then passes them as they are."""
+    from tritongemm.grouped.moe_decode import planned_decode
+
+    x, gate_up, down, top_k_index, top_k_weights, glu = args
+    if not _keepable(out, (x, gate_up, down, top_k_index, top_k_weights)):
+        return None
+    if not (top_k_index.is_contiguous() and top_k_weights.is_contiguous() and out.is_contiguous()):
+        return None
+    call = planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
+    return lambda args, out: call(*args[:5], out)
+
+
+_SITE_BUILDERS = {"mm": _mm_site, "linear": _linear_site, "gated_pair": _gated_pair_site,
+                  "moe_decode": _moe_decode_site}  # fmt: skip
+# What a site's direct path is, for a call it doesn't keep.
+_DIRECT = {_mm_site: ops._mm, _linear_site: ops._linear, _gated_pair_site: ops._gated_pair,
+           _moe_decode_site: ops._moe_decode}  # fmt: skip
 
 
 def _direct_into(build, args, out) -> None:
     """The direct path's result, copied into out: a call no site keeps."""
-    direct = ops._mm if build is _mm_site else ops._linear
-    out.copy_(direct(*args))
+    out.copy_(_DIRECT[build](*args))
 
 
 def _install() -> None:
@@ -208,21 +241,18 @@ def _install() -> None:
             wrapper.add_import_once(f"{self.python_kernel_name} = tritongemm_Site({self.operator!r}, {tensors!r})")
             super().codegen(wrapper)
 
-    def sited(inputs, dtype, size) -> bool:
-        """Whether a node becomes a SiteCall: 16-bit tensors (a float32 plan reads torch's TF32
-        switch, which may change between runs) whose sizes and strides hold no symbols (a graph of
-        static shapes)."""
-        if any(t.get_dtype() not in HALF_DTYPES for t in inputs) or dtype not in HALF_DTYPES:
-            return False
+    def static(inputs, size) -> bool:
+        """Whether a node's tensors have sizes and strides without symbols: a graph of static shapes."""
         try:
             exprs = [*size, *(e for node in inputs for e in (*node.get_size(), *node.get_stride()))]
         except (NotImplementedError, AttributeError):  # a node without strides of its own
             return False
         return not any(getattr(e, "free_symbols", None) for e in exprs)
 
-    def lower_to(op, name: str, output, site: str | None = None, site_takes=lambda *values: True):
+    def lower_to(op, name: str, output, site: str | None = None, site_takes=lambda *arguments: True):
         """Lower `op` to a DirectCall of `name`, or where `site` names it, `site_takes(*arguments)`
-        and `sited` hold, a SiteCall; `output(*arguments)` -> (dtype, size) of its result."""
+        holds and the shapes are static, a SiteCall; `output(*arguments)` -> (dtype, size) of its
+        result."""
         schema = op._schema.arguments
         defaults = {a.name: a.default_value for a in schema if a.has_default_value()}
         fallback = fallback_handler(op, add_to_fallback_set=False)
@@ -241,7 +271,7 @@ def _install() -> None:
             layout = ir.FixedLayout(values[0].get_device(), dtype, size, ir.FlexibleLayout.contiguous_strides(size))
             constants = [v for v, is_tensor in zip(values, slots) if not is_tensor]
             try:
-                if site is not None and site_takes(*values) and sited(inputs, dtype, size):
+                if site is not None and site_takes(*values) and static(inputs, size):
                     node = SiteCall(layout, inputs, constant_args=constants)
                     node.python_kernel_name, node.operator = f"tritongemm_site_{node.get_name()}", site
                 else:
@@ -254,13 +284,18 @@ def _install() -> None:
 
         register_lowering(op, type_promotion_kind=None)(lower)
 
+    def half(operand) -> bool:
+        """A 16-bit GEMM operand: a site keeps no float32 plan, which reads torch's TF32 switch
+        (a setting that may change between runs of a graph)."""
+        return operand.get_dtype() in (torch.float16, torch.bfloat16)
+
     # The fake implementations' outputs (ops.py): contiguous, of these dtypes and sizes.
     lower_to(
         ops.mm,
         "direct_mm",
         lambda a, b, *_: (a.get_dtype(), [*a.get_size()[:-1], b.get_size()[1]]),
         "mm",
-        lambda a, *_: len(a.get_size()) == 2,  # an N-D a folds on each call (api.matmul)
+        lambda a, *_: half(a) and len(a.get_size()) == 2,  # an N-D a folds on each call (api.matmul)
     )
     lower_to(
         ops.linear,
@@ -270,19 +305,22 @@ def _install() -> None:
             [*x.get_size()[:-1], weight.get_size()[0]],
         ),
         "linear",
+        lambda x, *_: half(x),
     )
     lower_to(ops.grouped_mm, "direct_grouped_mm", _grouped_output)
     lower_to(
         ops.gated_pair,
         "direct_gated_pair",
         lambda rows, weight, *_: (rows.get_dtype(), [rows.get_size()[0], weight.get_size()[0] // 2]),
+        "gated_pair",
+        lambda rows, *_: half(rows),
     )
     lower_to(
         ops.moe_combine,
         "direct_moe_combine",
         lambda rows, order, weights: (rows.get_dtype(), [weights.get_size()[0], rows.get_size()[1]]),
     )
-    lower_to(ops.moe_decode, "direct_moe_decode", lambda x, *_: (x.get_dtype(), list(x.get_size())))
+    lower_to(ops.moe_decode, "direct_moe_decode", lambda x, *_: (x.get_dtype(), list(x.get_size())), "moe_decode")
 
 
 def _grouped_output(a, b, offs, out_dtype, glu):

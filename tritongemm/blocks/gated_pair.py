@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.plan import PLANS, tensor_facts
+from tritongemm.plan import PLANS, _allow_tf32, tensor_facts
 
 GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
 KERNELS = ("auto", *GATED_RUNGS)
@@ -35,12 +35,22 @@ def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel
     """act(rows @ weight[:I].T) * (rows @ weight[I:].T): rows (M, H), weight (2I, H) -> (M, I) in
     rows' dtype. `kernel`: "auto" (`_auto_kernel`), or "tma_persistent_pipelined" or
     "tma_warp_specialized" (rung 6's or 9's gated epilogue; raises where it can't run)."""
-    key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight))
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _plan(rows, weight, activation, kernel)
-        PLANS.remember(key, call)
-    return call(rows, weight)
+    return planned_pair(rows, weight, activation, kernel)[0](rows, weight)
+
+
+def planned_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str = "auto"):
+    """(call, writes_into) for operands like these, planned once (plan.PLANS): `call(rows, weight,
+    out=None) -> h`, which writes into `out` (a contiguous (M, I) tensor of rows' dtype) where
+    `writes_into`, else allocates h itself (a rung whose stores need rows padded to 16 bytes, an
+    empty problem) and takes no out."""
+    # float32's plan reads torch's TF32 switch (ladder/_host.input_precision): the key holds it.
+    tf32 = rows.dtype == torch.float32 and _allow_tf32()
+    key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight), tf32)
+    planned = PLANS.find_key(key)
+    if planned is None:
+        planned = _plan(rows, weight, activation, kernel)
+        PLANS.remember(key, planned)
+    return planned
 
 
 def check_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str) -> None:
@@ -60,8 +70,8 @@ def check_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str) -> Non
 
 
 def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str):
-    """`call(rows, weight) -> h` for operands like these (checked here: the key holds every fact
-    check_pair reads)."""
+    """`planned_pair`'s (call, writes_into) for operands like these (checked here: the key holds
+    every fact check_pair reads)."""
     check_pair(rows, weight, activation)
     if kernel not in KERNELS:
         raise ValueError(f"gated_pair: expected kernel to be one of {KERNELS}, but got {kernel!r}")
@@ -71,7 +81,7 @@ def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str
         return _rung_plan(kernel, rows, weight, activation)
     from tritongemm.grouped.api import dense_pair_plan
 
-    return dense_pair_plan(rows, weight, activation)
+    return dense_pair_plan(rows, weight, activation), True
 
 
 def _auto_kernel(rows: torch.Tensor, weight: torch.Tensor) -> str:
@@ -100,15 +110,15 @@ def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation
     checks.check_kernel_dtype(info, rows.dtype, rows.device)
     (M, K), N = rows.shape, weight.shape[0] // 2
     if M == 0 or N == 0 or K == 0:  # nothing to launch: act(0) * 0 is 0
-        return lambda rows, weight: rows.new_zeros((M, N))
+        return (lambda rows, weight: rows.new_zeros((M, N))), False
     # The rung's plan refuses what it can't read in place (pipeline.check_gated_pair, the descriptors).
     config = gated_config(kernel, M, N, K, sm_count(rows.device))
     c = empty_output(M, N, rows.dtype, rows.device)  # this call's, to plan on
     launch = info.plan(rows, weight.T, c, config, glu=activation)
 
-    def call(rows, weight):
-        c = empty_output(M, N, rows.dtype, rows.device)
+    def call(rows, weight, out=None):
+        c = empty_output(M, N, rows.dtype, rows.device) if out is None else out
         launch(rows, weight.T, c)
         return c
 
-    return call
+    return call, c.is_contiguous()  # a padded c's layout is not a contiguous out's

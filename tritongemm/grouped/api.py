@@ -343,7 +343,9 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
         empty = G * M * N == 0
 
     if empty:
-        return lambda a, b, offs: torch.zeros(shape, dtype=out_dtype, device=a.device)
+        return lambda a, b, offs, out=None: (
+            torch.zeros(shape, dtype=out_dtype, device=a.device) if out is None else out.zero_()
+        )
     if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
         from tritongemm.hopper import grouped_ws
 
@@ -355,8 +357,8 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
     launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
 
-    def call(a, b, offs):
-        c = torch.empty(shape, dtype=out_dtype, device=a.device)
+    def call(a, b, offs, out=None):  # out: a contiguous tensor of c's shape and dtype, or None
+        c = torch.empty(shape, dtype=out_dtype, device=a.device) if out is None else out
         launch(a, b, c, a if whole else offs, *sizes)  # whole: a stands in for the offs pointer, unread
         return c
 
@@ -429,13 +431,13 @@ def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
 
 
 def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
-    """`call(rows, weight) -> act(rows @ gate.T) * (rows @ up.T)` for a dense gated pair of rows (M,
-    H) and weight [gate; up] (2I, H) like these (checked by the caller): the row-group kernel over
-    one group of all the rows, which it reads from M, so a call launches one kernel and builds no
-    offs. The launch reads the operands' addresses alone, so the weight goes in as it is for its
-    (1, H, 2I) transposed view."""
+    """`call(rows, weight, out=None) -> act(rows @ gate.T) * (rows @ up.T)` (into out, a contiguous
+    (M, I), where given) for a dense gated pair of rows (M, H) and weight [gate; up] (2I, H) like
+    these (checked by the caller): the row-group kernel over one group of all the rows, which it
+    reads from M, so a call launches one kernel and builds no offs. The launch reads the operands'
+    addresses alone, so the weight goes in as it is for its (1, H, 2I) transposed view."""
     planned = _plan(rows, weight.t().unsqueeze(0), None, rows.dtype, "m", activation, None, whole=True)
-    return lambda rows, weight: planned(rows, weight, None)
+    return lambda rows, weight, out=None: planned(rows, weight, None, out)
 
 
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:

@@ -46,12 +46,20 @@ def experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> to
     (experts, width, hidden), as grouped_mm's b (any strides); top_k_index and top_k_weights
     (tokens, top_k). Returns (tokens, hidden) in x's dtype. Planned once per problem (plan.PLANS):
     the shapes are checked as the plan is built, the kernels compiled, the grids fixed."""
+    call = planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
+    return call(x, gate_up, down, top_k_index.reshape(-1), top_k_weights.reshape(-1))
+
+
+def planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str):
+    """`call(x, gate_up, down, ids, weights, out=None) -> out` for arguments like these, planned
+    once (plan.PLANS): ids and weights flat (tokens x top_k,), out (tokens, hidden) contiguous in
+    x's dtype, allocated where not given."""
     key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, top_k_index, top_k_weights)))
     call = PLANS.find_key(key)
     if call is None:
         call = _plan(x, gate_up, down, top_k_index, top_k_weights, glu)
         PLANS.remember(key, call)
-    return call(x, gate_up, down, top_k_index.reshape(-1), top_k_weights.reshape(-1))
+    return call
 
 
 def _plan(x, gate_up, down, top_k_index, top_k_weights, glu: str):
@@ -80,9 +88,9 @@ def _plan(x, gate_up, down, top_k_index, top_k_weights, glu: str):
                                  dict(common, PAIRS_PER_ROW=top_k, A_ROW_DIV=1, SCALED=True, GLU="none",
                                       BLOCK_N=down_n, BLOCK_K=_block_k(down_n, width)), x.device)  # fmt: skip
 
-    def call(x, gate_up, down, ids, weights):
+    def call(x, gate_up, down, ids, weights, out=None):
         h = x.new_empty((pairs, width))
-        out = x.new_empty((tokens, hidden))
+        out = x.new_empty((tokens, hidden)) if out is None else out
         launch_up(x, gate_up, h, ids, weights, *up_sizes)
         launch_down(h, down, out, ids, weights, *down_sizes)
         return out
