@@ -395,6 +395,26 @@ def test_a_static_inference_graph_keeps_the_pairs_plan_at_its_site(rows, monkeyp
     assert len(planned) == first + 3  # the eager module's calls only: the site kept its plan
 
 
+def test_a_float32_pairs_plan_follows_torchs_tf32_switch(monkeypatch):
+    """The row-group kernel's float32 products follow torch's TF32 switch as the plan is built
+    (ladder/_host.input_precision): a call after the switch moved gets a plan of its own."""
+    from tritongemm.blocks import gated_pair as pair_module
+
+    built = []
+    real = pair_module._plan
+    monkeypatch.setattr(pair_module, "_plan", lambda *a: built.append(1) or real(*a))
+    rows, weight = rand(5, 8, seed="tf32"), rand(12, 8, seed="tf32w")
+    tritongemm.plans.clear()  # no plan for these operands from another test
+    previous = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for allow in (False, True, False):
+            torch.backends.cuda.matmul.allow_tf32 = allow
+            gated_pair(rows, weight, "silu")
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+    assert len(built) == 2  # one plan a setting: the third call finds the first's
+
+
 def test_the_gated_pair_operator_passes_opcheck_and_checks_its_arguments():
     op = torch.ops.tritongemm.gated_pair.default
     torch.library.opcheck(op, (rand(5, 8, seed="oc"), rand(12, 8, seed="ocw"), "gelu"))
