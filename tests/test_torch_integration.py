@@ -360,3 +360,15 @@ def test_a_static_graph_keeps_its_plans_at_their_sites(monkeypatch):
     assert "linear" in planned[first:] and "mm" in planned[first:]
     args = site_args(offset=1)
     check_site_fn(compiled(*args), args)
+
+
+def test_a_linear_whose_launch_needs_a_copy_stays_a_direct_call():
+    """Rows of 41 16-bit elements aren't whole 16-byte multiples: a TMA kernel's output would be
+    row-padded and copied, on every run, so the node is a direct call, not a site."""
+    from torch._inductor.utils import run_and_get_code
+
+    compiled = torch.compile(lambda x, w: tritongemm.linear(x, w), backend="inductor", dynamic=False)
+    x, w = rand(5, 24, dtype=SITE_DTYPE), rand(41, 24, dtype=SITE_DTYPE)
+    y, (code,) = run_and_get_code(compiled, x, w)
+    assert rel_error(y, reference_matmul(x, w.T)) <= tolerance(SITE_DTYPE, 24)
+    assert "tritongemm_direct_linear(" in code and "tritongemm_Site(" not in code

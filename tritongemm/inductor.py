@@ -289,6 +289,21 @@ def _install() -> None:
         (a setting that may change between runs of a graph)."""
         return operand.get_dtype() in (torch.float16, torch.bfloat16)
 
+    def contiguous(*tensors) -> bool:
+        """Whether every tensor given (None aside) is laid out contiguously, as traced."""
+        try:
+            return all(t is None or list(t.get_stride()) == ir.FlexibleLayout.contiguous_strides(t.get_size())
+                       for t in tensors)  # fmt: skip
+        except (NotImplementedError, AttributeError):
+            return False
+
+    def whole_rows(*columns) -> bool:
+        """Whether rows of these many 16-bit elements are whole multiples of 16 bytes (TMA's rule)."""
+        try:
+            return all(int(n) % 8 == 0 for n in columns)
+        except TypeError:  # a symbolic size
+            return False
+
     # The fake implementations' outputs (ops.py): contiguous, of these dtypes and sizes.
     lower_to(
         ops.mm,
@@ -305,7 +320,12 @@ def _install() -> None:
             [*x.get_size()[:-1], weight.get_size()[0]],
         ),
         "linear",
-        lambda x, *_: half(x),
+        # A call that would take a copy before its launch (fused.LinearCall.as_given false) would
+        # take the direct path and a copy into out as well, on every run: the lowering gives such
+        # a node a direct call instead, by its layout (x contiguous, rows of 16-byte multiples).
+        lambda x, weight, bias, residual, *_: (
+            half(x) and contiguous(x, weight, bias, residual) and whole_rows(x.get_size()[-1], weight.get_size()[0])
+        ),
     )
     lower_to(ops.grouped_mm, "direct_grouped_mm", _grouped_output)
     lower_to(
@@ -313,7 +333,7 @@ def _install() -> None:
         "direct_gated_pair",
         lambda rows, weight, *_: (rows.get_dtype(), [rows.get_size()[0], weight.get_size()[0] // 2]),
         "gated_pair",
-        lambda rows, *_: half(rows),
+        lambda rows, weight, *_: half(rows) and whole_rows(weight.get_size()[0] // 2),  # else C's rows are padded
     )
     lower_to(
         ops.moe_combine,
