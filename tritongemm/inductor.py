@@ -98,10 +98,10 @@ class Site:
     misaligned tensor, SMs spared by `device_info.sparing_sms`, a plan that can't write into out)
     it runs through the direct path, then a copy into out."""
 
-    __slots__ = ("_build", "_tensors", "_run", "_generation")
+    __slots__ = ("_build", "_direct", "_tensors", "_run", "_generation")
 
     def __init__(self, operator: str, tensors: tuple[int, ...]):
-        self._build = _SITE_BUILDERS[operator]
+        self._build, self._direct = _SITES[operator]
         self._tensors = tensors  # the tensor arguments' places, out not counted
         self._run = None  # (arguments, out) -> None, the kept launch
         self._generation = -1  # PLANS.generation when it was kept
@@ -119,7 +119,7 @@ class Site:
         run = self._build(args, out)  # plans on a miss, checking the arguments
         if run is None:
             self._run = None
-            _direct_into(self._build, args, out)
+            out.copy_(self._direct(*args))  # the direct path's result
             return
         self._run, self._generation = run, generation
         run(args, out)
@@ -158,7 +158,7 @@ def _linear_site(args, out):
 
     def run(args, out):
         if device is not None and torch._C._cuda_getDevice() != device:  # a graph runs on its device: never
-            _direct_into(_linear_site, args, out)
+            out.copy_(ops._linear(*args))
             return
         launch(args[0], args[1], out, args[2], args[3], None)
 
@@ -194,16 +194,13 @@ def _moe_decode_site(args, out):
     return lambda args, out: call(*args[:5], out)
 
 
-_SITE_BUILDERS = {"mm": _mm_site, "linear": _linear_site, "gated_pair": _gated_pair_site,
-                  "moe_decode": _moe_decode_site}  # fmt: skip
-# What a site's direct path is, for a call it doesn't keep.
-_DIRECT = {_mm_site: ops._mm, _linear_site: ops._linear, _gated_pair_site: ops._gated_pair,
-           _moe_decode_site: ops._moe_decode}  # fmt: skip
-
-
-def _direct_into(build, args, out) -> None:
-    """The direct path's result, copied into out: a call no site keeps."""
-    out.copy_(_DIRECT[build](*args))
+# Per operator: what builds a site's kept launch, and the direct path for a call it doesn't keep.
+_SITES = {
+    "mm": (_mm_site, ops._mm),
+    "linear": (_linear_site, ops._linear),
+    "gated_pair": (_gated_pair_site, ops._gated_pair),
+    "moe_decode": (_moe_decode_site, ops._moe_decode),
+}
 
 
 def _install() -> None:
