@@ -310,15 +310,17 @@ def test_fp8_on_the_warp_specialized_rung_compiles_without_spills():
     _check_warp_specialized_fp8("fp8_ws")
 
 
-def _check_warp_specialized_fp8(kernel: str) -> None:
+def _check_warp_specialized_fp8(kernel: str) -> list[dict]:
     """Each case of an fp8 rung on rung 9: the instructions it is about, no spills (a fused
-    epilogue's erf may), MMAs not serialized, the shared memory its plan counts."""
-    for result in compile_kernel(kernel):
+    epilogue's erf may), MMAs not serialized, the shared memory its plan counts. Returns the cases."""
+    results = compile_kernel(kernel)
+    for result in results:
         label = f"{kernel} " + " ".join(map(str, result["case"]))
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
         assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+    return results
 
 
 # The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, tile,
@@ -365,7 +367,8 @@ def _compile_fp8_block() -> list[dict]:
         results.append(dict(case=[fp8, out, K, fused, per_slot, config.short(), consumers],
                             shared=compiled.metadata.shared,
                             missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
-                            planned=fp8_block.smem_bytes(config, c.element_size())))  # fmt: skip
+                            planned=fp8_block.smem_bytes(config, c.element_size()),
+                            copied_loads=_copied_loads(ptx)))  # fmt: skip
     return results
 
 
@@ -374,7 +377,11 @@ def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
     shared memory as planned; the accumulator and the promoted sum stay in registers, and ptxas
     leaves the MMAs asynchronous (a non-WGMMA instruction touching an accumulator at the wrong
     place makes it serialize them all, the module docstring says how that happened once)."""
-    _check_warp_specialized_fp8("fp8_block")
+    for result in _check_warp_specialized_fp8("fp8_block"):
+        # The scales loaded a step ahead must stay in the registers they land in: a copy of one
+        # waits for the load in the step that issued it (fp8_block.py's docstring).
+        copied = result["copied_loads"]
+        assert not copied, f"fp8_block {result['case']}: loads copied as they land: {copied}"
 
 
 def test_the_k_group_rung_compiles_for_sm90():
@@ -650,6 +657,33 @@ def test_the_glu_kernels_compile_to_16_byte_accesses():
 
 def _aligned(nbytes: int) -> int:
     return -(-nbytes // 16) * 16
+
+
+def _copied_loads(ptx: str) -> list[str]:
+    """The global loads in this kernel's SASS (sm_90a) whose first reader is a register copy: a
+    copy waits for the load to land, so a load issued early for later use waits there instead."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    tools = os.path.dirname(get_ptxas(90).path)
+    with tempfile.TemporaryDirectory() as folder:
+        with open(f"{folder}/k.ptx", "w") as source:
+            source.write(ptx)
+        subprocess.run([get_ptxas(90).path, "-arch=sm_90a", f"{folder}/k.ptx", "-o", f"{folder}/k.cubin"],
+                       check=True, capture_output=True)  # fmt: skip
+        sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", f"{folder}/k.cubin"], check=True,
+                              capture_output=True, text=True).stdout  # fmt: skip
+    lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]  # /*0120*/ INSTR ;
+    code = [line.split("*/", 1)[1].strip().rstrip(";") for line in lines]
+    copied = []
+    for i, instruction in enumerate(code):
+        load = re.match(r"(@!?P\d+\s+)?LDG\S*\s+(R\d+)", instruction)
+        if load is None:
+            continue
+        register = re.compile(rf"\b{load.group(2)}\b")
+        reader = next((line for line in code[i + 1 :] if register.search(line.split(None, 1)[-1])), "")
+        if re.match(rf"(@!?P\d+\s+)?(IMAD\.MOV\.U32\s+R\d+, RZ, RZ, |MOV\s+R\d+, ){load.group(2)}\b", reader):
+            copied.append(f"{instruction} -> {reader}")
+    return copied
 
 
 def _ptxas(ptx: str, capability: int = 90) -> dict:
