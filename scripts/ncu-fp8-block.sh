@@ -4,11 +4,14 @@
 # each, clocks floating as in the benchmarks, so that tensor-pipe use, shared-memory traffic and
 # the warps' stall reasons can be set side by side. Prints cuBLAS's kernel name and a summary.
 # Usage: bash scripts/ncu-fp8-block.sh [M,N,K]  ->  $OUT/ncu-fp8-block/LABEL.csv
+#        bash scripts/ncu-fp8-block.sh [M,N,K] --stalls: instead, where the block rung's and cuBLAS's
+#        warps wait (stall reasons, hottest SASS lines: scripts/ncu_stalls.py)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-ncu-logs}/ncu-fp8-block
 shape=${1:-2048,6144,4096}
+mode=${2:-}
 mkdir -p "$out"
 
 cat > "$out/one.py" << 'PY'
@@ -46,6 +49,22 @@ profile() {  # profile LABEL WHICH KERNEL_REGEX
   grep -E '"(Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Shared Memory|L1/TEX Cache Throughput|L2 Cache Throughput|Registers Per Thread|Block Size|Grid Size|Warp Cycles Per Issued Instruction|Achieved Occupancy)"' "$out/$1.csv" \
     | awk -F'","' '{printf "   %-45s %s %s\n", $(NF-2), $NF, $(NF-1)}' | tr -d '"' | sort -u
 }
+
+stalls() {  # stalls LABEL WHICH KERNEL_REGEX: warp-state sampling by SASS line
+  ncu --clock-control none --section SourceCounters --section WarpStateStats --import-source no \
+    --kernel-name "regex:$3" --launch-skip 1 --launch-count 1 -f -o "$out/$1" \
+    python3 "$out/one.py" "$shape" "$2" > "$out/$1.log" 2>&1
+  ncu -i "$out/$1.ncu-rep" --page raw --csv > "$out/$1-raw.csv"
+  ncu -i "$out/$1.ncu-rep" --page source --csv --print-source sass > "$out/$1-sass.csv"
+  echo "== $1 ($shape)"
+  python3 scripts/ncu_stalls.py "$out/$1-raw.csv" "$out/$1-sass.csv" 30
+}
+
+if [ "$mode" = --stalls ]; then
+  stalls block-c2 block-c2 '^_fp8_block_kernel'
+  stalls cublas-block cublas 'nvjet|cutlass|gemm|sm90'
+  exit 0
+fi
 
 profile cublas-block cublas 'nvjet|cutlass|gemm|sm90'
 profile block-c1 block-c1 '^_fp8_block_kernel'
