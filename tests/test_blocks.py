@@ -346,6 +346,43 @@ def test_patch_fuse_on_transformers_models(architecture):
     assert again.fused == [] and again.fused_qkv == [] and again.fused_norms == []
 
 
+@pytest.mark.parametrize("recipe", ["row", "block"])
+def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monkeypatch):
+    """patch(fp8=..., fuse=True) on a tiny Llama: each layer's two norms quantize their output for
+    q, k, v and for gate, up in their own kernel, so no Fp8Linear group quantizes its input; the
+    logits are the same bits as when each group quantizes it."""
+    transformers = pytest.importorskip("transformers")
+    import tritongemm.fp8.linear as fp8_linear
+
+    config = transformers.LlamaConfig(
+        hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        head_dim=32, vocab_size=128,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    dtype = torch.bfloat16 if ON_GPU else torch.float32
+    model = transformers.LlamaForCausalLM(config).eval().to(device=DEVICE, dtype=dtype)
+    tritongemm.patch(model, fp8=recipe, fuse=True)
+    report = model.tritongemm_patch_report
+    assert report.quantized_in_norms == [
+        f"model.layers.{i}.{norm} -> {block}" for i in (0, 1)
+        for norm, block in (("input_layernorm", "self_attn"), ("post_attention_layernorm", "mlp"))
+    ]  # fmt: skip
+    assert "4 of them made by the RMSNorm before them" in str(report)
+    quantized = []
+    counting = lambda x, recipe: quantized.append(x.shape) or quantize(x, recipe)  # noqa: E731
+    quantize = fp8_linear.quantize_fp8
+    monkeypatch.setattr(fp8_linear, "quantize_fp8", counting)
+    ids = torch.randint(0, 128, (2, 9), device=DEVICE)
+    with torch.no_grad():
+        logits = model(ids).logits
+        assert quantized == []
+        for layer in model.model.layers:
+            layer.input_layernorm.fp8_share = layer.post_attention_layernorm.fp8_share = None
+        expected = model(ids).logits
+    assert len(quantized) == 4  # each group of each layer, once
+    assert torch.equal(logits, expected)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if ON_GPU else [torch.float32], ids=str)
 def test_gated_mlp_under_torch_compile(dtype):
     """Training traces the pair's GEMM (the `mm` operator) and the gating in torch; inference the

@@ -55,6 +55,26 @@ def test_forward_and_gradients_match_the_formula(lead, width, form, dtype):
     assert rel_error(norm.weight.grad, w64.grad) <= bound * 4  # a sum over the rows, rounded once
 
 
+@pytest.mark.parametrize("recipe, width", [("row", 200), ("row", 4096), ("block", 128), ("block", 384)])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_a_norm_quantizes_its_output_as_quantize_fp8_does(recipe, width, dtype):
+    """norm_forward_quantized: the norm's output as norm_forward gives it and, from the same
+    kernel, quantize_fp8's e4m3 copy and scales of it, bit for bit (384: a padded 1 x 128 block)."""
+    from tritongemm.blocks.rms_norm_kernels import norm_forward, norm_forward_quantized
+    from tritongemm.fp8 import quantize_fp8
+
+    norm = make_norm(width, "llama", dtype)
+    x = rand(33, width, dtype=dtype) * 4
+    y, q, scale = norm_forward_quantized(x, norm.weight, norm.eps, norm.offset, norm.cast, recipe)
+    expected, _ = norm_forward(x, norm.weight, norm.eps, norm.offset, norm.cast, keep_rstd=False)
+    q_expected, scale_expected = quantize_fp8(expected, recipe)
+    assert torch.equal(y, expected) and torch.equal(scale, scale_expected)
+    assert q.dtype == q_expected.dtype and torch.equal(q.view(torch.uint8), q_expected.view(torch.uint8))
+    odd = make_norm(200, "llama", dtype)
+    with pytest.raises(ValueError, match="'block' with N % 128 == 0; got 'block', N = 200"):
+        norm_forward_quantized(rand(3, 200, dtype=dtype), odd.weight, odd.eps, odd.offset, odd.cast, "block")
+
+
 def test_a_row_keeps_to_itself():
     """A row of inf (its rstd 0, then NaN) or of zeros (rstd 1/sqrt(eps)) changes no other row."""
     norm = make_norm(40, "llama", torch.float32)

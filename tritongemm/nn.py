@@ -20,7 +20,7 @@ import torch
 
 from tritongemm import api, fused
 from tritongemm.blocks.gated_mlp import GatedMLP  # noqa: F401  tritongemm.nn.GatedMLP
-from tritongemm.blocks.rms_norm import RMSNorm  # noqa: F401  tritongemm.nn.RMSNorm
+from tritongemm.blocks.rms_norm import RMSNorm  # tritongemm.nn.RMSNorm
 from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
 from tritongemm.checks import _dtype_name
 from tritongemm.epilogue import ACTIVATIONS
@@ -104,6 +104,8 @@ class PatchReport:
     not_fused: dict[str, str] = field(default_factory=dict)
     # fp8: the modules whose Fp8Linears of one input share its quantization (SHARED_INPUTS).
     shared_quantization: list[str] = field(default_factory=list)
+    # fp8 and fuse=True: the fused RMSNorms that quantize their output for the block they feed.
+    quantized_in_norms: list[str] = field(default_factory=list)
 
     def __str__(self) -> str:
         total = len(self.replaced) + len(self.skipped)
@@ -114,6 +116,8 @@ class PatchReport:
             text += f"; experts: {self.experts}"
         if self.shared_quantization:
             text += f"; {len(self.shared_quantization)} groups of fp8 layers share their input's quantization"
+        if self.quantized_in_norms:
+            text += f", {len(self.quantized_in_norms)} of them made by the RMSNorm before them"
         if self.fused or self.fused_qkv or self.fused_residuals or self.fused_norms or self.not_fused:
             text += f"; fused {len(self.fused)} gated MLPs into GatedMLP"
             text += f", {len(self.fused_qkv)} attention q/k/v projections into one GEMM each"
@@ -145,8 +149,10 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     layer's forward rebuilt from its own source: blocks/residual.py); `fused_residuals` lists them.
     It also puts a `tritongemm.blocks.RMSNorm` (one kernel forward, one backward; the same weight)
     in place of each of transformers' RMSNorms of Llama's or Gemma's form; `fused_norms` lists them.
-    With `fp8`, `fuse=True` fuses the norms only: the GEMMs stay Fp8Linears, each quantizing its
-    input in its own kernel (q, k and v share one quantization), with no blocks or residuals.
+    With `fp8`, `fuse=True` fuses the norms only: the GEMMs stay Fp8Linears (q, k and v share one
+    quantization of their input, gate and up another), with no blocks or residuals; a decoder
+    layer's norm quantizes its output for the layers it feeds in its own kernel where the recipe
+    allows (row, or block with a hidden size a multiple of 128): `quantized_in_norms` lists them.
 
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
@@ -202,6 +208,8 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         report.not_fused.update(left)
     if fp8 is not None:
         report.shared_quantization = _share_quantization(model)
+        if fuse:
+            report.quantized_in_norms = _quantize_in_norms(model)
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
         report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
     report.experts = _patch_experts(model, served, fp8)
@@ -224,6 +232,30 @@ def _share_quantization(model: torch.nn.Module) -> list[str]:
             if SharedQuantization.install([getattr(module, child, None) for child in names], module) is not None:
                 shared.append(f"{name}: {', '.join(names)}" if name else ", ".join(names))
     return shared
+
+
+# A decoder layer's norms and the blocks they feed: (norm, or the first present of several; the
+# block; its first Fp8Linear). Gemma 2 and 3 normalize the attention's output with
+# post_attention_layernorm and the MLP's input with pre_feedforward_layernorm.
+NORM_FEEDS = ((("input_layernorm",), "self_attn", "q_proj"),
+              (("pre_feedforward_layernorm", "post_attention_layernorm"), "mlp", "gate_proj"))  # fmt: skip
+
+
+def _quantize_in_norms(model: torch.nn.Module) -> list[str]:
+    """Have each fused RMSNorm of NORM_FEEDS quantize its output for the Fp8Linears that share it
+    (rms_norm.py); the names of those norms, with the block each feeds. A norm whose output goes
+    elsewhere costs only its own extra writes: the group takes a kept quantization only when
+    called with the very tensor it was made for, unchanged since."""
+    done = []
+    for name, layer in model.named_modules():
+        for norm_names, block, first in NORM_FEEDS:
+            norm_name = next((n for n in norm_names if isinstance(getattr(layer, n, None), torch.nn.Module)), None)
+            share = getattr(getattr(getattr(layer, block, None), first, None), "shared", None)
+            norm = getattr(layer, norm_name, None) if norm_name else None
+            if isinstance(norm, RMSNorm) and share is not None and share.recipe in ("row", "block"):
+                norm.fp8_share = share
+                done.append(f"{name + '.' if name else ''}{norm_name} -> {block}")
+    return done
 
 
 def _patch_experts(model: torch.nn.Module, served, fp8: str | None) -> str | None:

@@ -98,6 +98,10 @@ class RMSNorm(torch.nn.Module):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.full((hidden_size,), 1.0 - offset, device=device, dtype=dtype))
         self.eps, self.offset, self.cast = float(eps), float(offset), cast
+        # The fp8 layers this norm feeds (fp8/linear.py's SharedQuantization, set by patch): the
+        # forward quantizes its output for them in its own kernel, saving them a launch and a
+        # read of the output, where that group can take it (row or 1 x 128 block recipe).
+        self.fp8_share = None
 
     @classmethod
     def from_norm(cls, norm: torch.nn.Module, eps: float, offset: float, cast: bool) -> RMSNorm:
@@ -114,8 +118,15 @@ class RMSNorm(torch.nn.Module):
         if torch.is_grad_enabled() and (rows.requires_grad or self.weight.requires_grad):
             y = _RMSNormFunction.apply(rows, self.weight, self.eps, self.offset, self.cast)
         else:
-            from tritongemm.blocks.rms_norm_kernels import norm_forward
+            from tritongemm.blocks.rms_norm_kernels import norm_forward, norm_forward_quantized
 
+            share = self.fp8_share
+            # An inference tensor has no version counter, so the group keeps nothing for it.
+            if share is not None and share.takes(rows.shape[1]) and not x.is_inference():
+                y, q, scale = norm_forward_quantized(rows, self.weight, self.eps, self.offset, self.cast, share.recipe)
+                y = y.view(*x.shape[:-1], y.shape[-1])
+                share.offer(y, (q, scale))
+                return y
             y, _ = norm_forward(rows, self.weight, self.eps, self.offset, self.cast, keep_rstd=False)
         return y.view(*x.shape[:-1], y.shape[-1])
 

@@ -9,6 +9,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import InterpretedFunction
 
+from tritongemm.fp8.kernels import _round_to_fp8
 from tritongemm.plan import PLANS, tensor_facts
 
 ROW_ELEMENTS = 4096  # elements a program holds at once: rows of 128 (Qwen3's q/k norms) go 32 a program
@@ -30,8 +31,11 @@ def _normalized(x_ptr, rows, cols, mask, N, stride_xm, eps):
 @triton.jit
 def _rms_norm_forward_kernel(
     x_ptr, w_ptr, y_ptr, rstd_ptr,  # (M, N), (N,), (M, N), (M,) fp32
-    M, N, stride_xm, stride_ym, eps,
+    q_ptr, s_ptr,  # QUANT: y's fp8 copy (M, N) and its scales, (M, 1) or (M, N / 128) fp32
+    M, N, stride_xm, stride_ym, stride_sm, eps,
     OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, KEEP_RSTD: tl.constexpr,
+    QUANT: tl.constexpr,  # "none", or fp8 quantize_fp8's recipe of y as stored: "row" or "block" (1 x 128)
+    FP8_MAX: tl.constexpr, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr,  # QUANT's fp8 format
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -41,10 +45,28 @@ def _rms_norm_forward_kernel(
     if CAST_BEFORE_WEIGHT:
         x_hat = x_hat.to(x_ptr.dtype.element_ty).to(tl.float32)
     w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32) + OFFSET
-    y = x_hat * w[None, :]
-    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+    y = (x_hat * w[None, :]).to(y_ptr.dtype.element_ty)
+    tl.store(y_ptr + rows[:, None] * stride_ym + cols[None, :], y, mask=mask)
     if KEEP_RSTD:
         tl.store(rstd_ptr + rows, rstd, mask=rows < M)
+    if QUANT != "none":
+        # quantize_fp8's arithmetic on the rows as stored (fp8/kernels.py), while they are in
+        # registers: the program holds whole rows, so a row's or a 1 x 128 block's absmax is here.
+        y = y.to(tl.float32)  # padding columns are 0: no absmax, no store
+        if QUANT == "row":
+            scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(y), axis=1), 1e-12), FP8_MAX)
+            q = tl.math.div_rn(y, scale[:, None])
+            tl.store(s_ptr + rows * stride_sm, scale, mask=rows < M)
+        else:
+            GROUPS: tl.constexpr = BLOCK_N // 128
+            blocks = tl.reshape(y, (BLOCK_M, GROUPS, 128))
+            scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(blocks), axis=2), 1e-12), FP8_MAX)
+            q = tl.reshape(tl.math.div_rn(blocks, scale[:, :, None]), (BLOCK_M, BLOCK_N))
+            groups = tl.arange(0, GROUPS)
+            s_mask = (rows[:, None] < M) & (groups[None, :] < N // 128)
+            tl.store(s_ptr + rows[:, None] * stride_sm + groups[None, :], scale, mask=s_mask)
+        q = _round_to_fp8(tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP)
+        tl.store(q_ptr + rows[:, None] * N + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -90,23 +112,41 @@ def _blocks(N: int) -> tuple[int, int, int]:
     return block_m, block_n, max(1, min(16, block_m * block_n // 512))
 
 
-def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd):
+def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=None):
+    """`call(x, weight) -> (y, rstd)`, or with `quantize` ("row" or "block") `-> (y, q, scale)`:
+    y's e4m3 copy and scales as `quantize_fp8(y, quantize)` gives them."""
     from tritongemm.fast_launch import compile_launch
+    from tritongemm.fp8.recipes import fp8_format, fp8_max
 
     M, N = x.shape
+    fp8 = torch.float8_e4m3fn
     y_like = torch.empty((M, N), dtype=y_dtype, device=x.device)
     rstd_like = torch.empty(M if keep_rstd else 1, dtype=torch.float32, device=x.device)
+    q_like = torch.empty((M, N) if quantize else (1,), dtype=fp8, device=x.device)
+    s_like = torch.empty((M, N // 128 if quantize == "block" else 1), dtype=torch.float32, device=x.device)
     if M == 0:
+        if quantize:
+            return lambda x, weight: (torch.empty_like(y_like), torch.empty_like(q_like), torch.empty_like(s_like))
         return lambda x, weight: (torch.empty_like(y_like), torch.empty_like(rstd_like))
     block_m, block_n, warps = _blocks(N)
-    meta = dict(OFFSET=offset, CAST_BEFORE_WEIGHT=cast, KEEP_RSTD=keep_rstd, BLOCK_M=block_m, BLOCK_N=block_n,
-                num_warps=warps)  # fmt: skip
-    args = (x, weight, y_like, rstd_like, M, N, x.stride(0), N, eps)
-    launch = compile_launch(_rms_norm_forward_kernel, (triton.cdiv(M, block_m),), args, meta, x.device)
+    meta = dict(OFFSET=offset, CAST_BEFORE_WEIGHT=cast, KEEP_RSTD=keep_rstd, QUANT=quantize or "none",
+                FP8_MAX=fp8_max(fp8), **fp8_format(fp8), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)  # fmt: skip
+    sizes = (M, N, x.stride(0), N, s_like.stride(0), eps)
+    launch = compile_launch(_rms_norm_forward_kernel, (triton.cdiv(M, block_m),),
+                            (x, weight, y_like, rstd_like, q_like, s_like, *sizes), meta, x.device)  # fmt: skip
+
+    if quantize:
+
+        def quantizing_call(x, weight):
+            y, q, scale = torch.empty_like(y_like), torch.empty_like(q_like), torch.empty_like(s_like)
+            launch(x, weight, y, rstd_like, q, scale, *sizes)  # rstd not kept: its buffer is not written
+            return y, q, scale
+
+        return quantizing_call
 
     def call(x, weight):
         y, rstd = torch.empty_like(y_like), torch.empty_like(rstd_like)
-        launch(x, weight, y, rstd, M, N, x.stride(0), N, eps)
+        launch(x, weight, y, rstd, q_like, s_like, *sizes)  # not quantizing: q and scale not written
         return y, rstd
 
     return call
@@ -146,6 +186,22 @@ def norm_forward(x, weight, eps, offset, cast, keep_rstd):
     call = PLANS.find_key(key)
     if call is None:
         call = _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd)
+        PLANS.remember(key, call)
+    return call(x, weight)
+
+
+def norm_forward_quantized(x, weight, eps, offset, cast, recipe):
+    """(y, y_fp8, scale) for rows x (M, N) with unit column stride: y as `norm_forward` gives it,
+    and in the same kernel `quantize_fp8(y, recipe)`'s result, value for value ("row", or "block"
+    with N a multiple of 128)."""
+    y_dtype = torch.promote_types(x.dtype, weight.dtype) if cast else x.dtype
+    key = ("rms_norm_fp8", eps, offset, cast, recipe, y_dtype, tensor_facts(x), tensor_facts(weight))
+    call = PLANS.find_key(key)
+    if call is None:
+        if recipe not in ("row", "block") or (recipe == "block" and x.shape[1] % 128):
+            raise ValueError(f"norm_forward_quantized: takes recipe 'row', or 'block' with N % 128 == 0; got "
+                             f"{recipe!r}, N = {x.shape[1]}")  # fmt: skip
+        call = _forward_plan(x, weight, y_dtype, eps, offset, cast, False, recipe)
         PLANS.remember(key, call)
     return call(x, weight)
 

@@ -170,6 +170,18 @@ class SharedQuantization:
         self._kept = _Kept(x, x._version, result, [other for other in self.layers if other is not layer])
         return result
 
+    def takes(self, width: int) -> bool:
+        """Whether the kernel before the group (an RMSNorm: blocks/rms_norm.py) can quantize its
+        inputs of this width for it, a program holding whole rows: per-token rows, or 1 x 128
+        blocks of a width that is a multiple of 128. Not tensor-wise: that needs the whole
+        tensor's absmax before any cast."""
+        return self.recipe == "row" or (self.recipe == "block" and width % 128 == 0)
+
+    def offer(self, x: torch.Tensor, result: tuple[torch.Tensor, torch.Tensor]) -> None:
+        """Keep `result`, x's quantization made by the kernel that made x, for every layer of the
+        group: each takes it when called with x (`quantized`), as if the first had made it."""
+        self._kept = _Kept(x, x._version, result, list(self.layers))
+
     def forward_done(self, module, args, output) -> None:
         """The parent's forward hook: nothing kept past it."""
         self._kept = None
