@@ -350,7 +350,9 @@ def test_patch_fuse_on_transformers_models(architecture):
 def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monkeypatch):
     """patch(fp8=..., fuse=True) on a tiny Llama: each layer's two norms quantize their output for
     q, k, v and for gate, up in their own kernel, so no Fp8Linear group quantizes its input; the
-    logits are the same bits as when each group quantizes it."""
+    logits are those of each group quantizing it: the same bits under the interpreter; on the GPU
+    the norm's kernel that quantizes may round an output's last bit otherwise (tests/test_rms_norm.py),
+    and its quantization with it."""
     transformers = pytest.importorskip("transformers")
     import tritongemm.fp8.linear as fp8_linear
 
@@ -380,7 +382,7 @@ def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monke
             layer.input_layernorm.fp8_share = layer.post_attention_layernorm.fp8_share = None
         expected = model(ids).logits
     assert len(quantized) == 4  # each group of each layer, once
-    assert torch.equal(logits, expected)
+    assert torch.equal(logits, expected) if not ON_GPU else rel_error(logits, expected.double()) <= 2e-2
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if ON_GPU else [torch.float32], ids=str)

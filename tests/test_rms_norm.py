@@ -58,17 +58,19 @@ def test_forward_and_gradients_match_the_formula(lead, width, form, dtype):
 @pytest.mark.parametrize("recipe, width", [("row", 200), ("row", 4096), ("block", 128), ("block", 384)])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_a_norm_quantizes_its_output_as_quantize_fp8_does(recipe, width, dtype):
-    """norm_forward_quantized: the norm's output as norm_forward gives it and, from the same
-    kernel, quantize_fp8's e4m3 copy and scales of it, bit for bit (384: a padded 1 x 128 block)."""
-    from tritongemm.blocks.rms_norm_kernels import norm_forward, norm_forward_quantized
+    """norm_forward_quantized: the norm's output (the formula's, within the dtype's bound) and, from
+    the same kernel, quantize_fp8's e4m3 copy and scales of that output, bit for bit (384: a
+    padded 1 x 128 block). The output itself may differ from norm_forward's in a last bit on the
+    GPU: the compiler may sum a row's squares in another order in the kernel that also quantizes."""
+    from tritongemm.blocks.rms_norm_kernels import norm_forward_quantized
     from tritongemm.fp8 import quantize_fp8
 
     norm = make_norm(width, "llama", dtype)
     x = rand(33, width, dtype=dtype) * 4
     y, q, scale = norm_forward_quantized(x, norm.weight, norm.eps, norm.offset, norm.cast, recipe)
-    expected, _ = norm_forward(x, norm.weight, norm.eps, norm.offset, norm.cast, keep_rstd=False)
-    q_expected, scale_expected = quantize_fp8(expected, recipe)
-    assert torch.equal(y, expected) and torch.equal(scale, scale_expected)
+    assert rel_error(y, rms_norm_reference(x.double(), norm.weight.double(), norm.eps, 0.0, True)) <= BOUND[dtype]
+    q_expected, scale_expected = quantize_fp8(y, recipe)
+    assert torch.equal(scale, scale_expected)
     assert q.dtype == q_expected.dtype and torch.equal(q.view(torch.uint8), q_expected.view(torch.uint8))
     odd = make_norm(200, "llama", dtype)
     with pytest.raises(ValueError, match="'block' with N % 128 == 0; got 'block', N = 200"):
