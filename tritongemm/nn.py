@@ -244,8 +244,8 @@ NORM_FEEDS = ((("input_layernorm",), "self_attn", "q_proj"),
 def _quantize_in_norms(model: torch.nn.Module) -> list[str]:
     """Have each fused RMSNorm of NORM_FEEDS quantize its output for the Fp8Linears that share it
     (rms_norm.py); the names of those norms, with the block each feeds. A norm whose output goes
-    elsewhere costs only its own extra writes: the group takes a kept quantization only when
-    called with the very tensor it was made for, unchanged since."""
+    elsewhere costs its extra writes and holds them until its next call, no more: the group takes
+    a kept quantization only when called with the very tensor it was made for, unchanged since."""
     done = []
     for name, layer in model.named_modules():
         for norm_names, block, first in NORM_FEEDS:
