@@ -191,9 +191,10 @@ def norm_forward(x, weight, eps, offset, cast, keep_rstd):
 
 
 def norm_forward_quantized(x, weight, eps, offset, cast, recipe):
-    """(y, y_fp8, scale) for rows x (M, N) with unit column stride: y as `norm_forward` gives it,
-    and in the same kernel `quantize_fp8(y, recipe)`'s result, value for value ("row", or "block"
-    with N a multiple of 128)."""
+    """(y, y_fp8, scale) for rows x (M, N) with unit column stride: y, the norm, and in the same
+    kernel `quantize_fp8(y, recipe)`'s result, value for value ("row", or "block" with N a multiple
+    of 128). y is `norm_forward`'s but for a last bit here and there on the GPU, where the compiler
+    may sum a row's squares in another order in this kernel."""
     y_dtype = torch.promote_types(x.dtype, weight.dtype) if cast else x.dtype
     key = ("rms_norm_fp8", eps, offset, cast, recipe, y_dtype, tensor_facts(x), tensor_facts(weight))
     call = PLANS.find_key(key)

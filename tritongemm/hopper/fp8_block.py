@@ -15,8 +15,8 @@ tensor cores idled. Here:
     ptxas copied them over at the end of the step, a copy that waits for the load: the loads then
     sat in the middle of the step and that wait on global memory in every step (Nsight Compute's
     source view: 12% of the warps' stall samples, the tensor cores idle meanwhile). Multiplying
-    first took the wide tile from 0.92-0.97x to 0.97-1.00x torch's at M >= 2048 (H100, three
-    interleaved rounds, results/h100/probes/fp8-block-scale-registers.csv);
+    first took the wide tile from 0.92-0.97x to 0.94-1.00x torch's at M >= 2048 (two H100s, three
+    interleaved rounds each, results/h100/probes/fp8-block-scale-registers.csv and -2.csv);
   * two warpgroups split the tile's 128 rows, each a partition of its own (`consumers_for`), so
     while one promotes the other's MMA keeps the tensor cores busy (DeepGEMM's schedule; CUTLASS's
     fp8 promotion also waits for each interval's MMAs before it adds). Both had first been one
