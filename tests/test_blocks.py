@@ -355,6 +355,7 @@ def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monke
     and its quantization with it."""
     transformers = pytest.importorskip("transformers")
     import tritongemm.fp8.linear as fp8_linear
+    from tritongemm.nn import _quantize_in_norms
 
     config = transformers.LlamaConfig(
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -383,6 +384,11 @@ def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monke
         expected = model(ids).logits
     assert len(quantized) == 4  # each group of each layer, once
     assert torch.equal(logits, expected) if not ON_GPU else rel_error(logits, expected.double()) <= 2e-2
+    # Under inference mode the groups keep nothing (no version counter): the norms don't offer.
+    _quantize_in_norms(model)
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, expected)
+    assert len(quantized) == 4 + 2 * (3 + 2)  # each layer of q, k, v and of gate, up quantizes its own input
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16] if ON_GPU else [torch.float32], ids=str)
