@@ -366,9 +366,8 @@ def _compile_fp8_block() -> list[dict]:
         instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg")
         results.append(dict(case=[fp8, out, K, fused, per_slot, config.short(), consumers],
                             shared=compiled.metadata.shared,
-                            missing=[name for name in instructions if name not in ptx], **_ptxas(ptx),
-                            planned=fp8_block.smem_bytes(config, c.element_size()),
-                            copied_loads=_copied_loads(ptx)))  # fmt: skip
+                            missing=[name for name in instructions if name not in ptx], **_ptxas(ptx, loads=True),
+                            planned=fp8_block.smem_bytes(config, c.element_size())))  # fmt: skip
     return results
 
 
@@ -659,19 +658,32 @@ def _aligned(nbytes: int) -> int:
     return -(-nbytes // 16) * 16
 
 
-def _copied_loads(ptx: str) -> list[str]:
-    """The global loads in this kernel's SASS (sm_90a) whose first reader is a register copy: a
-    copy waits for the load to land, so a load issued early for later use waits there instead."""
+def _ptxas(ptx: str, capability: int = 90, loads: bool = False) -> dict:
+    """What ptxas reports for this PTX on sm_90a (or sm_100a): bytes of register spill stores,
+    and whether it serialized the WGMMAs (info C7514: each one then waits for the one before).
+    With `loads`, also `copied_loads`: from the machine code (nvdisasm), the global loads whose
+    first reader is a register copy, which waits for the load to land, so a load issued early for
+    later use waits there instead."""
     from triton.backends.nvidia.compiler import get_ptxas
 
-    tools = os.path.dirname(get_ptxas(90).path)
+    ptxas = get_ptxas(capability).path
     with tempfile.TemporaryDirectory() as folder:
         with open(f"{folder}/k.ptx", "w") as source:
             source.write(ptx)
-        subprocess.run([get_ptxas(90).path, "-arch=sm_90a", f"{folder}/k.ptx", "-o", f"{folder}/k.cubin"],
-                       check=True, capture_output=True)  # fmt: skip
-        sass = subprocess.run([os.path.join(tools, "nvdisasm"), "-c", f"{folder}/k.cubin"], check=True,
-                              capture_output=True, text=True).stdout  # fmt: skip
+        done = subprocess.run([ptxas, f"-arch=sm_{capability}a", "-v", f"{folder}/k.ptx", "-o", f"{folder}/k.cubin"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        sass = loads and subprocess.run([os.path.join(os.path.dirname(ptxas), "nvdisasm"), "-c", f"{folder}/k.cubin"],
+                                        check=True, capture_output=True, text=True).stdout  # fmt: skip
+    report = done.stdout + done.stderr
+    spilled = sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report))
+    result = dict(spilled=spilled, serialized="C7514" in report)
+    if loads:
+        result["copied_loads"] = _copied_loads(sass)
+    return result
+
+
+def _copied_loads(sass: str) -> list[str]:
+    """`_ptxas`'s copied loads, read from nvdisasm's listing."""
     lines = [line for line in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", line)]  # /*0120*/ INSTR ;
     code = [line.split("*/", 1)[1].strip().rstrip(";") for line in lines]
     copied = []
@@ -684,22 +696,6 @@ def _copied_loads(ptx: str) -> list[str]:
         if re.match(rf"(@!?P\d+\s+)?(IMAD\.MOV\.U32\s+R\d+, RZ, RZ, |MOV\s+R\d+, ){load.group(2)}\b", reader):
             copied.append(f"{instruction} -> {reader}")
     return copied
-
-
-def _ptxas(ptx: str, capability: int = 90) -> dict:
-    """What ptxas reports for this PTX on sm_90a (or sm_100a): bytes of register spill stores,
-    and whether it serialized the WGMMAs (info C7514: each one then waits for the one before)."""
-    from triton.backends.nvidia.compiler import get_ptxas
-
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as source:
-        source.write(ptx)
-        source.flush()
-        done = subprocess.run([get_ptxas(capability).path, f"-arch=sm_{capability}a", "-v", source.name, "-o",
-                               os.devnull],
-                              capture_output=True, text=True, check=True)  # fmt: skip
-    report = done.stdout + done.stderr
-    spilled = sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", report))
-    return dict(spilled=spilled, serialized="C7514" in report)
 
 
 @pytest.mark.parametrize("kernel", KERNELS)

@@ -252,7 +252,7 @@ def _quantize_in_norms(model: torch.nn.Module) -> list[str]:
             norm_name = next((n for n in norm_names if isinstance(getattr(layer, n, None), torch.nn.Module)), None)
             share = getattr(getattr(getattr(layer, block, None), first, None), "shared", None)
             norm = getattr(layer, norm_name, None) if norm_name else None
-            if isinstance(norm, RMSNorm) and share is not None and share.recipe in ("row", "block"):
+            if isinstance(norm, RMSNorm) and share is not None and share.takes(norm.weight.shape[0]):
                 norm.fp8_share = share
                 done.append(f"{name + '.' if name else ''}{norm_name} -> {block}")
     return done

@@ -119,6 +119,9 @@ def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=Non
     from tritongemm.fp8.recipes import fp8_format, fp8_max
 
     M, N = x.shape
+    if quantize not in (None, "row", "block") or (quantize == "block" and N % 128):
+        raise ValueError(f"norm_forward_quantized: takes recipe 'row', or 'block' with N % 128 == 0; got "
+                         f"{quantize!r}, N = {N}")  # fmt: skip
     fp8 = torch.float8_e4m3fn
     y_like = torch.empty((M, N), dtype=y_dtype, device=x.device)
     rstd_like = torch.empty(M if keep_rstd else 1, dtype=torch.float32, device=x.device)
@@ -181,13 +184,7 @@ def _backward_plan(dy, x, weight, rstd, offset, cast):
 
 def norm_forward(x, weight, eps, offset, cast, keep_rstd):
     """(y, rstd) for rows x (M, N) with unit column stride; rstd (M,) fp32 where `keep_rstd`."""
-    y_dtype = torch.promote_types(x.dtype, weight.dtype) if cast else x.dtype
-    key = ("rms_norm", eps, offset, cast, keep_rstd, y_dtype, tensor_facts(x), tensor_facts(weight))
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd)
-        PLANS.remember(key, call)
-    return call(x, weight)
+    return _planned_forward(x, weight, eps, offset, cast, keep_rstd, None)
 
 
 def norm_forward_quantized(x, weight, eps, offset, cast, recipe):
@@ -195,14 +192,15 @@ def norm_forward_quantized(x, weight, eps, offset, cast, recipe):
     kernel `quantize_fp8(y, recipe)`'s result, value for value ("row", or "block" with N a multiple
     of 128). y is `norm_forward`'s but for a last bit here and there on the GPU, where the compiler
     may sum a row's squares in another order in this kernel."""
+    return _planned_forward(x, weight, eps, offset, cast, False, recipe)
+
+
+def _planned_forward(x, weight, eps, offset, cast, keep_rstd, quantize):
     y_dtype = torch.promote_types(x.dtype, weight.dtype) if cast else x.dtype
-    key = ("rms_norm_fp8", eps, offset, cast, recipe, y_dtype, tensor_facts(x), tensor_facts(weight))
+    key = ("rms_norm", eps, offset, cast, keep_rstd, quantize, y_dtype, tensor_facts(x), tensor_facts(weight))
     call = PLANS.find_key(key)
     if call is None:
-        if recipe not in ("row", "block") or (recipe == "block" and x.shape[1] % 128):
-            raise ValueError(f"norm_forward_quantized: takes recipe 'row', or 'block' with N % 128 == 0; got "
-                             f"{recipe!r}, N = {x.shape[1]}")  # fmt: skip
-        call = _forward_plan(x, weight, y_dtype, eps, offset, cast, False, recipe)
+        call = _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize)
         PLANS.remember(key, call)
     return call(x, weight)
 
