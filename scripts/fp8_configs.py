@@ -3,7 +3,7 @@ torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
     PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
-        [--min-m 2048] [--max-m 128] [--split] [--partitions]
+        [--min-m 2048] [--max-m 128] [--split] [--partitions] [--odd] [--swap]
 
 --split times rung 7's split-K on fp8 beside the ws tiles (tensor-wise only). On the H100 at M = 128
 (results/h100/probes/fp8-split-k-m128.csv) it ran 0.61-0.86x torch's, below the ws tiles' 0.85-0.98x
@@ -89,6 +89,27 @@ PARTITIONS = {
     for n, stages in ((256, 4), (128, 5), (128, 6))
     for consumers in (1, 2)
 }
+# hopper/fp8_odd_width.py: one warpgroup's 64 rows by a power of two and a smaller one, so that a
+# decode step's tiles fill a wave (64 x 96 cuts a 6144-row weight into 128 tiles at M = 128).
+ODD = {
+    f"odd 64x{n}x{k} w4 s{stages}": ("fp8_odd_width", cfg(64, n, k, 4, stages))
+    for n, k, stages in ((96, 256, 5), (96, 256, 4), (96, 128, 8), (160, 256, 3), (160, 128, 6), (192, 128, 5))
+}
+# fp8_swap_ab's tiles at M = 16 with fewer weight rows a program (more programs pulling the weight
+# at 4096 rows: 16 x 64 gives 64 programs for 132 SMs) or deeper K-steps.
+SWAP = {
+    f"swap 16x{n}x{k} w{w} s{stages}": ("fp8_swap_ab", cfg(16, n, k, w, stages))
+    for n, k, w, stages in (
+        (64, 512, 4, 3),
+        (32, 512, 4, 3),
+        (32, 512, 4, 4),
+        (32, 1024, 4, 2),
+        (32, 256, 4, 6),
+        (32, 512, 2, 4),
+        (64, 256, 4, 4),
+        (64, 1024, 4, 2),
+    )
+}
 BOTH = {"auto": ("auto", None)}
 LLM = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 SHAPES = [(m, n, k) for (n, k) in LLM for m in (16, 128, 2048, 8192)] + [(8192, 8192, 8192)]
@@ -108,6 +129,8 @@ def main() -> None:
     parser.add_argument("--max-m", type=int, default=1 << 30, help="only the shapes with M at most this")
     parser.add_argument("--split", action="store_true", help="auto, the ws tiles and rung 7's split-K only")
     parser.add_argument("--partitions", action="store_true", help="block scales: auto and fp8_block's partitions")
+    parser.add_argument("--odd", action="store_true", help="auto, the ws tiles and the odd widths only")
+    parser.add_argument("--swap", action="store_true", help="auto and fp8_swap_ab's tiles only")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved timing rounds (median of each's)")
     args = parser.parse_args()
     t0 = time.time()
@@ -141,6 +164,11 @@ def main() -> None:
                     table = dict(BOTH, **small, **(BLOCK_SMALL if M <= 128 else {}), **large)
                 if args.partitions:
                     table = dict(BOTH, **PARTITIONS)
+                if args.swap and recipe != "block":
+                    table = dict(BOTH, **SWAP)
+                if args.odd and recipe != "block":
+                    ws = {k: v for k, v in {**SMALL, **LARGE}.items() if k.startswith("ws")}
+                    table = dict(BOTH, **ws, **ODD)
                 for name, (kernel, config) in table.items():
                     if kernel == "fp8_block partitions":
                         calls[name] = block_partitions(a, b, sa, sb, *config)

@@ -354,6 +354,57 @@ def test_the_warp_specialized_rung(recipe, shape, out_dtype, tile):
     assert rel_error(c, expected) <= fp8_tolerance(out_dtype, K)
 
 
+# fp8 on odd widths (hopper/fp8_odd_width.py): its default 64 x 96 (a 32-column tail) and two
+# wider ones, 64 + 96 and 128 + 64 columns.
+FP8_ODD_TILES = [(96, 256, 5), (160, 128, 6), (192, 128, 5)]  # (BLOCK_N, BLOCK_K, num_stages)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU (CPU: compiled in test_gluon_compile)")
+@pytest.mark.parametrize("tile", FP8_ODD_TILES, ids=str)
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (128, 6144, 512), (200, 136, 384), (1000, 1504, 768),
+                                   (300, 520, 1296)], ids=str)  # fmt: skip
+@pytest.mark.parametrize("recipe", ["tensor", "row"])
+def test_the_odd_width_rung(recipe, shape, out_dtype, tile):
+    """hopper/fp8_odd_width.py against the fp64 reference: rows, columns and K past the last whole
+    tile (a last tile's tail wholly past N at N = 8 and 72), into a poisoned output; bias, GELU and
+    a residual in both parts' epilogues on the 1000-row shape; one program walking every tile of
+    the last shape, so the ring's phases carry over tiles."""
+    from tritongemm.epilogue import Epilogue
+    from tritongemm.hopper import fp8_odd_width
+
+    M, N, K = shape
+    width, depth, stages = tile
+    config = fp8_odd_width.DEFAULT_CONFIG.with_(BLOCK_N=width, BLOCK_K=depth, num_stages=stages)
+    fused = dict(bias=rand(N, seed="bias"), activation="gelu", residual=rand(M, N, seed="res")) if M == 1000 else {}
+    a, b, sa, sb = operands(*shape, recipe, seed="fp8-odd")
+    c = torch.full((M, N), float("nan"), dtype=out_dtype, device=DEVICE)
+    spec = Epilogue(fused.get("activation"), 1.0, "bias" in fused, "residual" in fused)
+    run = fp8_odd_width.plan(a, b, c, sa, sb.contiguous(), recipe, config, spec, fused.get("bias"),
+                             fused.get("residual"), num_programs=1 if K == 1296 else None)  # fmt: skip
+    run(a, b, c, sa, sb.contiguous(), fused.get("bias"), fused.get("residual"))
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **fused)
+    assert rel_error(c, expected) <= fp8_tolerance(out_dtype, K)
+
+
+@pytest.mark.parametrize(("N", "kernel", "width"), [(6144, "fp8_odd_width", 96), (4096, "fp8_ws", 64),
+                                                   (28672, "fp8_ws", 64), (8192, "fp8_ws", 128)])  # fmt: skip
+def test_decode_sized_tiles_fill_their_waves(N, kernel, width):
+    """auto's tile at M = 128 on 132 SMs (fp8/api.py `_wave_filling_tile`): 6144 weight rows in 64 x
+    96 tiles (128 of them, where 64 x 128 gives 96), 28672 in 64 x 64 (seven waves 97% full,
+    where 64 x 128 fills 85%), the wider of two that fill as well at 8192."""
+    from tritongemm.fp8.api import _wave_filling_tile
+
+    chosen, config = _wave_filling_tile(128, N, 132)
+    assert (chosen, config.BLOCK_M, config.BLOCK_N) == (kernel, 64, width)
+
+
+def test_the_odd_width_rung_takes_tensor_and_row_scales_only():
+    a, b, sa, sb = operands(8, 128, 128, "block")
+    with pytest.raises(ValueError, match="'fp8_odd_width' takes tensor- or row-wise scales"):
+        scaled_mm(a, b, sa, sb, kernel="fp8_odd_width")
+
+
 def test_the_warp_specialized_rung_takes_tensor_and_row_scales_only():
     a, b, sa, sb = operands(8, 128, 128, "block")
     match = "fp8_ws: takes tensor- or row-wise scales" if ON_HOPPER else "'fp8_ws' runs on a CUDA GPU"
@@ -562,7 +613,8 @@ def test_layers_of_one_input_share_its_quantization(monkeypatch):
 # Fuzzing: random problems, each kernel, against the reference
 # ----------------------------------------------------------------------------------------------
 
-FUZZ_KERNELS = ("fp8_grouped", "fp8_swap_ab") + (("fp8_tma", "fp8_ws", "fp8_block") if ON_HOPPER else ())
+FUZZ_KERNELS = ("fp8_grouped", "fp8_swap_ab") + (("fp8_tma", "fp8_ws", "fp8_block", "fp8_odd_width") if ON_HOPPER
+                                                  else ())  # fmt: skip
 FUZZ_MAX_DIM = 700 if ON_GPU else 96  # the interpreter runs ~200 tile steps a second
 
 
@@ -579,11 +631,12 @@ def test_fuzz(kernel):
     from hypothesis import strategies as st
 
     examples = int(os.environ.get("FUZZ_EXAMPLES", 30 if not ON_GPU else 300))
-    tma = kernel in ("fp8_tma", "fp8_ws", "fp8_block")
+    tma = kernel in ("fp8_tma", "fp8_ws", "fp8_block", "fp8_odd_width")
 
     @st.composite
     def problems(draw):
-        recipes = {"fp8_block": ["tensor", "block"], "fp8_ws": ["tensor", "row"], "fp8_swap_ab": ["tensor", "row"]}
+        recipes = {"fp8_block": ["tensor", "block"], "fp8_ws": ["tensor", "row"], "fp8_swap_ab": ["tensor", "row"],
+                   "fp8_odd_width": ["tensor", "row"]}  # fmt: skip
         recipe = draw(st.sampled_from(recipes.get(kernel, ["tensor", "row", "block"])))
         dim = st.integers(1, FUZZ_MAX_DIM)
         M, N = draw(dim), draw(dim) if not tma else 8 * draw(st.integers(1, FUZZ_MAX_DIM // 8))

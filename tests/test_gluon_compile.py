@@ -548,45 +548,60 @@ def test_the_grouped_rung_compiles_for_sm90():
 
 
 def _compile_odd_width() -> list[dict]:
-    """Rung 13's tiles with A and B in each layout, and the big one with the whole fused epilogue."""
-    from tritongemm.hopper import odd_width
-    from tritongemm.hopper.descriptors import make_descriptors
+    """Rung 13's tiles with A and B in each layout, the big one with the whole fused epilogue, and
+    fp8 operands with each recipe (fp8_odd_width.py: a bf16 or fp16 C)."""
+    from tritongemm.hopper import fp8_odd_width, odd_width
+    from tritongemm.hopper.descriptors import _descriptor, make_descriptors
     from tritongemm.hopper.schedulers import scheduler_for
 
     results = []
-    cases = [(config, False, b_k_major, None) for config in odd_width.TILES for b_k_major in (False, True)]
-    cases += [(odd_width.TILES[0], True, True, None), (odd_width.TILES[1], False, True, "gelu")]
-    for config, a_m_major, b_k_major, fused in cases:
+    cases = [(config, False, b_k_major, None, None) for config in odd_width.TILES for b_k_major in (False, True)]
+    cases += [(odd_width.TILES[0], True, True, None, None), (odd_width.TILES[1], False, True, "gelu", None)]
+    cases += [(fp8_odd_width.DEFAULT_CONFIG, False, True, None, "tensor"),
+              (fp8_odd_width.DEFAULT_CONFIG.with_(BLOCK_N=160, num_stages=3), False, True, "gelu", "row")]  # fmt: skip
+    for config, a_m_major, b_k_major, fused, recipe in cases:
         main_n, tail_n = odd_width.split_width(config.BLOCK_N)
         M, N, K = 1000, 1504, 704
-        a = torch.empty(K, M, dtype=torch.bfloat16).T if a_m_major else torch.empty(M, K, dtype=torch.bfloat16)
-        b = torch.empty(N, K, dtype=torch.bfloat16).T if b_k_major else torch.empty(K, N, dtype=torch.bfloat16)
+        dtype = torch.float8_e4m3fn if recipe else torch.bfloat16
+        a = torch.empty(K, M, dtype=dtype).T if a_m_major else torch.empty(M, K, dtype=dtype)
+        b = torch.empty(N, K, dtype=dtype).T if b_k_major else torch.empty(K, N, dtype=dtype)
         c = torch.empty(M, N, dtype=torch.bfloat16)
-        desc = make_descriptors(a, b, c, config.BLOCK_M, main_n, config.BLOCK_K)
-        tails = make_descriptors(a, b, c, config.BLOCK_M, tail_n, config.BLOCK_K)
+        if recipe:  # fp8_odd_width.plan's descriptors: the bf16 rungs' make_descriptors refuses fp8
+            BM, BK = config.BLOCK_M, config.BLOCK_K
+            descs = (_descriptor(a, (BM, BK)), _descriptor(b.T, (main_n, BK)), _descriptor(c, (BM, main_n)),
+                     _descriptor(b.T, (tail_n, BK)), _descriptor(c, (BM, tail_n)))  # fmt: skip
+            layouts = dict(A_M_MAJOR=False, B_K_MAJOR=True)
+        else:
+            desc = make_descriptors(a, b, c, config.BLOCK_M, main_n, config.BLOCK_K)
+            tails = make_descriptors(a, b, c, config.BLOCK_M, tail_n, config.BLOCK_K)
+            descs, layouts = (desc.a, desc.b, desc.c, tails.b, tails.c), desc.layout_constexprs()
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual = torch.empty(N, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
+        scales = (torch.empty(M), torch.empty(N)) if recipe == "row" else (torch.empty(()),) * 2 if recipe else (0, 0)
         compiled = odd_width._odd_width_kernel.warmup(
-            desc.a, desc.b, desc.c, tails.b, tails.c, *epilogue.pointers(bias, residual, residual),
-            *epilogue.fixed_args(residual, residual), Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
-            NUM_BUFFERS=config.num_stages, **desc.layout_constexprs(), num_warps=config.num_warps,
+            *descs, *epilogue.pointers(bias, residual, residual), *epilogue.fixed_args(residual, residual), *scales,
+            Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
+            **layouts, SCALES=recipe or "none", num_warps=config.num_warps,
             **epilogue.constexprs(), grid=(1,),
         )  # fmt: skip
         ptx = compiled.asm["ptx"]
-        results.append(dict(case=[config.short(), a_m_major, b_k_major, fused], shared=compiled.metadata.shared,
-                            ptx_has=[i in ptx for i in INSTRUCTIONS], wgmma=ptx.count("wgmma.mma_async"),
-                            planned=odd_width.smem_bytes(config, 2), **_ptxas(ptx)))  # fmt: skip
+        results.append(dict(case=[config.short(), a_m_major, b_k_major, fused, recipe],
+                            shared=compiled.metadata.shared, ptx_has=[i in ptx for i in INSTRUCTIONS],
+                            wgmma=ptx.count("wgmma.mma_async"), fp8_wgmma="e4m3.e4m3" in ptx,
+                            planned=odd_width.smem_bytes(config, a.element_size(), c.element_size()),
+                            **_ptxas(ptx)))  # fmt: skip
     return results
 
 
 def test_the_odd_widths_compile_for_sm90():
     """hopper/odd_width.py: TMA + mbarriers + WGMMA in pairs (the main part's and the tail's each
-    K-step), no spills but the fused GELU's few bytes, MMAs not serialized, the planned shared
-    memory."""
+    K-step), fp8's own WGMMA for fp8 operands (fp8_odd_width.py), no spills but the fused GELU's
+    few bytes, MMAs not serialized, the planned shared memory."""
     for result in compile_kernel("odd_width"):
         label = f"odd_width {result['case']}"
         assert all(result["ptx_has"]), label
         assert result["wgmma"] % 2 == 0, f"{label}: {result['wgmma']} WGMMAs, not pairs"
+        assert result["fp8_wgmma"] == (result["case"][4] is not None), f"{label}: fp8 WGMMA for fp8 operands only"
         assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label

@@ -23,10 +23,12 @@ from tritongemm.plan import PLANS, tensor_facts
 #   (decode sizes; tensor- and row-wise scales);
 # - "fp8_tma": the Gluon rung (hopper/fp8_tma.py), Hopper and TMA-aligned operands;
 # - its warp-specialized persistent successors: "fp8_ws" (hopper/fp8_ws.py) for tensor- and
-#   row-wise scales, "fp8_block" (hopper/fp8_block.py) for block scales.
+#   row-wise scales, "fp8_block" (hopper/fp8_block.py) for block scales;
+# - "fp8_odd_width" (hopper/fp8_odd_width.py): tensor- and row-wise scales on 96- to 192-column
+#   tiles, for decode-sized M whose tiles would leave SMs idle.
 # "auto" chooses among them (_auto).
-KERNELS = ("auto", "fp8_grouped", "fp8_swap_ab", "fp8_tma", "fp8_ws", "fp8_block")
-GLUON_KERNELS = ("fp8_tma", "fp8_ws", "fp8_block")
+KERNELS = ("auto", "fp8_grouped", "fp8_swap_ab", "fp8_tma", "fp8_ws", "fp8_block", "fp8_odd_width")
+GLUON_KERNELS = ("fp8_tma", "fp8_ws", "fp8_block", "fp8_odd_width")
 
 # Quantization tiles: 32 rows x 128 columns a step (a weight block's 128 rows at once).
 _QUANT_ROWS, _QUANT_COLS = 32, 128
@@ -168,8 +170,9 @@ def scaled_mm(
             rung, any input), "fp8_swap_ab" (the same computing C.T's tiles, for a few tokens;
             tensor- and row-wise scales), "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
             bf16 or fp16 out, TMA-aligned operands), "fp8_ws" (its warp-specialized persistent
-            successor for tensor- and row-wise scales) or "fp8_block" (the same for block scales,
-            K a multiple of 128); config: a MatmulConfig for it
+            successor for tensor- and row-wise scales), "fp8_block" (the same for block scales,
+            K a multiple of 128) or "fp8_odd_width" (tensor- and row-wise scales on tiles of 96 to
+            192 columns, odd_width.py's); config: a MatmulConfig for it
             (BLOCK_K = 128 under block scales), None for the default; with "auto" it takes the
             `tl` rung.
     """
@@ -188,6 +191,11 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
     if kernel not in KERNELS:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    if kernel == "fp8_odd_width" and recipe == "block":
+        raise ValueError(
+            "scaled_mm: kernel 'fp8_odd_width' takes tensor- or row-wise scales (its tiles' parts would cut "
+            "the weight's 128 x 128 scale blocks), but got block-wise scales"
+        )
     if kernel == "fp8_swap_ab" and recipe == "block":
         raise ValueError(
             "scaled_mm: kernel 'fp8_swap_ab' takes tensor- or row-wise scales (a transposed tile would read the "
@@ -212,7 +220,7 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     config = _config(config, recipe, M, N, K, a.device, kernel)
     fixed = spec.fixed_args(residual)
     if kernel in GLUON_KERNELS:
-        from tritongemm.hopper import fp8_block, fp8_tma, fp8_ws
+        from tritongemm.hopper import fp8_block, fp8_odd_width, fp8_tma, fp8_ws
 
         # The rungs index row scales as contiguous vectors: other layouts are copied per call.
         sa_given, sb_given = scale_a.is_contiguous(), scale_b.is_contiguous()
@@ -221,6 +229,8 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
             run = fp8_block.plan(a, b, c, sa, sb, config, spec, bias, residual)
         elif kernel == "fp8_ws":
             run = fp8_ws.plan(a, b, c, sa, sb, recipe, config, spec, bias, residual)
+        elif kernel == "fp8_odd_width":
+            run = fp8_odd_width.plan(a, b, c, sa, sb, recipe, config, spec, bias, residual)
         else:
             run = fp8_tma.plan(a, b, c, sa, sb, recipe, config, spec, bias, residual)
 
@@ -308,8 +318,17 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
 #   - M >= 2048: 128 x 256 on two warpgroups. fp8_ws 1.03-1.10x torch's _scaled_mm on the H200,
 #     where fp8_tma's 128 x 256 (one tile a program) gave 0.94-1.09x, below 1 on 6 of 18; fp8_block
 #     0.86-0.98x torch's block-wise on the H100, where fp8_tma's 128 x 128 gave 0.50-0.57x.
-#   - M = 128, the H200: the rule's tiles were the probe's best ws tile on each of the four weights
-#     (64 x 128 at N = 6144, 64 x 64 at N = 4096, 128 x 256 at N = 28672), tensor-wise 0.91-1.01x
+#   - M <= 128, tensor- and row-wise: of fp8_ws's 64 x 128 and 64 x 64 (256 deep) and
+#     fp8_odd_width's 64 x 96, the tile that fills its waves best (_wave_filling_tile). A decode
+#     step streams the weight, and an SM without a tile is bandwidth lost. On the H100
+#     (probes/fp8-odd-m128.csv, tensor-wise): 128 x 6144 x 4096 takes 64 x 96 (128 tiles) at
+#     1.05x torch's where 64 x 128 (96 tiles) ran 0.92-0.95x; 128 x 28672 x 4096 64 x 64 (7 waves
+#     97% full) at 0.99x where the earlier rule's 128 x 256 (112 tiles) ran 0.94x; 64 x 64 at
+#     N = 4096 as before. Row-wise the same tiles win (1.47-1.50x at 6144 against 1.29x).
+#     bench fp8 then gave tensor-wise 0.999 geomean at M <= 128 (probes/fp8-bench-m128-odd-width.csv,
+#     kernel-only) where results/h100/fp8.csv had 0.966.
+#   - M = 128 before that rule, the H200: the rule's tiles were the probe's best ws tile on each
+#     of the four weights (64 x 128 at N = 6144, 64 x 64 at N = 4096, 128 x 256 at N = 28672), tensor-wise 0.91-1.01x
 #     torch's where the `tl` rung's 64-row tiles gave 0.68-0.84x; block-wise 0.91-1.07x where the
 #     tiles before gave 0.51-0.86x. Filling every SM instead (the rule before, for block scales)
 #     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x. At 128 x 4096 x 4096 the `tl` rung's
@@ -317,7 +336,9 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
 #     now step 256 of K too (H100, probes/fp8-ws-deep-m128.csv: 0.98x there, 0.85x 128 deep).
 # - M <= 16 on Hopper, tensor- and row-wise scales: fp8_swap_ab's 16 tokens x 64 weight rows x 512
 #   (results/h100/probes/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
-#   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x.
+#   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x. Narrower, 16 x 32
+#   (twice the programs at 4096 weight rows), ran 0.53-0.80x at N = 4096 and 6144 against 0.92-1.05x
+#   (probes/fp8-swap-m16-narrow.csv): 16 x 4096 x 4096 stays at ~0.92x, half the SMs pulling its weight.
 # - Block scales at M <= 64 on Hopper, weights of _BLOCK_GLUON_FROM_WEIGHT elements or more:
 #   fp8_block's 64-row tiles, the larger of the two that gives half the SMs a tile
 #   (results/h100/probes/fp8-block-small-partitions.csv and fp8-block-m16-rule.csv, M = 16):
@@ -353,6 +374,8 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
 
         if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
             sms = device_info.sm_count(a.device)
+            if recipe != "block" and M <= _SMALL_M:
+                return _wave_filling_tile(M, N, sms)
             if recipe != "block":
                 return "fp8_ws", _filling_tile(fp8_ws.TILES, M, N, sms)
             # At M <= 64 (large weights only): a warpgroup's 64 rows.
@@ -368,6 +391,19 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     deep = recipe != "block" and hopper  # 96 KB of ring, near an Ada SM's 100 KB
     return "fp8_grouped", MatmulConfig(BLOCK_M=64, BLOCK_N=64 if wide else 32, BLOCK_K=256 if deep else SCALE_BLOCK,
                                        GROUP_SIZE_M=8, num_warps=4, num_stages=3 if deep else 4)  # fmt: skip
+
+
+def _wave_filling_tile(M: int, N: int, sms: int) -> tuple[str, MatmulConfig]:
+    """(kernel, tile) at decode sizes: of fp8_ws's two 64-row tiles and fp8_odd_width's 64 x 96,
+    the one whose tiles fill their waves of the SMs best (odd_width.wave_fill), the larger where
+    two fill as well."""
+    from tritongemm.hopper import fp8_odd_width, fp8_ws
+    from tritongemm.hopper.odd_width import wave_fill
+
+    candidates = [("fp8_ws", t) for t in fp8_ws.TILES if t.BLOCK_M == 64] + [
+        ("fp8_odd_width", fp8_odd_width.DEFAULT_CONFIG)
+    ]
+    return max(candidates, key=lambda kt: (round(wave_fill(kt[1], M, N, sms), 2), kt[1].BLOCK_M * kt[1].BLOCK_N))
 
 
 def _filling_tile(tiles: tuple[MatmulConfig, ...], M: int, N: int, sms: int) -> MatmulConfig:
@@ -387,6 +423,10 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
         return DEFAULT_CONFIG
     if config is None and kernel == "fp8_ws":
         from tritongemm.hopper.fp8_ws import DEFAULT_CONFIG
+
+        return DEFAULT_CONFIG
+    if config is None and kernel == "fp8_odd_width":
+        from tritongemm.hopper.fp8_odd_width import DEFAULT_CONFIG
 
         return DEFAULT_CONFIG
     if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":  # 256 deep: 60 KB of ring for an Ada SM

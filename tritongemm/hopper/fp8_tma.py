@@ -209,13 +209,17 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
 
 def planned_scaled_launch(kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides, bias, residual):
     """`run(a, b, c, scale_a, scale_b, bias, residual)` for an fp8 Gluon kernel that takes (a_desc,
-    b_desc, c_desc, *the epilogue's arguments, scale_a, scale_b, *their four strides), compiled once:
-    each call moves the plan's descriptors onto its tensors (fast_launch), nothing else."""
+    b_desc, c_desc, *the epilogue's arguments, scale_a, scale_b, *their strides), compiled once:
+    each call moves the plan's descriptors onto its tensors (fast_launch), nothing else. `desc`:
+    a's, b's and c's descriptors, then any more on b and c (odd_width's tails, b's then c's)."""
     fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
     runtime = (*desc, *spec.pointers(bias, residual), *fixed)
     compiled = compile_launch(kernel, grid, runtime, constexprs, scale_a.device)
     # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
     launch = compiled.with_descriptors(desc, bind)
+    if len(desc) == 5:  # the tails' descriptors move onto the same b and c
+        with_tails = launch
+        launch = lambda a, b, c, *rest: with_tails(a, b, c, b, c, *rest)  # noqa: E731
     residual_args = spec.fixed_args(residual)
 
     def run(a, b, c, scale_a, scale_b, bias=None, residual=None):

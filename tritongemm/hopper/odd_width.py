@@ -39,7 +39,7 @@ from triton.language.core import _aggregate as aggregate
 
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import PLAIN, Epilogue
-from tritongemm.epilogue.kernels import apply_gl
+from tritongemm.epilogue.kernels import apply_gl, scale_gl
 from tritongemm.hopper.descriptors import make_descriptors, planned_launch
 from tritongemm.hopper.gluon_compat import tma_load
 from tritongemm.hopper.mma import wgmma_accumulator_layout
@@ -127,23 +127,24 @@ def split_width(BLOCK_N: int) -> tuple[int, int]:
     return main, tail
 
 
-def smem_bytes(config: MatmulConfig, elem_bytes: int) -> int:
-    """The ring (A and both B boxes a slot) and C's two staging buffers, alive together."""
+def smem_bytes(config: MatmulConfig, elem_bytes: int, c_elem_bytes: int | None = None) -> int:
+    """The ring (A and both B boxes a slot) and C's two staging buffers, alive together; C's
+    elements are the operands' size unless `c_elem_bytes` says (fp8 operands, a bf16 C)."""
     ring = config.num_stages * (config.BLOCK_M + config.BLOCK_N) * config.BLOCK_K * elem_bytes
-    return ring + config.BLOCK_M * config.BLOCK_N * elem_bytes
+    return ring + config.BLOCK_M * config.BLOCK_N * (c_elem_bytes or elem_bytes)
 
 
-def check_config(config: MatmulConfig, elem_bytes: int) -> None:
+def check_config(config: MatmulConfig, elem_bytes: int, c_elem_bytes: int | None = None, name: str = NAME) -> None:
     """ValueError naming what doesn't fit: the width, the WGMMA tile, the shared memory."""
     main, _ = split_width(config.BLOCK_N)
-    check_wgmma_tile(NAME, config.with_(BLOCK_N=main))
+    check_wgmma_tile(name, config.with_(BLOCK_N=main))
     if config.num_stages < 2:
-        raise ValueError(f"{NAME}: num_stages must be >= 2 (one slot loads while the MMA reads another), got "
+        raise ValueError(f"{name}: num_stages must be >= 2 (one slot loads while the MMA reads another), got "
                          f"{config.num_stages}")  # fmt: skip
-    need = smem_bytes(config, elem_bytes)
+    need = smem_bytes(config, elem_bytes, c_elem_bytes)
     if need > H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES:
         raise ValueError(
-            f"{NAME}: {config.short()} needs {need} bytes of shared memory (ring and C), more than the "
+            f"{name}: {config.short()} needs {need} bytes of shared memory (ring and C), more than the "
             f"{H100_SHARED_MEMORY_BYTES} a block may have (less {_SMEM_SLACK_BYTES}); use fewer num_stages"
         )
 
@@ -246,6 +247,10 @@ def _odd_width_kernel(
     stride_rn,
     stride_pm,
     alpha,
+    # fp8 operands' dequantization scales (fp32), read where SCALES says: one element each, or
+    # scale_a (M,) and scale_b (N,) contiguous (fp8_odd_width.py)
+    sa_ptr,
+    sb_ptr,
     Scheduler: gl.constexpr,
     NUM_BUFFERS: gl.constexpr,
     A_M_MAJOR: gl.constexpr,
@@ -255,6 +260,7 @@ def _odd_width_kernel(
     HAS_BIAS: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr,
+    SCALES: gl.constexpr,  # "none", or fp8 operands' recipe, "tensor" or "row"
     num_warps: gl.constexpr,
 ):
     BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]
@@ -271,8 +277,8 @@ def _odd_width_kernel(
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     t_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + t_desc.block_type.shape, t_desc.layout)
-    c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
-    ct_smem = gl.allocate_shared_memory(dtype, ct_desc.block_type.shape, ct_desc.layout)
+    c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
+    ct_smem = gl.allocate_shared_memory(ct_desc.dtype, ct_desc.block_type.shape, ct_desc.layout)
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     init_barriers(ready)
     producer = 0
@@ -315,6 +321,9 @@ def _odd_width_kernel(
 
         # 5. Epilogue: each part as a tile of its own, stored while the next tile computes.
         main, tail, mma = mma.take_result()
+        if SCALES != "none":
+            main = scale_gl(main, out_m, out_n, M, N, sa_ptr, sb_ptr, SCALES == "row")
+            tail = scale_gl(tail, out_m, out_n + MAIN_N, M, N, sa_ptr, sb_ptr, SCALES == "row")
         main = apply_gl(
             main, out_m, out_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
             ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
@@ -344,9 +353,11 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     grid = (num_persistent_programs(config.num_tiles(*c.shape), c.device, num_programs),)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
-        **desc.layout_constexprs(), num_warps=config.num_warps,
+        **desc.layout_constexprs(), SCALES="none", num_warps=config.num_warps,
     )  # fmt: skip
-    return planned_launch(_odd_width_kernel, grid, desc, constexprs, c, epilogue, bias, residual, preact, tails=tails)
+    # No scales (they are fp8_odd_width.py's): two integers stand for their pointers, never read.
+    return planned_launch(_odd_width_kernel, grid, desc, constexprs, c, epilogue, bias, residual, preact,
+                          trailing=(0, 0), tails=tails)  # fmt: skip
 
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *,
