@@ -133,8 +133,10 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
 
 
 # The fp8 kernels (tritongemm.fp8), run through scaled_mm after quantize_fp8 (whose kernels run too);
-# fp8_tma and fp8_block (block scales only) on Hopper only.
-FP8_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_block")
+# the Gluon ones on Hopper only: fp8_block with block scales only, fp8_ws and fp8_odd_width with
+# tensor- and row-wise scales only.
+FP8_KERNELS = ("fp8_grouped", "fp8_tma", "fp8_block", "fp8_ws", "fp8_odd_width")
+FP8_RECIPES = {"fp8_block": ("block",), "fp8_ws": ("tensor", "row"), "fp8_odd_width": ("tensor", "row")}
 FP8_SHAPES = ((1, 8, 128), (17, 40, 256), (130, 136, 384))
 
 
@@ -145,7 +147,7 @@ def fp8_cases(kernel: str, quick: bool):
 
     gen = torch.Generator().manual_seed(0)
     for M, N, K in FP8_SHAPES[1:2] if quick else FP8_SHAPES:
-        for recipe in ("block",) if kernel == "fp8_block" else ("tensor", "row", "block"):
+        for recipe in FP8_RECIPES.get(kernel, ("tensor", "row", "block")):
             x = torch.randn(M, K, generator=gen).to(DEVICE)
             w = (torch.randn(N, K, generator=gen) * K**-0.5).to(DEVICE)
             a, sa = quantize_fp8(x, recipe)
@@ -222,7 +224,7 @@ def main() -> int:
     # An experimental kernel (not yet run on a GPU; it might hang) only when named.
     names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]]
     hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-    names += [] if args.kernel else ["fp8_grouped", *(["fp8_tma", "fp8_block"] if hopper else []), GROUPED]
+    names += [] if args.kernel else [*(FP8_KERNELS if hopper else FP8_KERNELS[:1]), GROUPED]
     failures = []
     for name in names:
         start, count, bad = time.perf_counter(), 0, []
