@@ -282,6 +282,22 @@ def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
     assert rel_error(y, expected) <= fp8_tolerance(out_dtype, shape[2])
 
 
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rung needs an sm_90 GPU (CPU: compiled in test_gluon_compile)")
+@pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (128, 4096, 512), (100, 136, 1296)], ids=str)
+@pytest.mark.parametrize("recipe", ["tensor", "row"])
+def test_the_gluon_rung_on_the_decode_tile(recipe, shape):
+    """hopper/fp8_tma.py on auto's decode tile (fp8/api.py `_decode_tile`: 64 x 64, 256 deep, 4
+    slots): K past the last whole step, rows and columns past the last tile, GELU on the last."""
+    from tritongemm.fp8.api import _ONE_TILE_STAGES
+
+    config = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=_ONE_TILE_STAGES)
+    fused = dict(activation="gelu") if shape[2] == 1296 else {}
+    a, b, sa, sb = operands(*shape, recipe, seed="tma-decode")
+    y = scaled_mm(a, b, sa, sb, kernel="fp8_tma", config=config, **fused)
+    expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **fused)
+    assert rel_error(y, expected) <= fp8_tolerance(torch.bfloat16, shape[2])
+
+
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU (CPU: compiled in test_gluon_compile)")
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (200, 136, 384), (1000, 1504, 768), (300, 520, 1280)],
@@ -397,6 +413,19 @@ def test_decode_sized_tiles_fill_their_waves(N, kernel, width):
 
     chosen, config = _wave_filling_tile(128, N, 132)
     assert (chosen, config.BLOCK_M, config.BLOCK_N) == (kernel, 64, width)
+
+
+ONE_WAVE_CASES = [(4096, 4096, "fp8_tma"), (4096, 14336, "fp8_ws"), (1024, 1024, "fp8_tma"), (28672, 4096, "fp8_ws"),
+                  (6144, 4096, "fp8_odd_width")]  # fmt: skip
+
+
+@pytest.mark.parametrize(("N", "K", "kernel"), ONE_WAVE_CASES)
+def test_a_one_wave_decode_tile_on_a_short_k_runs_on_rung_4(N, K, kernel):
+    """fp8/api.py `_decode_tile` at M = 128 on 132 SMs: the 64 x 64 tile in one wave on a K of at
+    most 4096 runs on fp8_tma; more waves, a longer K or another tile stay where they were."""
+    from tritongemm.fp8.api import _decode_tile
+
+    assert _decode_tile(128, N, K, 132)[0] == kernel
 
 
 def test_the_odd_width_rung_takes_tensor_and_row_scales_only():

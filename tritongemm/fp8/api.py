@@ -326,7 +326,10 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
 #     97% full) at 0.99x where the earlier rule's 128 x 256 (112 tiles) ran 0.94x; 64 x 64 at
 #     N = 4096 as before. Row-wise the same tiles win (1.47-1.50x at 6144 against 1.29x).
 #     bench fp8 then gave tensor-wise 0.999 geomean at M <= 128 (probes/fp8-bench-m128-odd-width.csv,
-#     kernel-only) where results/h100/fp8.csv had 0.966.
+#     kernel-only) where results/h100/fp8.csv had 0.966. Where that tile is 64 x 64 in one wave
+#     on a K of at most 4096, rung 4 runs it (_decode_tile; probes/fp8-m128-rung4.txt, H100):
+#     128 x 4096 x 4096 at 1.13x torch's tensor-wise (two runs: 6.02 and 6.10 us) where fp8_ws
+#     ran 0.98x, 2.08x against 1.78x row-wise; at K = 14336 0.91x against fp8_ws's 0.99x.
 #   - M = 128 before that rule, the H200: the rule's tiles were the probe's best ws tile on each
 #     of the four weights (64 x 128 at N = 6144, 64 x 64 at N = 4096, 128 x 256 at N = 28672), tensor-wise 0.91-1.01x
 #     torch's where the `tl` rung's 64-row tiles gave 0.68-0.84x; block-wise 0.91-1.07x where the
@@ -359,6 +362,11 @@ _TL_MAX_M = 64
 # 16 x 32, 64, 128 and 256 or 512 deep; 120 KB of ring, past an Ada SM's 100 KB).
 _SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
 _SWAP_MAX_M = 16
+# Rung 4's ring on the 64 x 64 x 256 tile at decode sizes (_decode_tile): 4 slots (3 ran 0.93x
+# torch's where 4 ran 1.13x at 128 x 4096 x 4096), for K up to 4096 (at K = 14336 fp8_ws's
+# persistent loop stays ahead, 0.99x against 0.91x).
+_ONE_TILE_STAGES = 4
+_ONE_TILE_MAX_K = 4096
 _BLOCK_GLUON_FROM_WEIGHT = 1 << 25  # N * K: 28672 x 4096 and 4096 x 14336 take fp8_block at M <= 64
 
 
@@ -375,7 +383,7 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
         if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
             sms = device_info.sm_count(a.device)
             if recipe != "block" and M <= _SMALL_M:
-                return _wave_filling_tile(M, N, sms)
+                return _decode_tile(M, N, a.shape[1], sms)
             if recipe != "block":
                 return "fp8_ws", _filling_tile(fp8_ws.TILES, M, N, sms)
             # At M <= 64 (large weights only): a warpgroup's 64 rows.
@@ -391,6 +399,16 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     deep = recipe != "block" and hopper  # 96 KB of ring, near an Ada SM's 100 KB
     return "fp8_grouped", MatmulConfig(BLOCK_M=64, BLOCK_N=64 if wide else 32, BLOCK_K=256 if deep else SCALE_BLOCK,
                                        GROUP_SIZE_M=8, num_warps=4, num_stages=3 if deep else 4)  # fmt: skip
+
+
+def _decode_tile(M: int, N: int, K: int, sms: int) -> tuple[str, MatmulConfig]:
+    """(kernel, tile) at M = 65-128 on Hopper: `_wave_filling_tile`'s, on rung 4 (fp8_tma, one
+    tile a program) where that tile is fp8_ws's 64 x 64, its tiles one wave, and K short: a
+    persistent program with one tile has nothing to overlap, and rung 4 skips its setup."""
+    kernel, tile = _wave_filling_tile(M, N, sms)
+    if kernel == "fp8_ws" and tile.BLOCK_N == 64 and tile.num_tiles(M, N) <= sms and K <= _ONE_TILE_MAX_K:
+        return "fp8_tma", tile.with_(num_stages=_ONE_TILE_STAGES)
+    return kernel, tile
 
 
 def _wave_filling_tile(M: int, N: int, sms: int) -> tuple[str, MatmulConfig]:
