@@ -60,7 +60,7 @@ from tritongemm.epilogue import Epilogue
 from tritongemm.epilogue.kernels import apply_gl
 from tritongemm.fp8.recipes import SCALE_BLOCK
 from tritongemm.hopper.descriptors import _descriptor
-from tritongemm.hopper.fp8_tma import planned_scaled_launch, unsupported_reason
+from tritongemm.hopper.fp8_tma import check_scaled_call, planned_scaled_launch
 from tritongemm.hopper.mma import wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
     _SMEM_SLACK_BYTES,
@@ -71,7 +71,6 @@ from tritongemm.hopper.pipeline import (
     init_barriers,
     invalidate_barriers,
     operand_stage_bytes,
-    require_sm90,
     step_operands,
     store_tile_in_pieces,
 )
@@ -336,7 +335,7 @@ def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=N
     checked and compiled once. Raises ValueError where the rung can't take them. `num_programs`
     replaces the SM count (tests: several tiles per program); `consumers` (probes) replaces
     consumers_for's count: 1 runs a two-warpgroup tile in one partition."""
-    require_sm90(NAME, c.device)
+    check_scaled_call(NAME, a, b, c, "block")
     check_config(config, c.element_size())
     consumers = consumers or consumers_for(config)
     if consumers not in (1, config.num_warps // 4):
@@ -344,9 +343,6 @@ def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=N
             f"{NAME}: consumers is 1, or one per warpgroup ({config.num_warps // 4} for num_warps = "
             f"{config.num_warps}); got {consumers}"
         )
-    reason = unsupported_reason(a, b, c, "block")
-    if reason is not None:
-        raise ValueError(f"{NAME}: {reason}")
     M, K = a.shape
     desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
             _descriptor(c, (config.BLOCK_M // consumers, piece_n(config))))  # fmt: skip

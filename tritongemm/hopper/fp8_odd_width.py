@@ -20,9 +20,8 @@ from __future__ import annotations
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.hopper.descriptors import _descriptor
-from tritongemm.hopper.fp8_tma import planned_scaled_launch, unsupported_reason
+from tritongemm.hopper.fp8_tma import check_scaled_call, planned_scaled_launch
 from tritongemm.hopper.odd_width import _odd_width_kernel, check_config, split_width
-from tritongemm.hopper.pipeline import require_sm90
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
 
 NAME = "fp8_odd_width"
@@ -36,12 +35,7 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
     """`launch(a, b, c, scale_a, scale_b, bias, residual)` for tensors of this geometry, checked
     and compiled once; raises ValueError naming what it can't take. `num_programs` replaces the
     SM count (tests: several tiles a program)."""
-    require_sm90(NAME, c.device)
-    if recipe not in ("tensor", "row"):
-        raise ValueError(f"{NAME}: takes tensor- or row-wise scales (block scales are fp8_block's), not {recipe}-wise")
-    reason = unsupported_reason(a, b, c, recipe)
-    if reason is not None:
-        raise ValueError(f"{NAME}: {reason}")
+    check_scaled_call(NAME, a, b, c, recipe, epilogue_scales_only=True)
     check_config(config, a.element_size(), c_elem_bytes=c.element_size(), name=NAME)
     main_n, tail_n = split_width(config.BLOCK_N)
     BM, BK = config.BLOCK_M, config.BLOCK_K

@@ -184,14 +184,23 @@ def unsupported_reason(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, recipe
     return None
 
 
+def check_scaled_call(name: str, a, b, c, recipe: str, epilogue_scales_only: bool = False) -> None:
+    """The checks every fp8 Gluon rung makes first, as ValueErrors (RuntimeError off sm_90) naming
+    `name`: an sm_90 GPU, the recipe (`epilogue_scales_only`: the rungs that scale finished tiles
+    take no block scales) and what `unsupported_reason` refuses."""
+    require_sm90(name, c.device)
+    if epilogue_scales_only and recipe not in ("tensor", "row"):
+        raise ValueError(f"{name}: takes tensor- or row-wise scales (block scales are fp8_block's), not {recipe}-wise")
+    reason = unsupported_reason(a, b, c, recipe)
+    if reason is not None:
+        raise ValueError(f"{name}: {reason}")
+
+
 def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epilogue, bias=None, residual=None):
     """`launch(a, b, c, scale_a, scale_b, bias, residual)` for tensors of this geometry, checked and
     compiled once. Raises ValueError where `unsupported_reason` says why."""
-    require_sm90(NAME, c.device)
+    check_scaled_call(NAME, a, b, c, recipe)
     check_wgmma_tile(NAME, config)
-    reason = unsupported_reason(a, b, c, recipe)
-    if reason is not None:
-        raise ValueError(f"{NAME}: {reason}")
     check_sequential_fits(NAME, config, a.element_size(), c_elem_bytes=c.element_size())  # C over the dead ring
     desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
             _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip

@@ -20,9 +20,8 @@ from __future__ import annotations
 from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.hopper.descriptors import _descriptor
-from tritongemm.hopper.fp8_tma import planned_scaled_launch, unsupported_reason
+from tritongemm.hopper.fp8_tma import check_scaled_call, planned_scaled_launch
 from tritongemm.hopper.mma import WGMMA
-from tritongemm.hopper.pipeline import require_sm90
 from tritongemm.hopper.tma_warp_specialized import _tma_warp_specialized_kernel, c_pieces, check_config, programs
 
 NAME = "fp8_ws"
@@ -46,12 +45,7 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
     """`launch(a, b, c, scale_a, scale_b, bias, residual)` for tensors of this geometry, checked
     and compiled once; raises ValueError naming what it can't take. `consumers=2` is ping-pong
     (one warpgroup each); `num_programs` replaces the SM count (tests: several tiles a program)."""
-    require_sm90(NAME, c.device)
-    if recipe not in ("tensor", "row"):
-        raise ValueError(f"{NAME}: takes tensor- or row-wise scales (block scales are fp8_block's), not {recipe}-wise")
-    reason = unsupported_reason(a, b, c, recipe)
-    if reason is not None:
-        raise ValueError(f"{NAME}: {reason}")
+    check_scaled_call(NAME, a, b, c, recipe, epilogue_scales_only=True)
     if a.shape[1] == 0:  # scaled_mm never launches for K = 0; a tile's release would have no load to match
         raise ValueError(f"{NAME}: K must be >= 1, but got K = 0 (a zero sum needs no kernel)")
     check_config(config, 1, consumers=consumers, c_elem_bytes=c.element_size(), name=NAME)
