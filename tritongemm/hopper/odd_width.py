@@ -19,6 +19,9 @@ pair is waited for as one (`PairedWGMMA`). The epilogue treats the two parts as 
 side: the fused epilogue on each, each stored through a staging buffer and descriptor of its own.
 Past N, TMA reads zeros and drops stores, so a last tile's tail may lie wholly outside C.
 
+fp8 operands run the same loop (fp8_odd_width.py: tensor- or row-wise scales, `SCALES`): each part
+is dequantized by its scales before the epilogue, and C, in its own dtype, is staged in its own.
+
 Everything else is rung 6's (tma_persistent_pipelined.py): a persistent program per SM, the next
 tile's first loads issued while this tile's last MMAs drain, and C's store overlapped with the
 next tile. Hopper only (WGMMA). One barrier a slot: Triton 3.6's concurrency sanitizer counts each
