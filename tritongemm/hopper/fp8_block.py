@@ -44,6 +44,14 @@ accumulator registers of a wgmma between start and end of the pipeline stage") e
 PTX reads only retired accumulators, so each MMA waited for the one before. `_promote` says how
 the same message came back from where LLVM put the promotion, and what keeps it away.
 
+Also tried, on the H100 beside torch's (results/h100/probes/fp8-block-registers-1.csv and -2.csv):
+  * A loaded once a step into registers, so that the two halves' MMAs read only B from shared
+    memory (the ring's reads are 16 KB a step fewer): 0.92x torch's where A from shared memory
+    gave 0.99x, the loads into registers costing more than the reads they save;
+  * the two warpgroups taking turns to issue their MMAs (an mbarrier pair passed back and forth),
+    in case the tensor cores, fed by both at once, finished both at once and left both to promote
+    with nothing queued: 0.94x against 0.99x, so that is not where the time goes.
+
 tensor- and row-wise scales are fp8_ws.py's (they apply once, to the finished tile).
 scaled_mm's "auto" takes this rung for block scales past M = 64 (fp8/api.py `_auto`, on TILES), and
 below on weights of 2^25 elements or more (on ONE_WARPGROUP_TILES);
@@ -75,7 +83,7 @@ from tritongemm.hopper.pipeline import (
     store_tile_in_pieces,
 )
 from tritongemm.hopper.schedulers import num_persistent_programs, scheduler_for
-from tritongemm.hopper.tma_warp_specialized import CONSUMER_REGISTERS, LOAD_REGISTERS, _load_partition
+from tritongemm.hopper.tma_warp_specialized import _load_partition
 
 NAME = "fp8_block"
 # 128 x 256 on two warpgroups (above), 4 slots of 48 KB and a 32 KB bf16 C half: 224 of 227 KB.
@@ -83,6 +91,14 @@ NAME = "fp8_block"
 # where 128 x 128 (5 slots) gave 806-858; 3 slots, GROUP_SIZE_M 4 or 16 no better. As two partitions
 # (probes/fp8-block-partitions.csv): 0.95x torch's, 128 x 128 0.86x with 5 or 6 slots.
 DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
+# Registers a thread (setmaxnreg): the load warp's group keeps the least there is, 24 (it holds a few
+# tile offsets and counters; ptxas fits it without spills), and the consumers take the rest: 240 for
+# the second, 248 for the first (the default partition gets what is left of 512). Rung 9's 40 / 232
+# gave 0.976x and 0.973x torch's block-wise _scaled_mm at M >= 2048 where these gave 0.990x and 0.986x
+# (two H100s, geomean of 9 shapes each, results/h100/probes/fp8-block-registers-1.csv and -2.csv):
+# no spill either way and the same instructions; ptxas places them differently with more room.
+LOAD_REGISTERS = 24
+CONSUMER_REGISTERS = 240
 # Half the width, for grids the wide tile leaves short of one tile an SM.
 NARROW_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=128, num_stages=5)
 # The 64-row tiles on one warpgroup, for decode sizes (M = 128: 0.96-1.07x torch's block-wise on
