@@ -317,13 +317,7 @@ def planned_launch(
     descriptors = (desc.a, desc.b, desc.c) if tails is None else (desc.a, desc.b, desc.c, tails.b, tails.c)
     runtime = (*descriptors, *epilogue.pointers(bias, residual, preact), *fixed)
     compiled = compile_launch(kernel, grid, runtime, {**constexprs, **epilogue.constexprs()}, c.device)
-    # A transposed operand's descriptor describes its .T: the same data pointer and dtype, which is
-    # all that a launch reads from a descriptor's tensor (its shape and strides are the plan's), so
-    # the operand serves.
-    launch = compiled.with_descriptors(descriptors, bind)
-    if tails is not None:  # the tails' descriptors move onto the same b and c
-        with_tails = launch
-        launch = lambda a, b, c, *rest: with_tails(a, b, c, b, c, *rest)  # noqa: E731
+    launch = descriptor_launch(compiled, descriptors, tails=tails is not None)
     if epilogue.plain:  # matmul's launch, in the fewest steps
         return lambda a, b, c, *_: launch(a, b, c, 0, 0, 0, *fixed)
 
@@ -331,6 +325,19 @@ def planned_launch(
         launch(a, b, c, *epilogue.pointers(bias, residual, preact), *fixed)
 
     return fused_launch
+
+
+def descriptor_launch(compiled, descriptors: tuple, tails: bool = False):
+    """`launch(a, b, c, *rest)` of a compiled kernel whose first arguments are `descriptors`, each
+    call moving them onto its tensors. With `tails`, the last two are a second set on b and c
+    (odd_width.py's tile tails), which move onto the same b and c."""
+    # A transposed operand's descriptor describes its .T: the same data pointer and dtype, which is
+    # all that a launch reads from a descriptor's tensor (its shape and strides are the plan's), so
+    # the operand serves.
+    launch = compiled.with_descriptors(descriptors, bind)
+    if not tails:
+        return launch
+    return lambda a, b, c, *rest: launch(a, b, c, b, c, *rest)
 
 
 def bind(unbound: TensorDescriptor, t: torch.Tensor) -> TensorDescriptor:

@@ -39,12 +39,12 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
     check_config(config, a.element_size(), c_elem_bytes=c.element_size(), name=NAME)
     main_n, tail_n = split_width(config.BLOCK_N)
     BM, BK = config.BLOCK_M, config.BLOCK_K
-    desc = (_descriptor(a, (BM, BK)), _descriptor(b.T, (main_n, BK)), _descriptor(c, (BM, main_n)),
-            _descriptor(b.T, (tail_n, BK)), _descriptor(c, (BM, tail_n)))  # fmt: skip
+    desc = (_descriptor(a, (BM, BK)), _descriptor(b.T, (main_n, BK)), _descriptor(c, (BM, main_n)))
+    tails = (_descriptor(b.T, (tail_n, BK)), _descriptor(c, (BM, tail_n)))
     grid = (num_persistent_programs(config.num_tiles(*c.shape), c.device, num_programs),)
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
         A_M_MAJOR=False, B_K_MAJOR=True, SCALES=recipe, num_warps=config.num_warps, **spec.constexprs(),
     )  # fmt: skip
     return planned_scaled_launch(_odd_width_kernel, grid, desc, constexprs, spec, scale_a, scale_b, (), bias,
-                                 residual)  # fmt: skip
+                                 residual, tails)  # fmt: skip

@@ -31,7 +31,7 @@ from tritongemm.config import MatmulConfig
 from tritongemm.epilogue import Epilogue
 from tritongemm.epilogue.kernels import apply_gl, scale_gl
 from tritongemm.fast_launch import compile_launch
-from tritongemm.hopper.descriptors import _descriptor, _view_reason, bind
+from tritongemm.hopper.descriptors import _descriptor, _view_reason, descriptor_launch
 from tritongemm.hopper.mma import WGMMA, wgmma_accumulator_layout
 from tritongemm.hopper.pipeline import (
     barriers_per_slot,
@@ -216,19 +216,17 @@ def plan(a, b, c, scale_a, scale_b, recipe: str, config: MatmulConfig, spec: Epi
                                  bias, residual)  # fmt: skip
 
 
-def planned_scaled_launch(kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides, bias, residual):
+def planned_scaled_launch(kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides, bias, residual,
+                          tails: tuple = ()):  # fmt: skip
     """`run(a, b, c, scale_a, scale_b, bias, residual)` for an fp8 Gluon kernel that takes (a_desc,
-    b_desc, c_desc, *the epilogue's arguments, scale_a, scale_b, *their strides), compiled once:
-    each call moves the plan's descriptors onto its tensors (fast_launch), nothing else. `desc`:
-    a's, b's and c's descriptors, then any more on b and c (odd_width's tails, b's then c's)."""
+    b_desc, c_desc, *tails, *the epilogue's arguments, scale_a, scale_b, *their strides), compiled
+    once: each call moves the plan's descriptors onto its tensors (fast_launch), nothing else.
+    `desc`: a's, b's and c's descriptors; `tails`: () or a second pair on b and c (odd_width's
+    tile tails)."""
     fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)
-    runtime = (*desc, *spec.pointers(bias, residual), *fixed)
+    runtime = (*desc, *tails, *spec.pointers(bias, residual), *fixed)
     compiled = compile_launch(kernel, grid, runtime, constexprs, scale_a.device)
-    # b's descriptor is on b.T, whose data pointer is b's: b serves for it (descriptors.planned_launch).
-    launch = compiled.with_descriptors(desc, bind)
-    if len(desc) == 5:  # the tails' descriptors move onto the same b and c
-        with_tails = launch
-        launch = lambda a, b, c, *rest: with_tails(a, b, c, b, c, *rest)  # noqa: E731
+    launch = descriptor_launch(compiled, (*desc, *tails), tails=bool(tails))
     residual_args = spec.fixed_args(residual)
 
     def run(a, b, c, scale_a, scale_b, bias=None, residual=None):
