@@ -96,7 +96,8 @@ DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_
 # the second, 248 for the first (the default partition gets what is left of 512). Rung 9's 40 / 232
 # gave 0.976x and 0.973x torch's block-wise _scaled_mm at M >= 2048 where these gave 0.990x and 0.986x
 # (two H100s, geomean of 9 shapes each, results/h100/probes/fp8-block-registers-1.csv and -2.csv):
-# no spill either way and the same instructions; ptxas places them differently with more room.
+# no spill either way; with more room ptxas emits a few register moves fewer (7 IMADs of ~1650
+# instructions) and places the rest differently.
 LOAD_REGISTERS = 24
 CONSUMER_REGISTERS = 240
 # Half the width, for grids the wide tile leaves short of one tile an SM.
