@@ -337,6 +337,7 @@ def descriptor_launch(compiled, descriptors: tuple, tails: bool = False):
     launch = compiled.with_descriptors(descriptors, bind)
     if not tails:
         return launch
+    assert len(descriptors) == 5, "tails: a's, b's and c's descriptors, then the tails' on b and c"
     return lambda a, b, c, *rest: launch(a, b, c, b, c, *rest)
 
 

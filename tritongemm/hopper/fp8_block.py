@@ -92,8 +92,9 @@ NAME = "fp8_block"
 # (probes/fp8-block-partitions.csv): 0.95x torch's, 128 x 128 0.86x with 5 or 6 slots.
 DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
 # Registers a thread (setmaxnreg): the load warp's group keeps the least there is, 24 (it holds a few
-# tile offsets and counters; ptxas fits it without spills), and the consumers take the rest: 240 for
-# the second, 248 for the first (the default partition gets what is left of 512). Rung 9's 40 / 232
+# tile offsets and counters; ptxas fits it without spills), and each consumer 240 (in the PTX the
+# default partition decreases to 240, the second consumer increases to 240: 128 x (24 + 240 + 240)
+# = 64,512 of the SM's 65,536, as rung 9's 40 + 232 + 232 is, docs/warp-specialization.md). Rung 9's 40 / 232
 # gave 0.976x and 0.973x torch's block-wise _scaled_mm at M >= 2048 where these gave 0.990x and 0.986x
 # (two H100s, geomean of 9 shapes each, results/h100/probes/fp8-block-registers-1.csv and -2.csv):
 # no spill either way; with more room ptxas emits a few register moves fewer (7 IMADs of ~1650
