@@ -164,6 +164,30 @@ def test_descriptor_blocks_follow_the_a_layout():
     assert not row.a_m_major and row.a.block_shape == [128, 64]
 
 
+class _RecordingLaunch:
+    """A compiled kernel's stand-in: `with_descriptors` returns a launch that records its arguments."""
+
+    def __init__(self):
+        self.calls = []
+
+    def with_descriptors(self, descriptors, bind):
+        self.descriptors = descriptors
+        return lambda *args: self.calls.append(args)
+
+
+def test_descriptor_launch_moves_the_tails_onto_the_same_b_and_c():
+    from tritongemm.hopper.descriptors import descriptor_launch
+
+    compiled = _RecordingLaunch()
+    descriptor_launch(compiled, ("a", "b", "c"))("A", "B", "C", 0, 0, 0)
+    assert compiled.calls[-1] == ("A", "B", "C", 0, 0, 0)
+    # odd_width's tiles: the tails' two descriptors follow c's and move onto the same b and c
+    descriptor_launch(compiled, ("a", "b", "c", "b tail", "c tail"), tails=True)("A", "B", "C", 7)
+    assert compiled.calls[-1] == ("A", "B", "C", "B", "C", 7)
+    with pytest.raises(AssertionError):
+        descriptor_launch(compiled, ("a", "b", "c"), tails=True)
+
+
 def test_descriptors_refuse_what_tma_cannot_read():
     with pytest.raises(ValueError, match="row stride"):
         make_descriptors(
