@@ -8,6 +8,7 @@ every fact those steps read; a later call with that key runs it, checking nothin
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 
 import torch
@@ -435,18 +436,8 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
         from tritongemm.hopper.fp8_tma import default_config
 
         return default_config(recipe)
-    if config is None and kernel == "fp8_block":
-        from tritongemm.hopper.fp8_block import DEFAULT_CONFIG
-
-        return DEFAULT_CONFIG
-    if config is None and kernel == "fp8_ws":
-        from tritongemm.hopper.fp8_ws import DEFAULT_CONFIG
-
-        return DEFAULT_CONFIG
-    if config is None and kernel == "fp8_odd_width":
-        from tritongemm.hopper.fp8_odd_width import DEFAULT_CONFIG
-
-        return DEFAULT_CONFIG
+    if config is None and kernel in ("fp8_block", "fp8_ws", "fp8_odd_width"):  # each its module's DEFAULT_CONFIG
+        return importlib.import_module(f"tritongemm.hopper.{kernel}").DEFAULT_CONFIG
     if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":  # 256 deep: 60 KB of ring for an Ada SM
         return _SWAP_TILE if device_info.capability(device) == (9, 0) else _SWAP_TILE.with_(BLOCK_K=256)
     if config is None:
