@@ -124,6 +124,51 @@ def case_all_gather_matmul(rank, world, device, dtype):
             _close(c, ref, K, dtype, f"{how} {list(epilogue)}")
 
 
+def case_whole_gathered_gemm(rank, world, device, dtype):
+    """On an sm_90 GPU the gathered chunks run as one GEMM that waits for each in the kernel
+    (distributed/gathered.py). Its programs must not read a chunk before it lands: the transfers
+    are held back here (a sleep on the side stream, before the shard is published) while the
+    kernel already runs, on fresh data each call, so rows of the call before would show. And under
+    a CUDA graph the arrival words must be reset on each replay."""
+    from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops
+
+    if device.type != "cuda" or world < 2 or torch.cuda.get_device_capability(device) != (9, 0):
+        return
+    m, K, N = 256, 320, 384  # rows a chunk: two 128-row tiles
+    b = _whole(K, N, dtype=dtype, device=device, seed=31)
+    bias = _whole(N, dtype=dtype, device=device, seed=32)
+    words = exchange.arrival_words(dist.group.WORLD, device)
+    rows_a, c = (torch.empty(world * m, width, dtype=dtype, device=device) for width in (K, N))
+    assert gathered.plan(rows_a, b, c, None, None, rank, words) is not None, "the whole GEMM does not run here"
+    publish = exchange.SymmetricExchanges.publish
+
+    def late_publish(self, shard):  # the transfers start ~20 ms after the kernel
+        with exchange._on(self.side, self.compute):
+            torch.cuda._sleep(30_000_000)
+        publish(self, shard)
+
+    for seed, late in ((33, False), (34, True), (35, False)):
+        a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
+        exchange.SymmetricExchanges.publish = late_publish if late else publish
+        try:
+            c = all_gather_matmul(a[_rows(world * m, rank, world)], b, bias=bias, activation="gelu")
+        finally:
+            exchange.SymmetricExchanges.publish = publish
+        ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
+        _close(c, ref, K, dtype, f"seed {seed}{' transfers held back' if late else ''}")
+    # A CUDA graph of one call (after an eager call of its shape, which sized the buffer), replayed on new data.
+    shard = torch.empty(m, K, dtype=dtype, device=device)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        c = all_gather_matmul(shard, b)
+    for seed in (36, 37):
+        a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
+        shard.copy_(a[_rows(world * m, rank, world)])
+        graph.replay()
+        _close(c, a.double() @ b.double(), K, dtype, f"CUDA graph, seed {seed}")
+    assert ops.WHOLE_GATHERED_GEMM
+
+
 def case_all_gather_matmul_3d(rank, world, device, dtype):
     """(batch, seq, hidden) activations sharded along the sequence, gathered along dim 1."""
     from tritongemm.distributed import all_gather_matmul

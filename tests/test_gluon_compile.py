@@ -131,6 +131,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_expert_rows()
     if kernel == "odd_width":
         return _compile_odd_width()
+    if kernel == "arrival":
+        return _compile_arrival()
     if kernel == "offsets_check":
         from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
 
@@ -605,6 +607,43 @@ def test_the_odd_widths_compile_for_sm90():
         assert result["case"][3] is not None or result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
+
+
+def _compile_arrival() -> list[dict]:
+    """Rung 6 under distributed/gathered.py's scheduler (hopper/schedulers.arrival_scheduler), on
+    both tiles it may take: q,k,v of Llama-3-70B over four GPUs, at an address of arrival words."""
+    from tritongemm.hopper import BIG_TILE, MID_TILE, pipeline, tma_persistent_pipelined
+    from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.mma import WGMMA
+    from tritongemm.hopper.schedulers import arrival_scheduler
+
+    results = []
+    for config in (BIG_TILE, MID_TILE):
+        M, N, K = 2048, 2560, 8192
+        a, b = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16).T
+        c = torch.empty(M, N, dtype=torch.bfloat16)
+        ring = pipeline.plan_ring(config, 2)
+        desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=ring.epi_split)
+        compiled = tma_persistent_pipelined._tma_persistent_pipelined_kernel.warmup(
+            desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None), **desc.layout_constexprs(),
+            MMA=WGMMA, Scheduler=arrival_scheduler(config.GROUP_SIZE_M, 4, 1, 0x7F0000001000),
+            NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, STEAL_B=ring.steal_b, GLU="none",
+            num_warps=config.num_warps, **PLAIN.constexprs(), grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        waits = len(re.findall(r"ld\.global\.(?:sys\.acquire|acquire\.sys)", ptx))
+        results.append(dict(case=config.short(), ptx_has=[i in ptx for i in INSTRUCTIONS], waits=waits, **_ptxas(ptx)))
+    return results
+
+
+def test_the_gathered_gemm_compiles_its_wait_for_arrivals_for_sm90():
+    """distributed/gathered.py's GEMM: rung 6 whose scheduler waits for each chunk's arrival word
+    with an acquire load at system scope (the word is a copy engine's write), before the tile's
+    loads; the rung's instructions all there, nothing spilled."""
+    for result in compile_kernel("arrival"):
+        assert all(result["ptx_has"]), result["case"]
+        assert result["waits"] >= 2, f"{result['case']}: {result['waits']} acquire loads of an arrival word"
+        assert result["spilled"] == 0 and not result["serialized"], result
 
 
 def test_the_offsets_check_compiles_its_device_assert_for_sm90():

@@ -57,3 +57,19 @@ def test_kernel_follows_python_twin(kernel, M, N, group):
     )
     np.testing.assert_array_equal(trace[..., 0].cpu().numpy(), expected.program)
     np.testing.assert_array_equal(trace[..., 1].cpu().numpy(), expected.step)
+
+
+@pytest.mark.parametrize("chunks, own", [(2, 0), (2, 1), (4, 0), (4, 3), (3, 1)])
+@pytest.mark.parametrize("chunk_pid_m, num_pid_n, group", [(4, 10, 8), (3, 5, 2), (1, 7, 8)])
+def test_arrival_order_covers_every_other_chunk_once_in_landing_order(chunks, own, chunk_pid_m, num_pid_n, group):
+    """distributed/gathered.py's GEMM: every tile of every chunk but this rank's own exactly once,
+    the chunks in the order exchange.py pulls them (own - 1, own - 2, ...), each tile in its chunk."""
+    tiles = (chunks - 1) * chunk_pid_m * num_pid_n
+    pid_m, pid_n, chunk = tile_order.arrival_tile(np.arange(tiles), chunks, own, chunk_pid_m, num_pid_n, group)
+    covered = set(zip(pid_m.tolist(), pid_n.tolist()))
+    expected = {(m, n) for m in range(chunks * chunk_pid_m) for n in range(num_pid_n) if m // chunk_pid_m != own}
+    assert covered == expected and len(covered) == tiles
+    assert (pid_m // chunk_pid_m == chunk).all()
+    landing = [(own - s) % chunks for s in range(1, chunks)]
+    firsts = [landing.index(c) for c in chunk.tolist()]
+    assert firsts == sorted(firsts), "a chunk's tiles before an earlier-landing chunk's"

@@ -105,3 +105,18 @@ def schedule(
     for grid, values in zip(out, (program, step, tile_id)):
         grid[pid_m, pid_n] = values
     return Schedule(program=out[0], step=out[1], order=out[2], num_programs=programs)
+
+
+def arrival_tile(tile_id, chunks: int, own: int, chunk_pid_m: int, num_pid_n: int, group_size_m: int):
+    """Tile of ``tile_id`` in a GEMM over an all-gather's rows that starts before they have all
+    landed (``hopper/schedulers.arrival_scheduler``, ``distributed/gathered.py``). C's rows are
+    ``chunks`` chunks of ``chunk_pid_m`` rows of tiles, chunk r gathered from rank r. This rank's
+    own chunk, ``own``, is another GEMM's (it waits on nothing); the tile ids run over the others
+    in the order they land, own - 1, own - 2, ... (mod chunks, as exchange.py pulls them), each
+    chunk's tiles in grouped order within the chunk, so that no group spans two chunks.
+
+    Returns (pid_m, pid_n, chunk): the tile and the chunk whose arrival it waits for."""
+    per_chunk = chunk_pid_m * num_pid_n
+    chunk = (own + chunks - 1 - tile_id // per_chunk) % chunks
+    pid_m, pid_n = grouped_tile(tile_id % per_chunk, chunk_pid_m, num_pid_n, group_size_m)
+    return chunk * chunk_pid_m + pid_m, pid_n, chunk

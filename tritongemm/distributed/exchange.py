@@ -85,6 +85,7 @@ class Exchanges:
     scatter of partial products, where the GEMM for rank `to`'s rows goes to rank `to`."""
 
     spare_sms = 0  # SMs the ops' GEMMs leave free for this transport's kernels (none asked for here)
+    announces = False  # whether `gather` can announce each landed chunk in device memory (arrival_words)
 
     def __init__(self, device: torch.device, group):
         self.group = group
@@ -103,10 +104,13 @@ class Exchanges:
         """Make `shard` readable by the peers (a gather's first step, beside this rank's own GEMM):
         nothing for point-to-point, where `gather` sends it."""
 
-    def gather(self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True) -> list[tuple[int, object]]:
+    def gather(
+        self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True, words: torch.Tensor | None = None
+    ) -> list[tuple[int, object]]:
         """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too
         where `keep_own`, beside whatever the compute stream has queued; returns (source, handle)
-        per other rank, in the order they should arrive."""
+        per other rank, in the order they should arrive. `words`: only where `announces`."""
+        assert words is None, "point-to-point transfers announce no arrival in device memory"
         steps = map(self.peers, range(1, self.world))
         pending = [(source, self._swap(shard, to, shards[source], source)) for to, source in steps]
         if keep_own:
@@ -180,6 +184,8 @@ class SymmetricExchanges(Exchanges):
     is a collective and a synchronization, so a CUDA graph must be captured after an eager call of
     its largest shape."""
 
+    announces = True
+
     def __init__(self, device: torch.device, group):
         super().__init__(device, group)
         self.spare_sms = 1 if self.world > 1 else 0  # for the barriers' one block; a group of one has none
@@ -213,15 +219,32 @@ class SymmetricExchanges(Exchanges):
             self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
             self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
 
-    def gather(self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True) -> list[tuple[int, object]]:
+    def gather(
+        self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True, words: torch.Tensor | None = None
+    ) -> list[tuple[int, object]]:
+        """With `words` (`reset_arrivals`'), each pulled shard's word is set to 1 once it has landed
+        (a memory operation of the stream, after the copy: no SM), for a kernel that waits on them."""
         pending = []
         with _on(self.side, self.compute):
             for _, source in map(self.peers, range(1, self.world)):
                 shards[source].copy_(self.workspace.get_buffer(source, shard.shape, shard.dtype))
+                if words is not None:
+                    torch.ops.symm_mem.stream_write_value32_(words, source, 1)
                 pending.append((source, [_Arrival(self.side)]))
             if keep_own:
                 shards[self.rank].copy_(shard)
         return pending
+
+    def reset_arrivals(self) -> torch.Tensor:
+        """This group's arrival words on this device (`arrival_words`), zeroed on the side stream
+        ahead of this call's transfers: a kernel that waits on them must be queued after the reset
+        (after the first chunk's arrival will do), so that no word set by the previous call reads
+        as landed. (The previous call's readers are done by then: the side stream waited for the
+        compute stream when this call began, and the compute stream for them when that one ended.)"""
+        words = arrival_words(self.group, self.compute.device)
+        with _on(self.side, self.compute):
+            torch.ops.symm_mem.memset32_(words, 0, 0, self.world)
+        return words
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
         elements = shape[0] * shape[1]
@@ -314,6 +337,30 @@ def _workspace(group, device: torch.device, nbytes: int):
         handle = symm_mem.rendezvous(buffer, group)
         _BUFFERS[key] = (buffer, handle)
         return handle
+
+
+# Each group's arrival words on each device: one 32-bit word per rank, made once and kept, as the
+# buffers are (a kernel that waits on them has their address compiled in: hopper/schedulers.py).
+_ARRIVALS: dict[tuple[str, int], torch.Tensor] = {}
+
+
+def arrival_words(group, device: torch.device) -> torch.Tensor:
+    """(world,) uint32 words in `device`'s memory, word r set once rank r's shard has landed here
+    (SymmetricExchanges.gather with `words`), reset at each call's start (`reset_arrivals`)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (group.group_name, index)
+    with _BUFFERS_LOCK:
+        words = _ARRIVALS.get(key)
+        if words is None:  # (torch has no zeros of uint32 on CUDA: int32's, reinterpreted)
+            world = dist.get_world_size(group)
+            words = _ARRIVALS[key] = torch.zeros(world, dtype=torch.int32, device=index).view(torch.uint32)
+        return words
+
+
+def announces_arrivals() -> bool:
+    """Whether this torch has the stream memory operations that set and reset arrival words."""
+    ops = getattr(torch.ops, "symm_mem", None)
+    return ops is not None and hasattr(ops, "stream_write_value32_") and hasattr(ops, "memset32_")
 
 
 # torch 2.13 renamed the tensor collectives (the old names warn); this project's GPU machine has 2.11.

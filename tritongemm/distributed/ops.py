@@ -27,9 +27,11 @@ import torch.distributed as dist
 
 from tritongemm import checks, device_info
 from tritongemm.api import matmul
+from tritongemm.distributed import gathered as gathered_gemm
 from tritongemm.distributed.exchange import (
     TRANSPORTS,
     all_gather_tensor,
+    arrival_words,
     exchanges_for,
     rank_and_world,
     reduce_scatter_tensor,
@@ -188,14 +190,25 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
         # hides under it. (Queued after the shard's publishing copy, it started after that copy's
         # end in a CUDA graph: 30 us later, H200 pair.)
         _gemm_into(a2, b, outs[rank], bias, activation)
+        # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
+        # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
+        whole = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
+        words = exchanges.reset_arrivals() if whole is not None else None
         exchanges.publish(a2)
         # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
         # beside the compute stream, which works through the chunks as they land.
-        pending = exchanges.gather(a2, shards, keep_own=keep_gathered)
-        spread = _spread_chunks(m, b.shape[1], a2.device)
-        for source, handles in pending:
-            with exchanges.landed(handles, spread):
-                _gemm_into(shards[source], b, outs[source], bias, activation)
+        pending = exchanges.gather(a2, shards, keep_own=keep_gathered, words=words)
+        if whole is not None:
+            # Queued once the first chunk has landed, not at once: its programs would take SMs from
+            # the own chunk's GEMM and spin there (four H100s, q,k,v at 8192 tokens: 1.20x the
+            # sequential path against 1.49x; docs/tensor-parallel.md). The rest they wait for.
+            with exchanges.landed(pending[0][1]):
+                whole(gathered, b, c2, bias)
+        else:
+            spread = _spread_chunks(m, b.shape[1], a2.device)
+            for source, handles in pending:
+                with exchanges.landed(handles, spread):
+                    _gemm_into(shards[source], b, outs[source], bias, activation)
     exchanges.finish()
     return (gathered if keep_gathered else None), c2
 
@@ -256,6 +269,18 @@ def _gemm_into(a, b, out, bias, activation) -> None:
     else:
         fused = Fused(Epilogue(activation, 1.0, bias is not None), bias, None, out.dtype)
         PLANS.lookup(a, b, out, "auto", None, fused).run(a, b, out, bias, None, None)
+
+
+# Whether all_gather_rows may run the gathered chunks as one GEMM that waits for them in the
+# kernel (gathered.py) where it can: on by default; scripts/tp_probe.py turns it off to compare.
+WHOLE_GATHERED_GEMM = True
+
+
+def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
+    """gathered.plan's launch for this call, or None: the chunks then run a GEMM each."""
+    if not (WHOLE_GATHERED_GEMM and exchanges.announces):
+        return None
+    return gathered_gemm.plan(gathered, b, c2, bias, activation, rank, arrival_words(exchanges.group, gathered.device))
 
 
 def _spread_chunks(m: int, n: int, device: torch.device) -> bool:

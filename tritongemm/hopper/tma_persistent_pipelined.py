@@ -181,6 +181,7 @@ def plan(
     *,
     num_programs: int | None = None,
     glu: str | None = None,
+    scheduler=None,
     **epilogue,
 ):
     """`launch(a, b, c)` for tensors of this geometry: min(#SMs, #tiles) programs pipelined across
@@ -188,7 +189,9 @@ def plan(
     whose keywords `epilogue` passes on: the fused epilogue's spec, bias and residual).
     `num_programs` replaces the SM count (tests: several tiles per program). `glu`: a gated pair,
     C = act(A @ B[:, :N]) * (A @ B[:, N:]) for C (M, N) and b the transpose of a (2N, K) weight
-    [gate; up] (pipeline.check_gated_pair), C staged in a buffer of its own."""
+    [gate; up] (pipeline.check_gated_pair), C staged in a buffer of its own. `scheduler`: a class
+    of schedulers.py in the place of `config.scheduler`'s (distributed/gathered.py's, which waits
+    for rows still in flight)."""
     name = "tma_persistent_pipelined"
     gated = glu is not None
     if gated:
@@ -204,7 +207,7 @@ def plan(
     num_tiles = -(-M // config.BLOCK_M) * -(-N // tile_n)
     grid = (num_persistent_programs(num_tiles, c.device, num_programs),)
     constexprs = dict(
-        MMA=mma, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M),
+        MMA=mma, Scheduler=scheduler or scheduler_for(config.scheduler, config.GROUP_SIZE_M),
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         STEAL_B=ring.steal_b, **desc.layout_constexprs(), GLU=glu or "none",
         num_warps=config.num_warps,
