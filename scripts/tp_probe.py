@@ -5,9 +5,11 @@
 Variants of `distributed.exchange.SymmetricExchanges`, swapped in one after the other, each timed
 as `bench tp` times (graph and eager, the slowest rank's median), in interleaved rounds so that
 drift hits them alike:
-- side: the library's (barriers on the side stream, the GEMMs on all SMs but one, the gathered
-  chunks' GEMMs beside the compute stream, each on a stream of its own where a chunk is at most two
-  waves of tiles: ops.py `_spread_chunks`);
+- whole: the library's (barriers on the side stream, the GEMMs on all SMs but one, the gathered
+  chunks as one GEMM that waits for each in the kernel where it can: distributed/gathered.py);
+- side: the same with a GEMM per gathered chunk instead (`ops.WHOLE_GATHERED_GEMM = False`), beside
+  the compute stream, each on a stream of its own where a chunk is at most two waves of tiles
+  (ops.py `_spread_chunks`): the library before gathered.py, and wherever that can't run;
 - spread-always / one-peer-stream: the gathered chunks' GEMMs each on a stream of its own, or all
   on one, whatever their size (an all-gather's only);
 - torch-schedule: torch's fused op's schedule on our GEMMs (`TorchSchedule`; an all-gather's only).
@@ -57,7 +59,7 @@ class TorchSchedule(exchange.SymmetricExchanges):
     the same stream, the steps alternating between a second stream and the compute stream, so a
     copy waits for the GEMM two steps back."""
 
-    def gather(self, shard, shards, keep_own=True):
+    def gather(self, shard, shards, keep_own=True, words=None):
         self._chunk, self._shards, self._keep_own = shard, shards, keep_own
         self._published = torch.cuda.Event()
         self._published.record(self.side)  # after publish's barrier: every peer's shard is in its buffer
