@@ -57,6 +57,19 @@ class ChunkedScheduler:
         return tile_id % self.num_pid_m, tile_id // self.num_pid_m
 
 
+@gluon.jit
+def grouped_tile(tile_id, num_pid_m, num_pid_in_group, GROUP_SIZE_M: gl.constexpr):
+    """The tile of `tile_id` in the grouped (super-row) order of 03-matrix-multiplication, over
+    num_pid_m rows of tiles, num_pid_in_group = GROUP_SIZE_M * (columns of tiles)."""
+    group_id = tile_id // num_pid_in_group
+    first_pid_m = group_id * GROUP_SIZE_M
+    # The last group is shorter when num_pid_m % GROUP_SIZE_M != 0: index within the group first,
+    # then wrap by its real height (the seed's `tile_id % group_size_m` skips that).
+    group_size_m = gl.minimum(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    in_group = tile_id % num_pid_in_group
+    return first_pid_m + in_group % group_size_m, in_group // group_size_m
+
+
 @functools.cache
 def grouped_scheduler(group_size_m: int):
     """The strided scheduler for one GROUP_SIZE_M: program p takes tile ids p, p + P, p + 2P, ...,
@@ -96,13 +109,7 @@ def grouped_scheduler(group_size_m: int):
         @gluon.jit
         def get_tile(self, idx):
             tile_id = self.first_tile + idx * gl.num_programs(axis=0)
-            group_id = tile_id // self.num_pid_in_group
-            first_pid_m = group_id * GROUP_SIZE_M
-            # The last group is shorter when num_pid_m % GROUP_SIZE_M != 0: index within the group
-            # first, then wrap by its real height (the seed's `tile_id % group_size_m` skips that).
-            group_size_m = gl.minimum(self.num_pid_m - first_pid_m, GROUP_SIZE_M)
-            in_group = tile_id % self.num_pid_in_group
-            return first_pid_m + in_group % group_size_m, in_group // group_size_m
+            return grouped_tile(tile_id, self.num_pid_m, self.num_pid_in_group, GROUP_SIZE_M)
 
     # The JIT cache keys a constexpr class by its repr: one name per group size keeps them apart.
     GroupedScheduler.__name__ = GroupedScheduler.__qualname__ = f"GroupedScheduler_G{group_size_m}"
@@ -163,11 +170,9 @@ def arrival_scheduler(group_size_m: int, chunks: int, own: int, arrivals: int):
             tile_id = self.first_tile + idx * gl.num_programs(axis=0)
             per_chunk = self.chunk_pid_m * self.num_pid_n
             chunk = (OWN + CHUNKS - 1 - tile_id // per_chunk) % CHUNKS
-            in_chunk = tile_id % per_chunk
-            group_id = in_chunk // (GROUP_SIZE_M * self.num_pid_n)
-            first_pid_m = group_id * GROUP_SIZE_M
-            group_size_m = gl.minimum(self.chunk_pid_m - first_pid_m, GROUP_SIZE_M)
-            in_group = in_chunk % (GROUP_SIZE_M * self.num_pid_n)
+            pid_m, pid_n = grouped_tile(
+                tile_id % per_chunk, self.chunk_pid_m, GROUP_SIZE_M * self.num_pid_n, GROUP_SIZE_M
+            )
             if tile_id < self.num_tiles:  # (a program without tiles asks for one past the end)
                 # An acquire load at system scope: the word is written by the stream (a copy engine's
                 # memory operation, not an SM), and what follows reads the rows it announces.
@@ -176,7 +181,7 @@ def arrival_scheduler(group_size_m: int, chunks: int, own: int, arrivals: int):
                 landed = gl.atomic_add(word, 0, sem="acquire", scope="sys")
                 while landed == 0:
                     landed = gl.atomic_add(word, 0, sem="acquire", scope="sys")
-            return chunk * self.chunk_pid_m + first_pid_m + in_group % group_size_m, in_group // group_size_m
+            return chunk * self.chunk_pid_m + pid_m, pid_n
 
     ArrivalScheduler.__name__ = ArrivalScheduler.__qualname__ = (
         f"ArrivalScheduler_G{group_size_m}_C{chunks}_O{own}_A{arrivals:x}"
