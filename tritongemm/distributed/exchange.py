@@ -235,16 +235,14 @@ class SymmetricExchanges(Exchanges):
                 shards[self.rank].copy_(shard)
         return pending
 
-    def reset_arrivals(self) -> torch.Tensor:
-        """This group's arrival words on this device (`arrival_words`), zeroed on the side stream
-        ahead of this call's transfers: a kernel that waits on them must be queued after the reset
-        (after the first chunk's arrival will do), so that no word set by the previous call reads
-        as landed. (The previous call's readers are done by then: the side stream waited for the
-        compute stream when this call began, and the compute stream for them when that one ended.)"""
-        words = arrival_words(self.group, self.compute.device)
+    def reset_arrivals(self, words: torch.Tensor) -> None:
+        """Zero this group's arrival `words` (`arrival_words`) on the side stream ahead of this
+        call's transfers: a kernel that waits on them must be queued after the reset (after the
+        first chunk's arrival will do), so that no word set by the previous call reads as landed.
+        (The previous call's readers are done by then: the side stream waited for the compute
+        stream when this call began, and the compute stream for them when that one ended.)"""
         with _on(self.side, self.compute):
             torch.ops.symm_mem.memset32_(words, 0, 0, self.world)
-        return words
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
         elements = shape[0] * shape[1]

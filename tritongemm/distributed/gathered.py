@@ -17,11 +17,10 @@ its programs take the SMs the own chunk's GEMM leaves. (Queued at once, its prog
 from that GEMM and spun there: four H100s, q,k,v of Llama-3-70B at 8192 tokens, 1.20x the
 sequential path against 1.49x, results/h100x4/probes/tp-whole-*.csv.)
 
-No deadlock: the kernel's programs spin only until words that copies set, and the copies wait on
-the barriers of the side stream, kernels of one block. The ops plan their GEMMs on all SMs but
-one (exchange.py `spare_sms`), so this kernel's programs, one per SM at most, never hold every
-SM: the barriers always find one, as soon as the own chunk's GEMM (which waits on nothing) has
-left it, if not at once.
+No deadlock: the kernel is queued after the first chunk's copy, which the side stream runs after
+its publishing barrier (the one kernel the transfers wait on), and what its programs then wait for
+needs no SM: the other chunks' copies (copy engines) and the words' writes (stream memory
+operations).
 
 Where it can't run (not sm_90, not fp16/bf16, rows a chunk not a multiple of the tile's,
 operands TMA can't read, transport NCCL), `plan` says None and the ops run a GEMM per chunk.
@@ -47,15 +46,12 @@ def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activat
     bias), A `gathered` (world x m rows, K), each chunk read once `words` says it landed. None
     where this GEMM can't run (the module docstring): the caller runs a GEMM per chunk. Planned
     once per geometry, rank and words (in PLANS, under a key of its own; SMs spared included)."""
-    world = words.numel()
-    M, K = gathered.shape
-    N = b.shape[1]
     plain = bias is None and activation is None
     fused = None if plain else Fused(Epilogue(activation, 1.0, bias is not None), bias, None, c.dtype)
     key = ("gathered", problem_key(gathered, b, c, KERNEL, None, fused), rank, words.data_ptr())
     launch = PLANS.find_key(key)
     if launch is None:
-        launch = _build(gathered, b, c, fused, rank, words, world, M, N, K) or _UNPLANNED
+        launch = _build(gathered, b, c, fused, rank, words) or _UNPLANNED
         PLANS.remember(key, launch)
     return None if launch is _UNPLANNED else launch
 
@@ -64,8 +60,9 @@ def _UNPLANNED(*_):  # what the cache keeps for a geometry this GEMM can't run, 
     raise AssertionError("gathered.plan returned no launch for this geometry")
 
 
-def _build(gathered, b, c, fused, rank, words, world, M, N, K):
-    device = gathered.device
+def _build(gathered, b, c, fused, rank, words):
+    device, world = gathered.device, words.numel()
+    (M, K), N = gathered.shape, b.shape[1]
     runs = (
         device.type == "cuda"
         and device_info.capability(device) == (9, 0)

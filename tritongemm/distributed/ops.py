@@ -192,8 +192,9 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
         _gemm_into(a2, b, outs[rank], bias, activation)
         # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
         # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
-        whole = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
-        words = exchanges.reset_arrivals() if whole is not None else None
+        whole, words = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
+        if whole is not None:
+            exchanges.reset_arrivals(words)
         exchanges.publish(a2)
         # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
         # beside the compute stream, which works through the chunks as they land.
@@ -277,10 +278,13 @@ WHOLE_GATHERED_GEMM = True
 
 
 def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
-    """gathered.plan's launch for this call, or None: the chunks then run a GEMM each."""
+    """(gathered.plan's launch for this call, the arrival words it waits on), or (None, None): the
+    chunks then run a GEMM each."""
     if not (WHOLE_GATHERED_GEMM and exchanges.announces):
-        return None
-    return gathered_gemm.plan(gathered, b, c2, bias, activation, rank, arrival_words(exchanges.group, gathered.device))
+        return None, None
+    words = arrival_words(exchanges.group, gathered.device)
+    whole = gathered_gemm.plan(gathered, b, c2, bias, activation, rank, words)
+    return whole, (words if whole is not None else None)
 
 
 def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
