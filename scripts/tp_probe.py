@@ -6,7 +6,10 @@ Variants of `distributed.exchange.SymmetricExchanges`, swapped in one after the 
 as `bench tp` times (graph and eager, the slowest rank's median), in interleaved rounds so that
 drift hits them alike:
 - whole: the library's (barriers on the side stream, the GEMMs on all SMs but one, the gathered
-  chunks as one GEMM that waits for each in the kernel where it can: distributed/gathered.py);
+  chunks as one GEMM that waits for each in the kernel where it can, this rank's own chunk's GEMM
+  on its tiles: distributed/gathered.py);
+- own-auto: the same with this rank's own chunk's GEMM on `auto`'s tiles for its shape rather than
+  on the other chunks' GEMM's (`ops.OWN_CHUNK_ON_SHARED_TILES = False`);
 - side: the same with a GEMM per gathered chunk instead (`ops.WHOLE_GATHERED_GEMM = False`), beside
   the compute stream, each on a stream of its own where a chunk is at most two waves of tiles
   (ops.py `_spread_chunks`): the library before gathered.py, and wherever that can't run;
@@ -91,13 +94,15 @@ class TorchSchedule(exchange.SymmetricExchanges):
         super().finish()
 
 
-# name: (the transport's class, whether the gathered chunks may run as one GEMM: ops.WHOLE_GATHERED_GEMM)
+# name: (the transport's class, whether the gathered chunks may run as one GEMM, whether the own
+# chunk's GEMM runs on its tiles: ops.WHOLE_GATHERED_GEMM, ops.OWN_CHUNK_ON_SHARED_TILES)
 VARIANTS = {
-    "whole": (exchange.SymmetricExchanges, True),
-    "side": (exchange.SymmetricExchanges, False),
-    "spread-always": (SpreadAlways, False),
-    "one-peer-stream": (OnePeerStream, False),
-    "torch-schedule": (TorchSchedule, False),
+    "whole": (exchange.SymmetricExchanges, True, True),
+    "own-auto": (exchange.SymmetricExchanges, True, False),
+    "side": (exchange.SymmetricExchanges, False, False),
+    "spread-always": (SpreadAlways, False, False),
+    "one-peer-stream": (OnePeerStream, False, False),
+    "torch-schedule": (TorchSchedule, False, False),
 }
 GATHER_ONLY = set(VARIANTS) - {"side"}
 
@@ -119,8 +124,9 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
                 for reference_call in ("sequential", "torch-symm-mem"):
                     ms = tp._time(calls[reference_call], timing, device)[0]
                     times.setdefault((reference_call, timing), []).append(ms)
-                for name, (cls, whole) in variants.items():
+                for name, (cls, whole, shared_tiles) in variants.items():
                     exchange.SymmetricExchanges, tp_ops.WHOLE_GATHERED_GEMM = cls, whole
+                    tp_ops.OWN_CHUNK_ON_SHARED_TILES = shared_tiles
                     try:
                         result = calls["tritongemm"]()
                         # Bitwise where the tiles sum K in the same order as the sequential path's GEMM;
@@ -131,6 +137,7 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
                         ms = tp._time(calls["tritongemm"], timing, device)[0]
                     finally:
                         exchange.SymmetricExchanges, tp_ops.WHOLE_GATHERED_GEMM = original, True
+                        tp_ops.OWN_CHUNK_ON_SHARED_TILES = True
                     times.setdefault((name, timing), []).append(ms)
         for (name, timing), ms in times.items():
             base = statistics.median(times[("sequential", timing)])

@@ -3,11 +3,13 @@
 The chunked all-gather + GEMM (ops.py) runs one GEMM per gathered chunk as it lands. A chunk is a
 fraction of the rows, and a persistent GEMM on a fraction loses its last wave: four H100s, q,k,v
 of Llama-3-70B at 8192 tokens, each chunk 2048 x 2560 x 8192 ran 0.80x cuBLAS where the whole
-8192 rows run 0.95-1.01x (docs/tensor-parallel.md). torch's fused op has the same choice and takes
-one GEMM (`_async_input_mm`) whose programs wait inside the kernel for the rows they read.
+8192 rows run 0.95-1.01x (docs/tensor-parallel.md). (torch's fused op runs a cuBLAS GEMM per
+chunk, on two streams taken in turn, whose thread blocks share the SMs as they free up; only
+under TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP, at 2049-4096 rows, one GEMM, `_async_input_mm`,
+whose blocks wait inside the kernel for the rows they read.)
 
-So does this one: rung 6 (hopper/tma_persistent_pipelined.py) over every chunk but this rank's
-own, with a scheduler that hands out the tiles in the order the chunks land and waits, before it
+This one is rung 6 (hopper/tma_persistent_pipelined.py) over every chunk but this rank's own,
+with a scheduler that hands out the tiles in the order the chunks land and waits, before it
 hands one out, for its chunk's arrival word (hopper/schedulers.arrival_scheduler). The side stream
 sets each chunk's word after the copy that brings it (exchange.py, a stream memory operation: no
 SM), and resets the words before the call's first transfer. This rank's own chunk is a GEMM of
@@ -16,6 +18,13 @@ a stream of the gathered chunks', queued once the first gathered chunk has lande
 its programs take the SMs the own chunk's GEMM leaves. (Queued at once, its programs took SMs
 from that GEMM and spun there: four H100s, q,k,v of Llama-3-70B at 8192 tokens, 1.20x the
 sequential path against 1.49x, results/h100x4/probes/tp-whole-*.csv.)
+
+So the own chunk's GEMM runs on this one's tiles (`plan` gives both launches): this GEMM's
+programs fill its last wave, so the tile's speed is what counts, not how many waves it makes
+(four H100s, q,k,v at 16384 tokens: 1.51x the sequential path against 1.43x with `auto`'s 128 x
+128 tiles for 4096 x 2560 x 8192). The own chunk is not folded into this GEMM: its rows would
+have to be copied into the gathered A first, and its tiles wait for that copy (1.35x against
+1.44x in another run; results/h100x4/probes/tp-own-tiles.md).
 
 No deadlock: the kernel is queued after the first chunk's copy, which the side stream runs after
 its publishing barrier (the one kernel the transfers wait on), and what its programs then wait for
@@ -42,18 +51,21 @@ KERNEL = "tma_persistent_pipelined"
 
 
 def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activation, rank: int, words: torch.Tensor):
-    """`launch(gathered, b, c, bias)`: C's rows of every chunk but `rank`'s = activation(A @ B +
-    bias), A `gathered` (world x m rows, K), each chunk read once `words` says it landed. None
-    where this GEMM can't run (the module docstring): the caller runs a GEMM per chunk. Planned
-    once per geometry, rank and words (in PLANS, under a key of its own; SMs spared included)."""
+    """`(own, others)`, two launches of (a, b, c, bias) computing activation(A @ B + bias):
+    `others(gathered, b, c, bias)` C's rows of every chunk but `rank`'s, A `gathered` (world x m
+    rows, K), each chunk read once `words` says it landed; `own(shard, b, c_own, bias)` this
+    rank's chunk, C's rows of it `c_own`, on the same tiles (OWN_CHUNK_ON_SHARED_TILES). None
+    where the GEMM over the chunks can't run (the module docstring): the caller runs a GEMM per
+    chunk. Planned once per geometry, rank and words (in PLANS, under a key of its own; SMs
+    spared included)."""
     plain = bias is None and activation is None
     fused = None if plain else Fused(Epilogue(activation, 1.0, bias is not None), bias, None, c.dtype)
     key = ("gathered", problem_key(gathered, b, c, KERNEL, None, fused), rank, words.data_ptr())
-    launch = PLANS.find_key(key)
-    if launch is None:
-        launch = _build(gathered, b, c, fused, rank, words) or _UNPLANNED
-        PLANS.remember(key, launch)
-    return None if launch is _UNPLANNED else launch
+    launches = PLANS.find_key(key)
+    if launches is None:
+        launches = _build(gathered, b, c, fused, rank, words) or _UNPLANNED
+        PLANS.remember(key, launches)
+    return None if launches is _UNPLANNED else launches
 
 
 def _UNPLANNED(*_):  # what the cache keeps for a geometry this GEMM can't run, so it is not retried
@@ -80,12 +92,17 @@ def _build(gathered, b, c, fused, rank, words):
     config = persistent_pipelined_config(M - rows, N, K, sms)
     if rows % config.BLOCK_M:  # a tile would span two chunks
         return None
-    tiles = (world - 1) * (rows // config.BLOCK_M) * -(-N // config.BLOCK_N)
+    row_tiles, col_tiles = rows // config.BLOCK_M, -(-N // config.BLOCK_N)
     scheduler = arrival_scheduler(config.GROUP_SIZE_M, world, rank, words.data_ptr())
     epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias)
-    launch = tma_persistent_pipelined.plan(
-        gathered, b, c, config, num_programs=min(sms, tiles), scheduler=scheduler, **epilogue
+    others = tma_persistent_pipelined.plan(
+        gathered, b, c, config, num_programs=min(sms, (world - 1) * row_tiles * col_tiles), scheduler=scheduler,
+        **epilogue,
+    )  # fmt: skip
+    own_rows = slice(rank * rows, (rank + 1) * rows)
+    own = tma_persistent_pipelined.plan(
+        gathered[own_rows], b, c[own_rows], config, num_programs=min(sms, row_tiles * col_tiles), **epilogue
     )
     if fused is None:
-        return lambda gathered, b, c, bias: launch(gathered, b, c)
-    return lambda gathered, b, c, bias: launch(gathered, b, c, bias)
+        return (lambda a, b, c, bias: own(a, b, c)), (lambda a, b, c, bias: others(a, b, c))
+    return (lambda a, b, c, bias: own(a, b, c, bias)), (lambda a, b, c, bias: others(a, b, c, bias))

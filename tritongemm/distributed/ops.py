@@ -186,13 +186,17 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
     shards, outs = gathered.view(world, m, K), c2.view(world, m, -1)
     exchanges = exchanges_for(a2.device, group, transport)
     with device_info.sparing_sms(exchanges.spare_sms):  # room for the transport's kernels beside the GEMMs
+        # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
+        # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
+        launches, words = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
         # This rank's own shard's GEMM first: it waits on nothing, and the host's time on the rest
         # hides under it. (Queued after the shard's publishing copy, it started after that copy's
         # end in a CUDA graph: 30 us later, H200 pair.)
-        _gemm_into(a2, b, outs[rank], bias, activation)
-        # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
-        # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
-        whole, words = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
+        if launches is not None and OWN_CHUNK_ON_SHARED_TILES and a2.data_ptr() % 16 == 0:
+            launches[0](a2, b, outs[rank], bias)
+        else:
+            _gemm_into(a2, b, outs[rank], bias, activation)
+        whole = None if launches is None else launches[1]
         if whole is not None:
             exchanges.reset_arrivals(words)
         exchanges.publish(a2)
@@ -275,11 +279,16 @@ def _gemm_into(a, b, out, bias, activation) -> None:
 # Whether all_gather_rows may run the gathered chunks as one GEMM that waits for them in the
 # kernel (gathered.py) where it can: on by default; scripts/tp_probe.py turns it off to compare.
 WHOLE_GATHERED_GEMM = True
+# Whether this rank's own chunk's GEMM then runs on that GEMM's tiles rather than on `auto`'s for
+# its shape: the other chunks' GEMM fills its last wave, so what counts is the tile's speed, not
+# how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp-own-tiles.csv,
+# docs/tensor-parallel.md). On by default; scripts/tp_probe.py turns it off to compare.
+OWN_CHUNK_ON_SHARED_TILES = True
 
 
 def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
-    """(gathered.plan's launch for this call, the arrival words it waits on), or (None, None): the
-    chunks then run a GEMM each."""
+    """(gathered.plan's launches for this call, the arrival words they wait on), or (None, None):
+    the chunks then run a GEMM each."""
     if not (WHOLE_GATHERED_GEMM and exchanges.announces):
         return None, None
     words = arrival_words(exchanges.group, gathered.device)
