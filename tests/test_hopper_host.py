@@ -282,6 +282,17 @@ def test_persistent_pipelined_config(M, N, K, expected):
     assert persistent_pipelined_config(M, N, K, H100_SMS) == expected
 
 
+@pytest.mark.parametrize("tokens, expected", [(2048, MID_TILE.with_(num_stages=6)), (4096, BIG_TILE), (8192, BIG_TILE)])
+def test_the_gathered_gemms_tile_weighs_a_big_wave_as_measured_beside_the_transfers(tokens, expected):
+    """distributed/gathered.py: q,k,v of Llama-3-70B over four H100s (131 SMs: one spared), the
+    rule on all the rows with a BIG wave worth 1.65 MID waves; rung 6's own 1.8 takes MID at 4096
+    too, which measured 3% slower there."""
+    from tritongemm.distributed.gathered import SHARED_BIG_WAVE_COST
+
+    assert persistent_pipelined_config(tokens, 2560, 8192, H100_SMS - 1, SHARED_BIG_WAVE_COST) == expected
+    assert persistent_pipelined_config(4096, 2560, 8192, H100_SMS - 1) == MID_TILE.with_(num_stages=6)
+
+
 def test_rung_6_default_is_its_rules():
     info = registry.get("tma_persistent_pipelined")
     config = info.default_config(torch.float16, 512, 4096, 4096, torch.device("cpu"))

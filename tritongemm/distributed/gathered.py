@@ -48,6 +48,13 @@ from tritongemm.hopper.schedulers import arrival_scheduler
 from tritongemm.plan import PLANS, problem_key
 
 KERNEL = "tma_persistent_pipelined"
+# Both GEMMs' tile is rung 6's rule on all M rows, as for one GEMM: they share the SMs as one would
+# (the other chunks' programs take each SM the own chunk's leaves). With its weight of a BIG wave
+# against a MID one measured here: four H100s, q,k,v of Llama-3-70B (results/h100x4/probes/
+# tp-shared-tile.csv), at 2048 tokens MID's 3 waves ran 12% faster than BIG's 2 (a ratio of
+# 1.68), at 4096 BIG's 3 waves 3% faster than MID's 5 (1.62); rung 6's 1.8, measured on one GEMM
+# alone at K = 4096, picks MID at both. (On the other chunks' rows alone the rule took BIG at both.)
+SHARED_BIG_WAVE_COST = 1.65
 
 
 def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activation, rank: int, words: torch.Tensor):
@@ -89,7 +96,7 @@ def _build(gathered, b, c, fused, rank, words):
         return None
     sms = device_info.sm_count(device)
     rows = M // world
-    config = persistent_pipelined_config(M - rows, N, K, sms)
+    config = persistent_pipelined_config(M, N, K, sms, SHARED_BIG_WAVE_COST)
     if rows % config.BLOCK_M:  # a tile would span two chunks
         return None
     row_tiles, col_tiles = rows // config.BLOCK_M, -(-N // config.BLOCK_N)
