@@ -50,6 +50,18 @@ def test_gathered_chunks_spread_over_streams_only_where_their_gemms_are_small(mo
     assert not ops._spread_chunks(512, 2560, torch.device("cpu"))
 
 
+def test_the_own_chunks_planned_launch_takes_only_the_shards_it_was_planned_for():
+    """gathered.py's `own` launch was planned on a contiguous, aligned view of the gathered A; any
+    other shard (a compiled graph's strides, an offset view, a negated view) goes to `auto`."""
+    from tritongemm.distributed import gathered
+
+    buffer = torch.randn(8 * 64 + 8)
+    assert gathered.own_fits(buffer[: 8 * 64].view(8, 64))
+    assert not gathered.own_fits(buffer[1 : 1 + 8 * 64].view(8, 64))  # 4 bytes past an aligned start
+    assert not gathered.own_fits(buffer[: 8 * 64].view(64, 8).T)
+    assert not gathered.own_fits(torch._neg_view(buffer[: 8 * 64].view(8, 64)))
+
+
 def _spawn(world: int, tmp_path, cases: list[str]) -> None:
     if torch.cuda.is_available() and torch.cuda.device_count() < world:
         pytest.skip(f"NCCL needs {world} GPUs, this machine has {torch.cuda.device_count()}")
@@ -156,6 +168,14 @@ def case_whole_gathered_gemm(rank, world, device, dtype):
             exchange.SymmetricExchanges.publish = publish
         ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
         _close(c, ref, K, dtype, f"seed {seed}{' transfers held back' if late else ''}")
+    # Shards the own chunk's planned launch does not take (gathered.own_fits): `auto` runs them.
+    a = _whole(world * m, K, dtype=dtype, device=device, seed=38)
+    shard = a[_rows(world * m, rank, world)]
+    offset = torch.empty(m * K + 1, dtype=dtype, device=device)[1:].view(m, K).copy_(shard)
+    negated = torch._neg_view(-shard)
+    for odd, label in ((offset, "a shard 2 bytes past an aligned start"), (negated, "a negated view")):
+        assert not gathered.own_fits(odd) and gathered.own_fits(shard)
+        _close(all_gather_matmul(odd, b), a.double() @ b.double(), K, dtype, label)
     # A CUDA graph of one call (after an eager call of its shape, which sized the buffer), replayed on new data.
     shard = torch.empty(m, K, dtype=dtype, device=device)
     graph = torch.cuda.CUDAGraph()

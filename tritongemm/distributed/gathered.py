@@ -61,7 +61,7 @@ def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activat
     """`(own, others)`, two launches of (a, b, c, bias) computing activation(A @ B + bias):
     `others(gathered, b, c, bias)` C's rows of every chunk but `rank`'s, A `gathered` (world x m
     rows, K), each chunk read once `words` says it landed; `own(shard, b, c_own, bias)` this
-    rank's chunk, C's rows of it `c_own`, on the same tiles (OWN_CHUNK_ON_SHARED_TILES). None
+    rank's chunk, C's rows of it `c_own`, on the same tiles (where `own_fits(shard)`). None
     where the GEMM over the chunks can't run (the module docstring): the caller runs a GEMM per
     chunk. Planned once per geometry, rank and words (in PLANS, under a key of its own; SMs
     spared included)."""
@@ -73,6 +73,13 @@ def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activat
         launches = _build(gathered, b, c, fused, rank, words) or _UNPLANNED
         PLANS.remember(key, launches)
     return None if launches is _UNPLANNED else launches
+
+
+def own_fits(shard: torch.Tensor) -> bool:
+    """Whether `plan`'s `own` launch reads `shard` right: it was planned on a view of the gathered
+    A, so it takes a contiguous, 16-byte aligned shard that is not a negated view (a caller's or a
+    compiled graph's may be any of these; the ops then run `auto` on it)."""
+    return shard.is_contiguous() and shard.data_ptr() % 16 == 0 and not shard.is_neg()
 
 
 def _UNPLANNED(*_):  # what the cache keeps for a geometry this GEMM can't run, so it is not retried

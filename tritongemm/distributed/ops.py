@@ -192,7 +192,7 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
         # This rank's own shard's GEMM first: it waits on nothing, and the host's time on the rest
         # hides under it. (Queued after the shard's publishing copy, it started after that copy's
         # end in a CUDA graph: 30 us later, H200 pair.)
-        if launches is not None and OWN_CHUNK_ON_SHARED_TILES and a2.data_ptr() % 16 == 0:
+        if launches is not None and OWN_CHUNK_ON_SHARED_TILES and gathered_gemm.own_fits(a2):
             launches[0](a2, b, outs[rank], bias)
         else:
             _gemm_into(a2, b, outs[rank], bias, activation)
