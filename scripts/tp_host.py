@@ -77,10 +77,13 @@ def _primitives(rank: int, tokens: int, calls: int, device) -> None:
     side, compute = exchange._stream(device, "side"), torch.cuda.default_stream(device)
     steps = {
         "_workspace (lookup)": lambda: exchange._workspace(group, device, shard.numel() * shard.element_size()),
-        "get_buffer": lambda: workspace.get_buffer(peer, shard.shape, shard.dtype),
-        "barrier(channel=0)": lambda: workspace.barrier(channel=0),
-        "copy_ from a peer's buffer": lambda: landing.copy_(workspace.get_buffer(peer, shard.shape, shard.dtype)),
+        "handle.get_buffer": lambda: workspace.handle.get_buffer(peer, shard.shape, shard.dtype),
+        "buffer (a kept view)": lambda: workspace.buffer(peer, shard.shape, shard.dtype),
+        "barrier(channel=0)": lambda: workspace.barrier(),
+        "copy_ from a peer's buffer": lambda: landing.copy_(workspace.buffer(peer, shard.shape, shard.dtype)),
         "Event() + record": lambda: torch.cuda.Event().record(side),
+        "wait_stream": lambda: side.wait_stream(compute),
+        "_follow (a kept event)": lambda: exchange._follow(side, compute),
         "set_stream there and back": lambda: (torch.cuda.set_stream(compute), torch.cuda.set_stream(side)),
     }  # fmt: skip
     for name, step in steps.items():

@@ -99,7 +99,7 @@ class TorchSchedule(exchange.SymmetricExchanges):
         stream.wait_event(self._published)
         with exchange._on(stream, self.compute):
             chunk = self._chunk
-            self._shards[source].copy_(self.workspace.get_buffer(source, chunk.shape, chunk.dtype))
+            self._shards[source].copy_(self.workspace.buffer(source, chunk.shape, chunk.dtype))
             yield
 
     def finish(self):

@@ -19,6 +19,7 @@ switch joins every pair of GPUs) a chunk crosses once instead of being forwarded
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import warnings
 import weakref
@@ -39,6 +40,33 @@ def _stream(device: torch.device, role: str) -> torch.cuda.Stream:
         if (index, role) not in _STREAMS:
             _STREAMS[index, role] = torch.cuda.Stream(device=index)
         return _STREAMS[index, role]
+
+
+# Events made once per thread and reused: a stream's wait on an event takes the event's last
+# record at the time it is queued, so recording it again later (the next call) moves no earlier
+# wait. torch's `Stream.wait_stream` makes a fresh event each time; on the H200 pair's host one
+# op's nine such waits and arrivals cost 5-15 us of host time each (probe_wip, 2026-11-27).
+_EVENTS = threading.local()
+_EVENTS_HELD = 64  # per thread: the streams an op waits on (a caller's own streams among them)
+
+
+def _event(key) -> torch.cuda.Event:
+    held = getattr(_EVENTS, "held", None)
+    if held is None:
+        held = _EVENTS.held = {}
+    event = held.get(key)
+    if event is None:
+        if len(held) >= _EVENTS_HELD:
+            held.clear()
+        event = held[key] = torch.cuda.Event()
+    return event
+
+
+def _follow(waiter: torch.cuda.Stream, leader: torch.cuda.Stream) -> None:
+    """`waiter.wait_stream(leader)` on an event made once."""
+    event = _event(("follow", leader))
+    event.record(leader)
+    waiter.wait_event(event)
 
 
 @contextlib.contextmanager
@@ -94,7 +122,7 @@ class Exchanges:
         if self.on_gpu:
             self.compute = torch.cuda.current_stream(device)
             self.side = _stream(device, "side")
-            self.side.wait_stream(self.compute)
+            _follow(self.side, self.compute)
 
     def peers(self, step: int) -> tuple[int, int]:
         """(to, from): the group ranks this rank sends to and receives from at `step`."""
@@ -126,7 +154,7 @@ class Exchanges:
         this rank's rows' partial product from this step's sender into partials[sender]."""
         to, source = self.peers(step)
         if self.on_gpu:
-            self.side.wait_stream(self.compute)
+            _follow(self.side, self.compute)
         return self._swap(outbox, to, partials[source], source)
 
     def wait(self, handles) -> None:
@@ -147,7 +175,7 @@ class Exchanges:
         """The compute stream waits for the side stream's last work: after this, anything the
         caller queues or frees is ordered after every send and receive of the op."""
         if self.on_gpu:
-            self.compute.wait_stream(self.side)
+            _follow(self.compute, self.side)
 
     def _swap(self, send: torch.Tensor, to: int, recv: torch.Tensor, source: int):
         ops = [dist.P2POp(dist.isend, send, dist.get_global_rank(self.group, to), self.group),
@@ -216,24 +244,28 @@ class SymmetricExchanges(Exchanges):
             return
         self.workspace = _workspace(self.group, shard.device, shard.numel() * shard.element_size())
         with _on(self.side, self.compute):  # beside this rank's own GEMM, queued before
-            self.workspace.get_buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
-            self.workspace.barrier(channel=0)  # every rank's shard is in its buffer
+            self.workspace.buffer(self.rank, shard.shape, shard.dtype).copy_(shard)
+            self.workspace.barrier()  # every rank's shard is in its buffer
 
     def gather(
         self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True, words: torch.Tensor | None = None
-    ) -> list[tuple[int, object]]:
-        """With `words` (`reset_arrivals`'), each pulled shard's word is set to 1 once it has landed
-        (a memory operation of the stream, after the copy: no SM), for a kernel that waits on them."""
-        pending = []
-        with _on(self.side, self.compute):
-            for _, source in map(self.peers, range(1, self.world)):
-                shards[source].copy_(self.workspace.get_buffer(source, shard.shape, shard.dtype))
+    ):
+        """As `Exchanges.gather`, but yielding each (source, handles) as soon as its copy is
+        queued, so that the caller queues the work that reads it before the host goes on to the
+        next copy (the host's time per copy is 25-35 us on the H200 pair's host; a GEMM on the
+        first chunk then starts that much earlier for each chunk after it). With `words`
+        (`reset_arrivals`'), each pulled shard's word is set to 1 once it has landed (a memory
+        operation of the stream, after the copy: no SM), for a kernel that waits on them."""
+        for step, (_, source) in enumerate(map(self.peers, range(1, self.world))):
+            with _on(self.side, self.compute):
+                shards[source].copy_(self.workspace.buffer(source, shard.shape, shard.dtype))
                 if words is not None:
                     torch.ops.symm_mem.stream_write_value32_(words, source, 1)
-                pending.append((source, [_Arrival(self.side)]))
-            if keep_own:
+                arrival = _Arrival(self.side, step)
+            yield source, [arrival]
+        if keep_own:
+            with _on(self.side, self.compute):
                 shards[self.rank].copy_(shard)
-        return pending
 
     def reset_arrivals(self, words: torch.Tensor) -> None:
         """Zero this group's arrival `words` (`arrival_words`) on the side stream ahead of this
@@ -246,36 +278,36 @@ class SymmetricExchanges(Exchanges):
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
         elements = shape[0] * shape[1]
-        self.workspace = _workspace(self.group, device, (self.world - 1) * elements * dtype.itemsize)
-        return self.workspace.get_buffer(self.rank, shape, dtype, storage_offset=(step - 1) * elements)
+        if step == 1:  # the buffer for every step's outbox, asked for once a call
+            self.workspace = _workspace(self.group, device, (self.world - 1) * elements * dtype.itemsize)
+        return self.workspace.buffer(self.rank, shape, dtype, (step - 1) * elements)
 
     def scatter(self, step: int, outbox: torch.Tensor, partials: torch.Tensor):
         _, source = self.peers(step)
-        self.side.wait_stream(self.compute)  # this rank's GEMM of this step is in its outbox
+        _follow(self.side, self.compute)  # this rank's GEMM of this step is in its outbox
         elements = outbox.numel()
         with _on(self.side, self.compute):
-            self.workspace.barrier(channel=0)  # and every peer's
+            self.workspace.barrier()  # and every peer's
             # The sender wrote this rank's rows in its outbox of the same step.
-            partials[source].copy_(
-                self.workspace.get_buffer(source, outbox.shape, outbox.dtype, storage_offset=(step - 1) * elements)
-            )
-            return [_Arrival(self.side)]
+            partials[source].copy_(self.workspace.buffer(source, outbox.shape, outbox.dtype, (step - 1) * elements))
+            return [_Arrival(self.side, step - 1)]
 
     def finish(self) -> None:
         if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
             with _on(self.side, self.compute):
-                self.workspace.barrier(channel=0)
+                self.workspace.barrier()
         for stream in self.peer_gemms:
-            self.compute.wait_stream(stream)
+            _follow(self.compute, stream)
         super().finish()
 
 
 class _Arrival:
     """A copy's completion, as NCCL's handles look to `Exchanges.wait`: the stream that waits on it
-    waits for the event recorded after the copy."""
+    waits for the event recorded after the copy. The event is the thread's `index`-th arrival's,
+    made once (`_event`): the waits on it are queued before the next call records it again."""
 
-    def __init__(self, stream: torch.cuda.Stream):
-        self.event = torch.cuda.Event()
+    def __init__(self, stream: torch.cuda.Stream, index: int):
+        self.event = _event(("arrival", stream.device_index, index))
         self.event.record(stream)
 
     def wait(self) -> None:
@@ -299,6 +331,7 @@ def exchanges_for(device: torch.device, group, transport: str = "auto") -> Excha
     return Exchanges(device, group)
 
 
+@functools.cache
 def _symmetric_memory():
     """torch's symmetric-memory module, or None where this torch lacks what is used here."""
     try:
@@ -308,22 +341,57 @@ def _symmetric_memory():
     return symm_mem if hasattr(symm_mem, "empty") and hasattr(symm_mem, "rendezvous") else None
 
 
-# Each group's symmetric buffer on each device and its handle, grown when a call needs more: one
-# per (group, device), made by a collective rendezvous. Asking torch for its group workspace
-# instead made a rendezvous on every call: 0.3-0.4 ms of host time each (H100 pair, eager).
-_BUFFERS: dict[tuple[str, int], tuple[torch.Tensor, object]] = {}
+class _Workspace:
+    """A group's symmetric buffer on one device (`_workspace`): its rendezvous handle, and the
+    views of every rank's buffer that the ops read and write, each made once. (The handle's
+    `get_buffer` makes a tensor on each call: 4-5 us of host time on the H200 pair's host, and an
+    op asked for three to seven.)"""
+
+    # Distinct (rank, shape, dtype, offset) views kept, beyond which they are dropped and made
+    # anew: an op's geometries are few, but a caller may run many.
+    VIEWS_HELD = 256
+
+    def __init__(self, buffer: torch.Tensor, handle):
+        self.nbytes = buffer.numel()
+        self._buffer, self.handle = buffer, handle  # the buffer lives as long as its views
+        self._views: dict = {}
+
+    def buffer(self, rank: int, shape, dtype: torch.dtype, offset: int = 0) -> torch.Tensor:
+        """Rank `rank`'s buffer as a (shape) tensor of `dtype`, `offset` elements in."""
+        key = (rank, tuple(shape), dtype, offset)
+        view = self._views.get(key)
+        if view is None:
+            view = self.handle.get_buffer(rank, tuple(shape), dtype, storage_offset=offset)
+            with _BUFFERS_LOCK:
+                if len(self._views) >= self.VIEWS_HELD:
+                    self._views.clear()
+                self._views[key] = view
+        return view
+
+    def barrier(self) -> None:
+        """Every rank's barrier on the current stream (channel 0), a kernel of one block."""
+        self.handle.barrier(channel=0)
+
+
+# Each group's symmetric buffer on each device, grown when a call needs more: one per (group,
+# device), made by a collective rendezvous. Asking torch for its group workspace instead made a
+# rendezvous on every call: 0.3-0.4 ms of host time each (H100 pair, eager).
+_BUFFERS: dict[tuple[str, int], _Workspace] = {}
 _BUFFERS_LOCK = threading.Lock()
 
 
-def _workspace(group, device: torch.device, nbytes: int):
-    """The handle of `group`'s symmetric buffer on `device`, of at least `nbytes`. Growing it is a
-    collective: every rank asks for the same size in the same call, as the ops' shapes agree."""
-    symm_mem = _symmetric_memory()
+def _workspace(group, device: torch.device, nbytes: int) -> _Workspace:
+    """`group`'s symmetric buffer on `device`, of at least `nbytes`. Growing it is a collective:
+    every rank asks for the same size in the same call, as the ops' shapes agree."""
     key = (group.group_name, device.index)
+    held = _BUFFERS.get(key)  # (a dict read is atomic; a stale miss takes the lock below)
+    if held is not None and held.nbytes >= nbytes:
+        return held
+    symm_mem = _symmetric_memory()
     with _BUFFERS_LOCK:
         held = _BUFFERS.get(key)
-        if held is not None and held[0].numel() >= nbytes:
-            return held[1]
+        if held is not None and held.nbytes >= nbytes:
+            return held
         if held is not None:  # peers may still be reading the old one for queued work: let it finish
             torch.cuda.synchronize(device)
         else:
@@ -332,9 +400,8 @@ def _workspace(group, device: torch.device, nbytes: int):
                 symm_mem.enable_symm_mem_for_group(group.group_name)
         size = 1 << max(20, (nbytes - 1).bit_length())  # powers of two: few regrowths
         buffer = symm_mem.empty(size, dtype=torch.uint8, device=device)
-        handle = symm_mem.rendezvous(buffer, group)
-        _BUFFERS[key] = (buffer, handle)
-        return handle
+        _BUFFERS[key] = _Workspace(buffer, symm_mem.rendezvous(buffer, group))
+        return _BUFFERS[key]
 
 
 # Each group's arrival words on each device: one 32-bit word per rank, made once and kept, as the

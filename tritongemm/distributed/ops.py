@@ -200,20 +200,20 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
         if whole is not None:
             exchanges.reset_arrivals(words)
         exchanges.publish(a2)
-        # Every shard's transfer is queued at once: none depends on a GEMM, so they run back to back
-        # beside the compute stream, which works through the chunks as they land.
-        pending = exchanges.gather(a2, shards, keep_own=keep_gathered, words=words)
-        if whole is not None:
-            # Queued once the first chunk has landed, not at once: its programs would take SMs from
-            # the own chunk's GEMM and spin there (four H100s, q,k,v at 8192 tokens: 1.20x the
-            # sequential path against 1.49x; docs/tensor-parallel.md). The rest they wait for.
-            with exchanges.landed(pending[0][1]):
-                whole(gathered, b, c2, bias)
-        else:
-            spread = _spread_chunks(m, b.shape[1], a2.device)
-            for source, handles in pending:
+        # The shards' transfers run back to back beside the compute stream (none depends on a
+        # GEMM), which works through the chunks as they land. Each chunk's reader is queued as
+        # soon as its transfer is (`gather` yields it), before the host queues the next one.
+        spread = whole is None and _spread_chunks(m, b.shape[1], a2.device)
+        for step, (source, handles) in enumerate(exchanges.gather(a2, shards, keep_own=keep_gathered, words=words)):
+            if whole is None:
                 with exchanges.landed(handles, spread):
                     _gemm_into(shards[source], b, outs[source], bias, activation)
+            elif step == 0:
+                # Queued once the first chunk has landed, not at once: its programs would take SMs
+                # from the own chunk's GEMM and spin there (four H100s, q,k,v at 8192 tokens: 1.20x
+                # the sequential path against 1.49x; docs/tensor-parallel.md). The rest they wait for.
+                with exchanges.landed(handles):
+                    whole(gathered, b, c2, bias)
     exchanges.finish()
     return (gathered if keep_gathered else None), c2
 
@@ -311,6 +311,8 @@ def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
 def _unfold(t2: torch.Tensor, world: int, lead, dim: int) -> torch.Tensor:
     """The (world * rows, X) result of a gather as the gathered tensor: world blocks of `lead`
     rows each, concatenated along `dim` (a view, as torch's fused op returns)."""
+    if len(lead) == 1:  # a matrix gathered along its rows is t2 itself (three views fewer a call)
+        return t2
     return t2.view(world, *lead, t2.shape[-1]).flatten(0, 1).movedim(0, dim)
 
 
