@@ -72,12 +72,15 @@ def test_grouped_k_ws(case, dtype, num_programs):
     run_isolated(spec, module="test_grouped_k_ws")
 
 
+# Group sizes whose last K-step ends off a WGMMA's 16 rows (70, 33, 1: the rows up to the next 16
+# are cleared) and on them (96, 16: no clearing, the MMAs stop at the group's end).
 @pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
-def test_the_next_groups_rows_never_enter_the_sum():
-    """A group's last K-step loads the next group's first rows too; they are cleared before the MMA,
-    so NaN and inf there (every other group's) leave the groups beside them exact."""
-    spec = dict(sizes=[70, 90, 0, 33, 64, 1], M=200, N=136, dtype="torch.bfloat16", num_programs=None,
-                poison_next=True)  # fmt: skip
+@pytest.mark.parametrize("sizes", [[70, 90, 0, 33, 64, 1], [96, 50, 16, 40, 128, 7]], ids=str)
+def test_the_next_groups_rows_never_enter_the_sum(sizes):
+    """A group's last K-step loads the next group's first rows too; its MMAs stop at the first 16
+    rows past the group's end, and the rows between are cleared before them, so NaN and inf in the
+    next group (every other group's) leave the groups beside them exact."""
+    spec = dict(sizes=sizes, M=200, N=136, dtype="torch.bfloat16", num_programs=None, poison_next=True)
     run_isolated(spec, module="test_grouped_k_ws")
 
 

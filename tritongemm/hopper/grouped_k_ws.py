@@ -16,10 +16,14 @@ empty group's tiles take no step and store zeros.
 
 The group's end. TMA loads whole boxes, and a box can start at any row but not stop at one, so the
 last K-step of a group whose rows are not a multiple of BLOCK_K also brings the next group's first
-rows (zeros past K). Before that step's MMA the MMA warps zero those rows of both tiles in shared
-memory (`_clear_rows_past`), so nothing of the next group, finite or not, enters the sum: a
-read-modify-write of one slot, then the fence that orders those writes before the MMA reads the
-slot. It happens once per tile per group, against tens of K-steps at training sizes.
+rows (zeros past K). That step's MMAs are WGMMAs of 16 rows of K each (one instruction's K), and
+only those that hold a row of the group run; of the rows they read past the group's end, fewer
+than 16, the MMA warps first zero both tiles' in shared memory (`_clear_rows_past`), then fence
+those writes before the MMAs read the slot. So nothing of the next group, finite or not, enters
+the sum. Zeroing every row past the group's end, with one MMA over the whole step, had cost 2-10%
+where a group spans a few K-steps (H100: 8 to 128 experts at 2048-8192 tokens, geomean 1.024x
+faster with the 16-row stop, 0.96-1.10x by row; results/h100/probes/grouped-k-ws-stop-at-16.csv,
+scripts/grouped_k_ws_ab.py).
 
 The layouts. A group starts at any row, so a K-step's box starts at any index along K, and TMA
 takes that only in an outer dimension: where K was the inner one (a row-major A, a K-major B)
@@ -87,9 +91,10 @@ def _stacked_tile(scheduler, idx, tiles_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.co
 
 
 @gluon.jit
-def _clear_rows_past(buf, valid, num_warps: gl.constexpr):
-    """Zero an operand tile's rows (its K index) from `valid` on in shared memory, a few rows at a
-    time: a whole tile in registers beside the MMA's accumulator spilled."""
+def _clear_rows_past(buf, valid, stop, num_warps: gl.constexpr):
+    """Zero an operand tile's rows (its K index) from `valid` to `stop` in shared memory, a few
+    rows at a time (a whole tile in registers beside the MMA's accumulator spilled). Rows past
+    `stop` are left alone: no MMA reads them."""
     ROWS: gl.constexpr = buf.shape[0]
     COLS: gl.constexpr = buf.shape[1]
     VEC: gl.constexpr = 128 // buf.dtype.primitive_bitwidth  # 16 bytes a thread
@@ -97,7 +102,7 @@ def _clear_rows_past(buf, valid, num_warps: gl.constexpr):
     CHUNK: gl.constexpr = 32 // THREADS_N * num_warps  # rows a pass of the layout covers
     layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // THREADS_N, THREADS_N], [num_warps, 1], [1, 0])
     for r in gl.static_range(0, ROWS, CHUNK):
-        if r + CHUNK > valid:  # rows below valid are the group's: left as loaded
+        if r + CHUNK > valid and r < stop:  # rows below valid are the group's: left as loaded
             part = buf.slice(r, CHUNK)
             k = gl.expand_dims(r + gl.arange(0, CHUNK, layout=gl.SliceLayout(1, layout)), 1)
             tile = part.load(layout)
@@ -136,6 +141,7 @@ def _mma_partition(
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[1]
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    MMA_K: gl.constexpr = 16  # K rows of one WGMMA instruction on 16-bit operands
     scheduler, tiles_m = _stacked_scheduler(Scheduler, M, N, G, BLOCK_M, BLOCK_N)
     mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
     consumer = 0
@@ -144,14 +150,27 @@ def _mma_partition(
         start, end = _group_rows(offs_ptr, g)
         for k in range(start, end, BLOCK_K):
             a, b = step_operands(consumer, ready, a_bufs, b_bufs, True, False)  # A M-major, B row-major
-            if end - k < BLOCK_K:  # the group's last step holds the next group's first rows: zeros instead
-                slot = consumer % NUM_BUFFERS
-                _clear_rows_past(a_bufs.index(slot), end - k, num_warps)  # [BLOCK_K, BLOCK_M]: A M-major
-                _clear_rows_past(b_bufs.index(slot), end - k, num_warps)  # [BLOCK_K, BLOCK_N]
-                fence_async_shared()  # the writes, before the MMA (the async proxy) reads the slot
-                thread_barrier()
-            mma = mma.issue_async_mma(a, b)
-            mma = mma.wait_num_outstanding(1)
+            valid = end - k
+            if valid < BLOCK_K:
+                # The group's last step also holds the next group's first rows. Its MMAs stop at the
+                # first multiple of MMA_K rows past the group's end, and the rows between the two
+                # become zeros (none where the group ends on such a multiple).
+                stop = gl.cdiv(valid, MMA_K) * MMA_K
+                if valid < stop:
+                    slot = consumer % NUM_BUFFERS
+                    _clear_rows_past(a_bufs.index(slot), valid, stop, num_warps)  # [BLOCK_K, BLOCK_M]: A M-major
+                    _clear_rows_past(b_bufs.index(slot), valid, stop, num_warps)  # [BLOCK_K, BLOCK_N]
+                    fence_async_shared()  # the writes, before the MMA (the async proxy) reads the slot
+                    thread_barrier()
+                slot_a = a_bufs.index(consumer % NUM_BUFFERS)
+                for j in gl.static_range(0, BLOCK_K, MMA_K):
+                    if j < valid:
+                        a_j = slot_a.slice(j, MMA_K, dim=0).permute((1, 0))  # [BLOCK_M, MMA_K]
+                        mma = mma.issue_async_mma(a_j, b.slice(j, MMA_K, dim=0))
+                        mma = mma.wait_num_outstanding(1)
+            else:
+                mma = mma.issue_async_mma(a, b)
+                mma = mma.wait_num_outstanding(1)
             consumer += 1
             # Step consumer - 1 is in flight, so consumer - 2 has retired (none before a tile's first).
             mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > start)
