@@ -79,15 +79,15 @@ def ws_call(a, b, offs, sizes):
     return call
 
 
-def k_ws_call(a, b, offs, sizes):
-    """grouped_k_ws on one tile, as a call of no arguments."""
+def k_ws_call(a, b, offs, sizes, module=None):
+    """grouped_k_ws (or `module`, another tree's copy of it) on one tile, as a call of no arguments."""
     from tritongemm.config import MatmulConfig
     from tritongemm.hopper import grouped_k_ws
 
     bm, bn, bk, warps, stages = sizes
     config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=8, num_warps=warps, num_stages=stages)
     shape = (offs.shape[0], a.shape[0], b.shape[1])
-    launch = grouped_k_ws.plan(a, b, offs, a.new_empty(shape), config)
+    launch = (module or grouped_k_ws).plan(a, b, offs, a.new_empty(shape), config)
 
     def call():
         out = a.new_empty(shape)

@@ -17,35 +17,25 @@ import argparse
 import csv
 import functools
 import importlib.util
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from tritongemm.bench.grouped import GroupedProblem, operands
 from tritongemm.bench.measure import check_then_time
-from tritongemm.config import MatmulConfig
 from tritongemm.grouped import reference_grouped_mm
 from tritongemm.hopper import grouped_k_ws
 from tritongemm.reference import tolerance
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from grouped_configs import k_ws_call  # noqa: E402
 
 # (experts, top-k, tokens, n, k): Mixtral's gate/up and down, the 64- and 128-expert layers.
 PROBLEMS = ((8, 2, 2048, 28672, 4096), (8, 2, 2048, 4096, 14336), (8, 2, 8192, 28672, 4096),
             (64, 6, 2048, 2816, 2048), (128, 8, 2048, 1536, 2048), (128, 8, 8192, 1536, 2048))  # fmt: skip
 TILES = ((128, 256, 3), (256, 128, 4))  # (BLOCK_M, BLOCK_N, slots): the default first
-
-
-def k_ws(module, a, b, offs, bm, bn, stages):
-    """`module`'s kernel on one tile, as a call of no arguments."""
-    config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=stages)
-    shape = (offs.shape[0], a.shape[0], b.shape[1])
-    launch = module.plan(a, b, offs, a.new_empty(shape), config)
-
-    def call():
-        out = a.new_empty(shape)
-        launch(a, b, offs, out)
-        return out
-
-    return call
 
 
 def on_16(offs: torch.Tensor, rows: int) -> torch.Tensor:
@@ -78,8 +68,9 @@ def main() -> None:
                 bound = tolerance(a.dtype, max(p.rows // p.experts, 1))
                 calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, ends)}
                 for bm, bn, stages in TILES:
-                    calls[f"new {bm}x{bn}x64 s{stages}"] = k_ws(grouped_k_ws, a, b, ends, bm, bn, stages)
-                    calls[f"base {bm}x{bn}x64 s{stages}"] = k_ws(base, a, b, ends, bm, bn, stages)
+                    sizes = (bm, bn, 64, 8, stages)
+                    calls[f"new {bm}x{bn}x64 s{stages}"] = k_ws_call(a, b, ends, sizes, grouped_k_ws)
+                    calls[f"base {bm}x{bn}x64 s{stages}"] = k_ws_call(a, b, ends, sizes, base)
                 errors, results = check_then_time(calls, ref, bound, p, timings=("graph",), rounds=3)
                 torch_ms = results["graph"]["torch._grouped_mm"][0]
                 for name, (ms, status) in results["graph"].items():
