@@ -93,8 +93,8 @@ def _stacked_tile(scheduler, idx, tiles_m, BLOCK_M: gl.constexpr, BLOCK_N: gl.co
 @gluon.jit
 def _clear_rows_past(buf, valid, stop, num_warps: gl.constexpr):
     """Zero an operand tile's rows (its K index) from `valid` to `stop` in shared memory, a few
-    rows at a time (a whole tile in registers beside the MMA's accumulator spilled). Rows past
-    `stop` are left alone: no MMA reads them."""
+    rows at a time (a whole tile in registers beside the MMA's accumulator spilled). Passes that
+    lie wholly past `stop` are skipped: no MMA reads those rows."""
     ROWS: gl.constexpr = buf.shape[0]
     COLS: gl.constexpr = buf.shape[1]
     VEC: gl.constexpr = 128 // buf.dtype.primitive_bitwidth  # 16 bytes a thread
