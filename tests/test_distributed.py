@@ -62,6 +62,59 @@ def test_the_own_chunks_planned_launch_takes_only_the_shards_it_was_planned_for(
     assert not gathered.own_fits(torch._neg_view(buffer[: 8 * 64].view(8, 64)))
 
 
+def test_the_workspace_keeps_one_view_per_rank_shape_dtype_and_offset_and_at_most_views_held(monkeypatch):
+    """exchange._Workspace.buffer asks the symmetric-memory handle for a view once per (rank,
+    shape, dtype, offset) and hands the same tensor back after; past VIEWS_HELD distinct views it
+    starts afresh, so a caller cycling through geometries can't grow it without bound."""
+    from tritongemm.distributed import exchange
+
+    class Handle:  # torch's handle: get_buffer(rank, sizes, dtype, storage_offset) makes a tensor
+        def __init__(self):
+            self.made = []
+
+        def get_buffer(self, rank, sizes, dtype, storage_offset=0):
+            self.made.append((rank, sizes, dtype, storage_offset))
+            return torch.empty(sizes, dtype=dtype)
+
+    handle = Handle()
+    workspace = exchange._Workspace(torch.empty(1 << 20, dtype=torch.uint8), handle)
+    view = workspace.buffer(1, torch.Size([4, 8]), torch.bfloat16)
+    assert workspace.buffer(1, (4, 8), torch.bfloat16) is view  # a torch.Size and a tuple alike
+    assert len(handle.made) == 1
+    for other in [(0, (4, 8), torch.bfloat16, 0), (1, (8, 4), torch.bfloat16, 0), (1, (4, 8), torch.float16, 0),
+                  (1, (4, 8), torch.bfloat16, 32)]:  # fmt: skip
+        assert workspace.buffer(*other) is not view
+    assert len(handle.made) == 5
+    monkeypatch.setattr(exchange._Workspace, "VIEWS_HELD", 8)
+    for offset in range(20):
+        workspace.buffer(0, (2, 2), torch.float32, offset)
+    assert len(workspace._views) <= 8
+
+
+def test_the_kept_events_are_one_per_key_and_thread_and_at_most_events_held(monkeypatch):
+    """exchange._event gives the same event for a key within a thread (a wait queued on it takes
+    its last record, so the next call may record it again), another thread its own, and drops
+    them all past _EVENTS_HELD keys rather than grow with a caller's streams."""
+    import threading
+
+    from tritongemm.distributed import exchange
+
+    monkeypatch.setattr(exchange.torch.cuda, "Event", lambda: object())  # no CUDA needed to count
+    monkeypatch.setattr(exchange, "_EVENTS", threading.local())
+    monkeypatch.setattr(exchange, "_EVENTS_HELD", 4)
+    first = exchange._event(("arrival", 0, 0))
+    assert exchange._event(("arrival", 0, 0)) is first
+    assert exchange._event(("arrival", 0, 1)) is not first
+    other = []
+    thread = threading.Thread(target=lambda: other.append(exchange._event(("arrival", 0, 0))))
+    thread.start()
+    thread.join()
+    assert other[0] is not first
+    for index in range(10):
+        exchange._event(("arrival", 1, index))
+    assert len(exchange._EVENTS.held) <= 4
+
+
 def _spawn(world: int, tmp_path, cases: list[str]) -> None:
     if torch.cuda.is_available() and torch.cuda.device_count() < world:
         pytest.skip(f"NCCL needs {world} GPUs, this machine has {torch.cuda.device_count()}")
