@@ -188,15 +188,14 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
     with device_info.sparing_sms(exchanges.spare_sms):  # room for the transport's kernels beside the GEMMs
         # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
         # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
-        launches, words = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
+        own, whole, words = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
         # This rank's own shard's GEMM first: it waits on nothing, and the host's time on the rest
         # hides under it. (Queued after the shard's publishing copy, it started after that copy's
         # end in a CUDA graph: 30 us later, H200 pair.)
-        if launches is not None and OWN_CHUNK_ON_SHARED_TILES and gathered_gemm.own_fits(a2):
-            launches[0](a2, b, outs[rank], bias)
+        if own is not None and OWN_CHUNK_ON_SHARED_TILES and gathered_gemm.own_fits(a2):
+            own(a2, b, outs[rank], bias)
         else:
             _gemm_into(a2, b, outs[rank], bias, activation)
-        whole = None if launches is None else launches[1]
         if whole is not None:
             exchanges.reset_arrivals(words)
         exchanges.publish(a2)
@@ -287,13 +286,13 @@ OWN_CHUNK_ON_SHARED_TILES = True
 
 
 def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
-    """(gathered.plan's launches for this call, the arrival words they wait on), or (None, None):
-    the chunks then run a GEMM each."""
+    """(own, others, words): gathered.plan's two launches for this call and the arrival words the
+    second waits on, or (None, None, None): the chunks then run a GEMM each."""
     if not (WHOLE_GATHERED_GEMM and exchanges.announces):
-        return None, None
+        return None, None, None
     words = arrival_words(exchanges.group, gathered.device)
-    whole = gathered_gemm.plan(gathered, b, c2, bias, activation, rank, words)
-    return whole, (words if whole is not None else None)
+    launches = gathered_gemm.plan(gathered, b, c2, bias, activation, rank, words)
+    return (None, None, None) if launches is None else (*launches, words)
 
 
 def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
