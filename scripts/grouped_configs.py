@@ -4,6 +4,9 @@
 `--form k`: the K-group kernel instead, on the weight gradients of the same layers at training
 sizes (dW[g] = A_g^T dC_g, A (rows, k), dC (rows, n), the groups along the rows), beside
 torch._grouped_mm on the same operands: the backward an MoE training step spends most in.
+`--form dx`: the input gradient of the same layers, dX = dC @ W[g] (dC (rows, n), the weights
+(experts, n, k) as stored, read untransposed: an N-major b), grouped_mm as it chooses (grouped_ws
+where K is whole K-steps) beside the `tl` kernel's tile it took before and torch._grouped_mm.
 
 `--ws`: the warp-specialized Gluon kernel (hopper/grouped_ws.py) on WS_CANDIDATES instead, beside
 grouped_mm as it chooses, on the problems of 2048 tokens and more. With `--form k`, the K-group
@@ -13,7 +16,7 @@ Gluon kernel (hopper/grouped_k_ws.py) on the same tiles, beside the `tl` kernel'
 torch._grouped_mm followed by torch's silu(gate) * up. (Its run of tree 3682407,
 probes/grouped-pair-loop-3682407.csv, also timed the kernel's former two walks over K.)
 
-    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k] [--ws | --glu]
+    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k | dx] [--ws | --glu]
 """
 
 from __future__ import annotations
@@ -106,11 +109,14 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--form", choices=("m", "k"), default="m", help="m: the MoE forward; k: its weight gradient")
+    parser.add_argument("--form", choices=("m", "k", "dx"), default="m",
+                        help="m: the MoE forward; k: its weight gradient; dx: its input gradient")  # fmt: skip
     parser.add_argument("--ws", action="store_true", help="the Gluon kernel's tiles (WS_CANDIDATES)")
     parser.add_argument("--glu", action="store_true", help="the gated pair: one walk over K or two")
     args = parser.parse_args()
     problems = SUITE if args.form == "m" and not args.ws else [p for p in SUITE if p.tokens >= 2048]
+    if args.form == "dx" and (args.ws or args.glu):
+        parser.error("--form dx times grouped_mm as it chooses beside the `tl` kernel: no --ws or --glu")
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
@@ -120,9 +126,11 @@ def main() -> None:
             a, b, offs = operands(p, "cuda")
             if args.form == "k":  # A^T (k, rows) and a gradient dC (rows, n): the K groups are the rows
                 a, b = a.t(), torch.randn(p.rows, p.n, device="cuda").to(a.dtype)
+            elif args.form == "dx":  # dC (rows, n) times the weights (experts, n, k) as stored
+                a, b = torch.randn(p.rows, p.n, device="cuda").to(a.dtype), b.transpose(1, 2)
             glu = "silu" if args.glu else None
             ref = reference_grouped_mm(a, b, offs, glu=glu).double()
-            bound = tolerance(a.dtype, p.k if args.form == "m" else max(p.rows // p.experts, 1))
+            bound = tolerance(a.dtype, {"m": p.k, "dx": p.n}.get(args.form, max(p.rows // p.experts, 1)))
             calls = {"torch._grouped_mm": functools.partial(torch._grouped_mm, a, b, offs)}
             if args.glu:
                 calls = {"torch._grouped_mm": functools.partial(torch_pair, a, b, offs)}
@@ -146,7 +154,13 @@ def main() -> None:
                         calls[name.replace("ws", "k-ws") if args.form == "k" else name] = make(a, b, offs, sizes)
                     except ValueError as exc:
                         print(f"{name}: {exc}", flush=True)
-            for name, t in {} if args.ws or args.glu else CANDIDATES.items():
+            if args.form == "dx":
+                import tritongemm
+
+                calls["grouped_mm"] = functools.partial(tritongemm.grouped_mm, a, b, offs)
+                tl_tile = _tile(a.shape[0], b.shape[0], False, None, a.element_size())
+                calls["tl (before)"] = functools.partial(_launch, a, b, offs, a.dtype, "m", tile=tl_tile)
+            for name, t in {} if args.ws or args.glu or args.form == "dx" else CANDIDATES.items():
                 calls[name] = functools.partial(_launch, a, b, offs, a.dtype, args.form, tile=t)
             errors, results = check_then_time(calls, ref, bound, p, timings=("graph",), rounds=1)
             torch_ms = results["graph"]["torch._grouped_mm"][0]

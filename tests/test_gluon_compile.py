@@ -484,24 +484,32 @@ def _compile_grouped_ws() -> list[dict]:
 
     results = []
     wide = grouped_ws.DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)  # C staged in two halves
-    for glu, rows, config in ((None, 16384, None), ("silu", 16384, None), (None, 8, None), ("gelu", 8, None),
-                              (None, 16384, wide)):  # prefill's tiles, decode's, the wide one  # fmt: skip
+    # prefill's tiles, decode's, the wide one, and N-major weights (an MoE layer's input gradient)
+    for glu, rows, config, k_major in ((None, 16384, None, True), ("silu", 16384, None, True), (None, 8, None, True),
+                                       ("gelu", 8, None, True), (None, 16384, wide, True),
+                                       (None, 16384, None, False)):  # fmt: skip
         config = config or grouped_ws.default_config(rows, 8, glu is not None)
         pieces = grouped_ws.c_pieces(config, 2, gated=glu is not None)
         G, M, N, K = 8, 1000, 1504, 704
         rows = 2 * N if glu else N
-        a, weights = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(G * rows, K, dtype=torch.bfloat16)
-        c, offs = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(G, dtype=torch.int32)
+        a, c = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
+        offs = torch.empty(G, dtype=torch.int32)
         tile_n = config.BLOCK_N // 2 if glu else config.BLOCK_N
+        if k_major:
+            b_desc = _descriptor(torch.empty(G * rows, K, dtype=torch.bfloat16), (tile_n, config.BLOCK_K))
+        else:
+            b_desc = _descriptor(torch.empty(G * K, N, dtype=torch.bfloat16), (config.BLOCK_K, tile_n))
         compiled = grouped_ws._grouped_ws_kernel.warmup(
-            _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weights, (tile_n, config.BLOCK_K)),
+            _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), b_desc,
             _descriptor(c, (config.BLOCK_M, tile_n // pieces)), offs, c, c.stride(0), G, M, N,
             NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, GROUPS_POW2=triton.next_power_of_2(G + 1),
             C_PIECES=pieces,
-            LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", num_warps=config.num_warps, grid=(1,),
+            LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", B_K_MAJOR=k_major, num_warps=config.num_warps,
+            grid=(1,),
         )  # fmt: skip
         ptx = compiled.asm["ptx"]
-        results.append(dict(case=[glu, config.short()], shared=compiled.metadata.shared, **_ptxas(ptx),
+        results.append(dict(case=[glu, config.short(), "K-major" if k_major else "N-major"],
+                            shared=compiled.metadata.shared, **_ptxas(ptx),
                             missing=[n for n in (*INSTRUCTIONS, *GROUPED_STORES) if n not in ptx],
                             copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)),
                             planned=grouped_ws.smem_bytes(config, 2, gated=glu is not None)))  # fmt: skip
@@ -539,11 +547,14 @@ def test_the_grouped_rung_compiles_for_sm90():
     setmaxnreg, C out by TMA stores where a tile lies within its group and through 16-byte masked
     stores where it straddles the group's last row (no TMA store can stop there), A's and B's loads
     (and the up projection's for a gated pair), no spills, no serialized WGMMAs, the planned shared
-    memory."""
+    memory; for K-major weights and N-major ones (an MoE layer's input gradient)."""
     for result in compile_kernel("grouped_ws"):
-        label = f"grouped_ws glu={result['case'][0]} {result['case'][1]}"
+        label = f"grouped_ws glu={result['case'][0]} {result['case'][1]} {result['case'][2]}"
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
-        assert result["copies"] == (3 if result["case"][0] else 2), f"{label}: {result['copies']} TMA loads"
+        # A's box and B's (and the up projection's); an N-major B's 256 columns (512 bytes) are four
+        # boxes of 128-byte swizzled rows, as TMA takes them.
+        copies = 5 if result["case"][2] == "N-major" else 3 if result["case"][0] else 2
+        assert result["copies"] == copies, f"{label}: {result['copies']} TMA loads"
         assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label

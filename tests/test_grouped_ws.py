@@ -22,9 +22,24 @@ def _operands(G, M, N, K, dtype=torch.bfloat16, device="cpu"):
 def test_it_takes_row_major_a_and_k_major_weights():
     a, b = _operands(4, 100, 64, 32)
     assert grouped_ws.unsupported_reason(a, b) is None
-    assert "b must be the transpose of contiguous (G, N, K) weights" in grouped_ws.unsupported_reason(a, b.contiguous())
+    assert grouped_ws.unsupported_reason(a, b, "silu") is None
     assert "rows on 16 bytes" in grouped_ws.unsupported_reason(torch.empty(100, 33, dtype=torch.bfloat16)[:, :32], b)
     assert "it takes" in grouped_ws.unsupported_reason(a.float(), b.float())
+
+
+def test_n_major_weights_need_whole_k_steps_and_no_gated_pair():
+    """b contiguous (G, K, N): the weights read untransposed (an MoE layer's input gradient). Its
+    groups are stacked along K, so K must be whole K-steps; a gated pair's halves are rows of
+    K-major weights."""
+    a, b = _operands(4, 100, 64, 128)
+    n_major = b.contiguous()
+    assert grouped_ws.unsupported_reason(a, n_major) is None
+    assert "glu='silu'" in grouped_ws.unsupported_reason(a, n_major, "silu")
+    a, b = _operands(4, 100, 64, 96)
+    reason = grouped_ws.unsupported_reason(a, b.contiguous())
+    assert "K a multiple of 64" in reason and "but K is 96" in reason
+    neither = torch.empty(4, 128, 128, dtype=torch.bfloat16)[:, :, :64]
+    assert "b must be the transpose" in grouped_ws.unsupported_reason(a, neither[:, :96])
 
 
 def test_its_configs_fit_with_cs_tile():
@@ -48,9 +63,15 @@ CASES = [((70, 0, 230, 150), 5, 200, 136), ((400,), 0, 128, 64), ((1, 1, 1, 1, 1
          ((0,) * 60 + (3, 0, 2) + (0,) * 65, 0, 1536, 2048), ((300, 129), 200, 264, 72)]  # fmt: skip
 
 
+# N-major weights (K whole K-steps): the same shapes with K on 64.
+N_MAJOR_CASES = [((70, 0, 230, 150), 5, 200, 128), ((400,), 0, 128, 64), ((1, 1, 1, 1, 1), 3, 96, 256),
+                 ((0,) * 60 + (3, 0, 2) + (0,) * 65, 0, 1536, 2048), ((300, 129), 200, 264, 192)]  # fmt: skip
+
+
 def _run_case(spec: dict) -> None:
     """One GPU case (in the child process): C against the fp64 reference, rows past the last
-    group zeros; `num_programs` gives each program several tiles."""
+    group zeros; `num_programs` gives each program several tiles. `n_major`: b is contiguous
+    (G, K, N), the weights read untransposed."""
     from tritongemm.grouped.api import grouped_mm_ws, reference_grouped_mm
     from tritongemm.reference import rel_error, tolerance
 
@@ -61,6 +82,8 @@ def _run_case(spec: dict) -> None:
     a = torch.randn(M, K, device="cuda", dtype=dtype)
     NB = 2 * N if glu else N
     b = (torch.randn(G, NB, K, device="cuda") * K**-0.5).to(dtype).transpose(1, 2)
+    if spec.get("n_major"):
+        b = b.contiguous()
     if spec["num_programs"]:
         c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
         grouped_ws.plan(a, b, offs, c, glu=glu, num_programs=spec["num_programs"])(a, b, offs, c)
@@ -87,13 +110,26 @@ def test_grouped_ws(case, dtype, glu, num_programs):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("case", N_MAJOR_CASES, ids=str)
+@pytest.mark.parametrize("num_programs", [None, 3])
+def test_grouped_ws_n_major_weights(case, dtype, num_programs):
+    sizes, tail, N, K = case
+    spec = dict(sizes=list(sizes), tail=tail, N=N, K=K, glu=None, dtype=str(dtype), num_programs=num_programs,
+                n_major=True)  # fmt: skip
+    run_isolated(spec, module="test_grouped_ws")
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
+@pytest.mark.parametrize("n_major", [False, True])
 @pytest.mark.parametrize("glu", [None, "silu"])
 @pytest.mark.parametrize("G, mean, N, taken", [(8, 200, 264, True), (4, 130, 264, True), (8, 1100, 264, True),
                                                (16, 40, 264, False), (8, 200, 260, False)])  # fmt: skip
-def test_grouped_mm_takes_it_for_large_groups(G, mean, N, taken, glu, monkeypatch):
+def test_grouped_mm_takes_it_for_large_groups(G, mean, N, taken, glu, n_major, monkeypatch):
     """grouped_mm's plan takes grouped_ws for row groups (plain or a gated pair) of WS_FROM_MEAN_ROWS
     rows or more on average (ragged ones here, with an empty group), and the `tl` kernel elsewhere;
-    right either way. Not where C's rows miss 16 bytes (N = 260), which its TMA store needs."""
+    right either way. Not where C's rows miss 16 bytes (N = 260), which its TMA store needs, nor
+    for a gated pair on N-major weights (b contiguous, as an MoE layer's input gradient reads them)."""
     import tritongemm
     from tritongemm.grouped.api import reference_grouped_mm
     from tritongemm.reference import rel_error, tolerance
@@ -109,7 +145,9 @@ def test_grouped_mm_takes_it_for_large_groups(G, mean, N, taken, glu, monkeypatc
     a = torch.randn(M, K, generator=gen).to("cuda", torch.bfloat16)
     NB = 2 * N if glu else N
     b = (torch.randn(G, NB, K, generator=gen) * K**-0.5).to("cuda", torch.bfloat16).transpose(1, 2)
+    if n_major:
+        b = b.contiguous()
     c = tritongemm.grouped_mm(a, b, offs, glu=glu)
-    assert bool(planned) == taken
+    assert bool(planned) == (taken and not (n_major and glu))
     bound = (2 if glu else 1) * tolerance(torch.bfloat16, K)
     assert rel_error(c, reference_grouped_mm(a, b, offs, glu=glu).double()) <= bound

@@ -391,7 +391,7 @@ def _takes_ws(a, b, out_dtype, glu) -> bool:
         return False
     from tritongemm.hopper import grouped_ws
 
-    return grouped_ws.unsupported_reason(a, b) is None
+    return grouped_ws.unsupported_reason(a, b, glu) is None
 
 
 def _gluon_plan(plan, a, b, offs, shape, **options):

@@ -16,6 +16,10 @@ descriptor over all of A (rows past the group's end are the next group's: loaded
 never stored); B's from a descriptor over the stacked K-major weights, (G * N, K), at row g * N +
 the tile's columns (columns past N are the next group's: never stored either). A gated pair
 (GLU) stacks [gate; up] per group, (G * 2N, K), and its B slot holds both boxes, as in rung 9.
+An N-major B, (G, K, N) contiguous, is the weights as stored where they are read untransposed
+(the input gradient of an MoE layer, dX = dC @ W[g]): its descriptor stacks them as (G * K, N),
+B's tile is at row g * K + k, and K must be a whole number of K-steps, or the last one would read
+the next group's rows into the sum (grouped_mm's other K go to the `tl` kernel).
 
 The store. A tile whose rows all lie in its group goes out by TMA, asynchronously, as rung 9's
 do (columns past N are clipped by C's descriptor). A box can't stop at a group's last row, so a
@@ -75,6 +79,7 @@ GATED_CONFIG = DEFAULT_CONFIG
 SMALL_CONFIG = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=8)
 SMALL_GATED_CONFIG = SMALL_CONFIG.with_(BLOCK_N=256, num_stages=5)
 SMALL_GROUP_ROWS = 64  # mean rows per group below which the small configs serve
+_K_STEP = DEFAULT_CONFIG.BLOCK_K  # every config's: an N-major b's K is a multiple of it
 _STORE_BYTES = gl.constexpr(16)  # a thread's share of a row in the masked store: one 16-byte store
 
 
@@ -153,15 +158,15 @@ def _tiles(offs_ptr, G, M, N, BLOCK_M: gl.constexpr, TILE_N: gl.constexpr, GROUP
 @gluon.jit
 def _load_partition(
     a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N,
-    GATED: gl.constexpr, GROUPS_POW2: gl.constexpr,
+    GATED: gl.constexpr, B_K_MAJOR: gl.constexpr, GROUPS_POW2: gl.constexpr,
 ):  # fmt: skip
     """The load warp: every K-step of every group tile of this program (none for the tail)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    TILE_N: gl.constexpr = b_desc.block_type.shape[0]  # C's columns per tile (a gated pair: a box each)
+    TILE_N: gl.constexpr = _tile_n(b_desc, B_K_MAJOR)
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     K = a_desc.shape[1]
-    rows_per_group = 2 * N if GATED else N  # the stacked weight's rows per group
+    rows_per_group = 2 * N if GATED else N  # the stacked K-major weights' rows per group
     num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
     walk = RaggedWalk.initialize(G)
     producer = 0
@@ -170,13 +175,22 @@ def _load_partition(
         walk = walk.to_tile(t, offs_ptr, G, M, tiles_n, BLOCK_M)
         if walk.g < G:
             off_m, off_n = walk.tile(t, tiles_n, BLOCK_M, TILE_N)
-            b_row = walk.g * rows_per_group + off_n
+            if B_K_MAJOR:
+                b_n, b_k = walk.g * rows_per_group + off_n, 0
+            else:
+                b_n, b_k = off_n, walk.g * K  # K is whole K-steps here (unsupported_reason)
             for k in range(0, K, BLOCK_K):
                 lap_phase = (producer // NUM_BUFFERS) & 1  # rung 9's: lap 0 passes at once
                 mbarrier.wait(empty.index(producer % NUM_BUFFERS), lap_phase ^ 1)
                 producer = issue_loads(
-                    producer, a_desc, b_desc, off_m, b_row, k, ready, a_bufs, b_bufs, False, True, True, N
+                    producer, a_desc, b_desc, off_m, b_n, k, ready, a_bufs, b_bufs, False, B_K_MAJOR, True, N, b_k
                 )
+
+
+@gluon.constexpr_function
+def _tile_n(b_desc, b_k_major):
+    """C's columns per tile: B's box across N (a gated pair: one box of its two)."""
+    return b_desc.block_type.shape[0] if b_k_major else b_desc.block_type.shape[1]
 
 
 @gluon.jit
@@ -218,15 +232,15 @@ def _store_piece(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_war
 @gluon.jit
 def _mma_partition(
     a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
-    GLU: gl.constexpr, GROUPS_POW2: gl.constexpr, num_warps: gl.constexpr,
+    GLU: gl.constexpr, B_K_MAJOR: gl.constexpr, GROUPS_POW2: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
     """Wait for a slot, multiply, release it (rung 9's); per tile, act(gate) * up for a gated
     pair, and the store: by TMA where the tile's rows are all its group's, else masked. The
     tail's tiles are zeros, with no MMA."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
-    BLOCK_N: gl.constexpr = b_bufs.shape[1]  # the MMA's N: both halves of a gated pair
-    TILE_N: gl.constexpr = b_desc.block_type.shape[0]
+    BLOCK_N: gl.constexpr = b_bufs.shape[1] if B_K_MAJOR else b_bufs.shape[2]  # the MMA's N: a gated pair's two
+    TILE_N: gl.constexpr = _tile_n(b_desc, B_K_MAJOR)
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     K = a_desc.shape[1]
     mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
@@ -239,7 +253,7 @@ def _mma_partition(
         off_m, off_n = walk.tile(t, tiles_n, BLOCK_M, TILE_N)
         if walk.g < G:
             for k in range(0, K, BLOCK_K):
-                consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, False, True)
+                consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, False, B_K_MAJOR)
                 mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
             mma = mma.wait_num_outstanding(0)
             mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 1) % NUM_BUFFERS))
@@ -263,6 +277,7 @@ def _mma_partition(
 def _grouped_ws_kernel(
     a_desc,  # A (M, K), block [BLOCK_M, BLOCK_K]
     b_desc,  # the stacked K-major weights (G * N, K), or (G * 2N, K) for a gated pair; block [TILE_N, BLOCK_K]
+    #          or N-major (G * K, N), block [BLOCK_K, TILE_N] (B_K_MAJOR False)
     c_desc,  # C (M, N), block [BLOCK_M, TILE_N / C_PIECES]: the TMA store of a tile within its group
     offs_ptr,  # (G,) int32 group ends
     c_ptr,  # C (M, N), rows stride_cm apart
@@ -276,12 +291,14 @@ def _grouped_ws_kernel(
     C_PIECES: gl.constexpr,  # 1: a whole C tile is staged at once; 2: half its width, one half after the other
     LOAD_REGS: gl.constexpr,
     GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ gate_g.T) * (A @ up_g.T)
+    B_K_MAJOR: gl.constexpr,
     num_warps: gl.constexpr,
 ):
     dtype: gl.constexpr = a_desc.dtype
-    TILE_N: gl.constexpr = b_desc.block_type.shape[0]
+    TILE_N: gl.constexpr = _tile_n(b_desc, B_K_MAJOR)
     B_BOX: gl.constexpr = b_desc.block_type.shape
     B_ROWS: gl.constexpr = 2 * B_BOX[0] if GLU != "none" else B_BOX[0]  # a gated pair's slot: two boxes
+    gl.static_assert(B_K_MAJOR or GLU == "none", "a gated pair's [gate; up] are rows of K-major weights")
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
     a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, B_ROWS, B_BOX[1]], b_desc.layout)
@@ -295,10 +312,11 @@ def _grouped_ws_kernel(
         [
             (_mma_partition, (
                 a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
-                GLU, GROUPS_POW2, num_warps,
+                GLU, B_K_MAJOR, GROUPS_POW2, num_warps,
             )),
             (_load_partition, (
-                a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N, GLU != "none", GROUPS_POW2,
+                a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N, GLU != "none", B_K_MAJOR,
+                GROUPS_POW2,
             )),
         ],
         [1],
@@ -323,22 +341,32 @@ def smem_bytes(config: MatmulConfig, elem_bytes: int, gated: bool = False) -> in
     return config.num_stages * operand_stage_bytes(config, elem_bytes) + c_tile
 
 
-def unsupported_reason(a: torch.Tensor, b: torch.Tensor) -> str | None:
+def unsupported_reason(a: torch.Tensor, b: torch.Tensor, glu: str | None = None) -> str | None:
     """Why this kernel can't take grouped_mm's row-group operands as they lie (None: it can): a
-    row-major A and K-major weights (b (G, K, N) the transpose of contiguous (G, N, K) weights),
-    16-bit, each as TMA reads it (descriptors._view_reason)."""
+    row-major A; K-major weights (b (G, K, N) the transpose of contiguous (G, N, K) weights) or,
+    without a gated pair, N-major ones (b contiguous, K whole K-steps); 16-bit, each as TMA reads
+    it (descriptors._view_reason)."""
     if a.dtype not in GL_DTYPES or b.dtype != a.dtype:
         return f"operands of {a.dtype} and {b.dtype}; it takes {list(GL_DTYPES)}, one dtype"
     reason = _view_reason("a", a)
     if reason is not None:
         return f"a needs rows on 16 bytes with unit column stride: {reason}"
-    weights = b.transpose(1, 2)
-    if not weights.is_contiguous():
+    if _k_major(b):
+        weights = b.transpose(1, 2)
+        return _view_reason("b's stacked weights", weights.reshape(-1, weights.shape[-1]))
+    if not b.is_contiguous() or glu is not None:
         return (
-            f"b must be the transpose of contiguous (G, N, K) weights, but has shape {tuple(b.shape)} and strides "
-            f"{tuple(b.stride())}"
+            f"b must be the transpose of contiguous (G, N, K) weights, or contiguous without a gated pair, but has "
+            f"shape {tuple(b.shape)} and strides {tuple(b.stride())} (glu={glu!r})"
         )
-    return _view_reason("b's stacked weights", weights.reshape(-1, weights.shape[-1]))
+    if b.shape[1] % _K_STEP:
+        return f"an N-major b needs K a multiple of {_K_STEP} (its groups' weights are stacked), but K is {b.shape[1]}"
+    return _view_reason("b's stacked weights", b.reshape(-1, b.shape[-1]))
+
+
+def _k_major(b: torch.Tensor) -> bool:
+    """Whether b (G, K, N) is read K-major: the transpose of contiguous (G, N, K) weights."""
+    return b.transpose(1, 2).is_contiguous()
 
 
 def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, config: MatmulConfig | None = None,
@@ -349,12 +377,15 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     from tritongemm.fast_launch import compile_launch
     from tritongemm.hopper.schedulers import num_persistent_programs
 
-    reason = unsupported_reason(a, b)
+    reason = unsupported_reason(a, b, glu)
     if reason is not None:
         raise ValueError(f"{NAME}: {reason}")
     gated = glu is not None
     config = config or default_config(a.shape[0], b.shape[0], gated)
     check_wgmma_tile(NAME, config)
+    k_major = _k_major(b)
+    if not k_major and b.shape[1] % config.BLOCK_K:
+        raise ValueError(f"{NAME}: an N-major b needs K ({b.shape[1]}) a multiple of BLOCK_K ({config.BLOCK_K})")
     need = smem_bytes(config, a.element_size(), gated)
     if need > H100_SHARED_MEMORY_BYTES - _SMEM_SLACK_BYTES:
         raise ValueError(f"{NAME}: {config.short()} needs {need} bytes of shared memory, more than a block has")
@@ -364,9 +395,11 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
         raise ValueError(f"{NAME}: C {tuple(c.shape)} doesn't match a {tuple(a.shape)} and b {tuple(b.shape)}")
     require_sm90(NAME, c.device)
     tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
-    weights = b.transpose(1, 2).reshape(G * NB, K)  # a view: b is the transpose of contiguous weights
     a_desc = _descriptor(a, (config.BLOCK_M, config.BLOCK_K))
-    b_desc = _descriptor(weights, (tile_n, config.BLOCK_K))
+    if k_major:  # a view: b is the transpose of contiguous weights
+        b_desc = _descriptor(b.transpose(1, 2).reshape(G * NB, K), (tile_n, config.BLOCK_K))
+    else:
+        b_desc = _descriptor(b.reshape(G * K, NB), (config.BLOCK_K, tile_n))
     pieces = c_pieces(config, a.element_size(), gated=gated)
     reason = _view_reason("c", c)
     if reason is not None:
@@ -378,13 +411,13 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         GROUPS_POW2=triton.next_power_of_2(G + 1), C_PIECES=pieces, LOAD_REGS=LOAD_REGISTERS,
-        GLU=glu or "none",
+        GLU=glu or "none", B_K_MAJOR=k_major,
         num_warps=config.num_warps,
     )  # fmt: skip
     stride_cm = c.stride(0)
     args = (a_desc, b_desc, c_desc, offs, c, stride_cm, G, M, N)
-    # A launch reads a descriptor's tensor for its address alone, so b (the weights' transpose,
-    # one address) stands for the (G * N, K) view the descriptor was built on.
+    # A launch reads a descriptor's tensor for its address alone, so b (one address) stands for
+    # the stacked view the descriptor was built on.
     launch = compile_launch(_grouped_ws_kernel, grid, args, constexprs, c.device).with_descriptors(
         (a_desc, b_desc, c_desc), bind
     )

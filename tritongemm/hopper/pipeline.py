@@ -92,13 +92,17 @@ def issue_loads(
     B_K_MAJOR: gl.constexpr,
     pred=True,
     up_rows=0,
+    b_k_offset=0,
 ):
     """Request the A and B tiles of K-step `producer` (at column k) into its ring slot.
 
     A B slot twice as tall as b_desc's box holds a gated pair (GLU on rungs 6 and 9, and in
     grouped_ws.py): the box of B's columns from off_n (the gate projection's weight rows) above the
     box `up_rows` further on (the up projection's), so one MMA yields both halves of the tile side
-    by side."""
+    by side.
+
+    `b_k_offset`: the row of an N-major b_desc where this B's K starts, where the descriptor
+    stacks several (K, N) matrices, one group's weight on another's (grouped_ws.py)."""
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     NUM_B_BUFFERS: gl.constexpr = b_bufs.shape[0]  # > NUM_BUFFERS only when stealing
     B_OWN_BARRIER: gl.constexpr = _b_has_own_barrier(ready, NUM_BUFFERS)
@@ -127,7 +131,7 @@ def issue_loads(
     elif B_K_MAJOR:
         tma_load(b_desc, [off_n, k], b_bar, b_slot, pred)
     else:
-        tma_load(b_desc, [k, off_n], b_bar, b_slot, pred)
+        tma_load(b_desc, [b_k_offset + k, off_n], b_bar, b_slot, pred)
     return producer + 1
 
 
