@@ -349,6 +349,22 @@ def test_torch_compile_fullgraph_forward_and_backward(form):
         assert rel_error(got, expected.double()) <= tolerance(torch.float32, 32)
 
 
+def test_a_compiled_gated_pair_keeps_the_pair_for_the_backward(monkeypatch):
+    """Where autograd records, a compiled gated pair is the plain grouped GEMM of [gate; up] and
+    the gating in torch (Inductor fuses it): the backward reuses the pair instead of a third
+    grouped GEMM to compute it again. Three GEMMs in all (the pair, dA, dB), none gated."""
+    from tritongemm.grouped import api
+
+    calls = []
+    direct = api.direct
+    monkeypatch.setattr(api, "direct", lambda *args: calls.append(args[3:]) or direct(*args))
+    a, b, offs = rand(30, 16), rand(3, 16, 8), ends((10, 0, 17))
+    fn = torch.compile(lambda a, b, o: tritongemm.grouped_mm(a, b, o, glu="silu"), fullgraph=True, backend=BACKEND)
+    x, y = a.clone().requires_grad_(), b.clone().requires_grad_()
+    fn(x, y, offs).square().sum().backward()
+    assert len(calls) == 3 and all(glu is None for _, glu in calls), calls
+
+
 def test_the_operator_passes_opcheck():
     a, b, offs = rand(12, 16), rand(2, 16, 8), ends((5, 7))
     torch.library.opcheck(torch.ops.tritongemm.grouped_mm.default, (a, b, offs), {"glu": "gelu"})
