@@ -9,7 +9,8 @@ torch._grouped_mm on the same operands: the backward an MoE training step spends
 where K is whole K-steps) beside the `tl` kernel's tile it took before and torch._grouped_mm.
 
 `--ws`: the warp-specialized Gluon kernel (hopper/grouped_ws.py) on WS_CANDIDATES instead, beside
-grouped_mm as it chooses, on the problems of 2048 tokens and more. With `--form k`, the K-group
+grouped_mm as it chooses, on the problems of 2048 tokens and more (with `--form dx`, on the
+input gradient's N-major weights). With `--form k`, the K-group
 Gluon kernel (hopper/grouped_k_ws.py) on the same tiles, beside the `tl` kernel's tile.
 
 `--glu`: the gated pair (glu="silu", b's columns [gate; up]) on grouped_mm's own tile, beside
@@ -55,6 +56,11 @@ WS_CANDIDATES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is gr
     "ws 256x128x64 w8 s4": (256, 128, 64, 8, 4),
     "ws 256x128x64 w8 s3": (256, 128, 64, 8, 3),
     "ws 128x128x128 w8 s3": (128, 128, 128, 8, 3),
+    # One MMA warpgroup on 64 rows, half the rows a ragged group's last tile can waste: no better
+    # than 128 x 256 on any of the six layers, forward or input gradient (H100, 2026-11-27,
+    # probes/grouped-ws-64-row-tiles-*.csv). 64 x 256 doesn't compile (the masked store's row slices).
+    "ws 64x128x64 w4 s6": (64, 128, 64, 4, 6),
+    "ws 64x128x64 w4 s8": (64, 128, 64, 4, 8),
 }
 
 
@@ -115,8 +121,8 @@ def main() -> None:
     parser.add_argument("--glu", action="store_true", help="the gated pair: one walk over K or two")
     args = parser.parse_args()
     problems = SUITE if args.form == "m" and not args.ws else [p for p in SUITE if p.tokens >= 2048]
-    if args.form == "dx" and (args.ws or args.glu):
-        parser.error("--form dx times grouped_mm as it chooses beside the `tl` kernel: no --ws or --glu")
+    if args.form == "dx" and args.glu:
+        parser.error("--form dx: the input gradient has no gated pair (no --glu)")
     t0 = time.time()
     with open(args.out, "w", newline="") as f:
         writer = csv.writer(f)
@@ -152,9 +158,9 @@ def main() -> None:
                     try:
                         make = k_ws_call if args.form == "k" else ws_call
                         calls[name.replace("ws", "k-ws") if args.form == "k" else name] = make(a, b, offs, sizes)
-                    except ValueError as exc:
-                        print(f"{name}: {exc}", flush=True)
-            if args.form == "dx":
+                    except Exception as exc:  # a tile it refuses (ValueError) or that fails to compile
+                        print(f"{name}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            if args.form == "dx" and not args.ws:
                 import tritongemm
 
                 calls["grouped_mm"] = functools.partial(tritongemm.grouped_mm, a, b, offs)
