@@ -109,6 +109,43 @@ def test_gradients_through_the_operator(compiled):
     assert rel_error(rows.grad, rows64.grad) <= bound and rel_error(weights.grad, weights64.grad) <= bound
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize(
+    "tokens, top_k, hidden, layout",
+    [(5, 2, 40, "plain"), (9, 8, 64, "plain"), (1, 1, 600, "plain"), (7, 3, 33, "padded"), (13, 6, 1030, "plain"),
+     (6, 2, 24, "column-strided")],
+    ids=["top2", "top8", "two-column-blocks", "padded-rows", "odd-wide", "column-strided"],
+)  # fmt: skip
+def test_the_backward_kernel_computes_what_torchs_ops_do(tokens, top_k, hidden, layout, dtype):
+    """Eager, combine's backward is one kernel; torch.compile traces the same arithmetic as torch
+    ops (combine_grads_torch). Both against float64, each within the dtype's bound, with rows
+    padded past their width, or a gradient whose columns are not contiguous (copied first)."""
+    pad = 8 if layout == "padded" else 0
+    rows = rand(tokens * top_k, hidden + pad, dtype=dtype)[:, :hidden]
+    grad = rand(tokens, hidden + pad, dtype=dtype, seed="g")[:, :hidden]
+    if layout == "column-strided":
+        grad = rand(hidden, tokens, dtype=dtype, seed="g").T
+    order, weights = sorted_pairs(tokens, top_k), rand(tokens, top_k, seed="w").softmax(-1)
+    needs = (True, False, True)
+    d_rows, _, d_weights = moe.combine_grads(grad, rows, order, weights, needs)
+    torch_rows, _, torch_weights = moe.combine_grads_torch(grad, rows, order, weights, needs)
+    expected, rows64, weights64 = reference_autograd(rows, order, weights)
+    expected.backward(grad.double())
+    for got, mine, want in ((d_rows, torch_rows, rows64.grad), (d_weights, torch_weights, weights64.grad)):
+        assert got.dtype == mine.dtype and got.shape == mine.shape
+        bound = tolerance(dtype, hidden)
+        assert rel_error(got, want) <= bound and rel_error(mine, want) <= bound
+
+
+def test_the_backward_kernel_on_empty_problems():
+    for tokens, top_k, hidden in ((0, 2, 16), (3, 2, 0)):
+        rows, order = rand(tokens * top_k, hidden), sorted_pairs(tokens, top_k)
+        weights, grad = rand(tokens, top_k, seed="w"), rand(tokens, hidden, seed="g")
+        d_rows, _, d_weights = moe.combine_grads(grad, rows, order, weights, (True, False, True))
+        assert d_rows.shape == rows.shape and d_weights.shape == weights.shape
+        assert not d_rows.any() and not d_weights.any()
+
+
 def test_the_operator_passes_opcheck():
     rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2, seed="w")
     torch.library.opcheck(ops.moe_combine, (rows, order, weights))

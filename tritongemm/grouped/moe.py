@@ -162,9 +162,62 @@ def check_combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.
 
 
 def combine_grads(grad, rows, order, top_k_weights, needs) -> tuple:
-    """(d rows, None, d weights) of `combine` for grad (tokens, hidden), in torch's ops (fp32
-    products): row i, pair order[i] of token order[i] // top_k, gets that token's grad times the
-    pair's weight; the pair's weight gets the dot product of the two."""
+    """(d rows, None, d weights) of `combine` for grad (tokens, hidden), fp32 products: row i, pair
+    order[i] of token order[i] // top_k, gets that token's grad times the pair's weight; the pair's
+    weight gets the dot product of the two. Eager: one kernel (kernels.py `_combine_backward_kernel`),
+    planned once per geometry. Traced (torch.compile, opcheck: fake or functional tensors), on a
+    tensor subclass, or on a CPU without the interpreter: torch's ops (`combine_grads_torch`),
+    which Inductor fuses."""
+    plain = all(type(t) is torch.Tensor and not torch._is_functional_tensor(t) for t in (grad, rows))
+    if not plain or torch.compiler.is_compiling() or not (grad.is_cuda or interpreter_active()):
+        return combine_grads_torch(grad, rows, order, top_k_weights, needs)
+    key = ("moe combine backward", tensor_facts(grad), tensor_facts(rows), tensor_facts(order),
+           tensor_facts(top_k_weights))  # fmt: skip
+    call = PLANS.find_key(key)
+    if call is None:
+        call = _plan_combine_backward(grad, rows, order, top_k_weights)
+        PLANS.remember(key, call)
+    d_rows, d_weights = call(grad, rows, order, top_k_weights)
+    return (d_rows if needs[0] else None), None, (d_weights if needs[2] else None)
+
+
+def _plan_combine_backward(grad, rows, order, top_k_weights):
+    """`call(grad, rows, order, top_k_weights) -> (d rows, d weights)` for tensors like these, both
+    computed (a training step needs both), compiled once."""
+    import triton
+
+    from tritongemm.fast_launch import compile_launch
+    from tritongemm.grouped.kernels import _combine_backward_kernel
+
+    (pairs, hidden), top_k = rows.shape, top_k_weights.shape[1]
+    if pairs * hidden == 0:  # no rows, or rows of no columns: their weights' gradients are zeros
+        return lambda grad, rows, order, top_k_weights: (torch.zeros_like(rows), torch.zeros_like(top_k_weights))
+    # The kernel reads a row's columns as one contiguous run.
+    copy_grad, copy_rows = grad.stride(1) != 1, rows.stride(1) != 1
+    grad = grad.contiguous() if copy_grad else grad
+    rows = rows.contiguous() if copy_rows else rows
+    block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
+    grid = (triton.cdiv(pairs, _COMBINE_TOKENS),)
+    d_rows, d_weights = torch.empty_like(rows), torch.empty_like(top_k_weights)  # this call's, to plan on
+    args = (grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
+            rows.stride(0), d_rows.stride(0))  # fmt: skip
+    meta = dict(TOP_K=top_k, BLOCK_R=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
+    launch = compile_launch(_combine_backward_kernel, grid, args, meta, rows.device)
+
+    def call(grad, rows, order, top_k_weights):
+        grad = grad.contiguous() if copy_grad else grad
+        rows = rows.contiguous() if copy_rows else rows
+        d_rows = torch.empty((pairs, hidden), dtype=rows.dtype, device=rows.device)
+        d_weights = torch.empty((pairs // top_k, top_k), dtype=top_k_weights.dtype, device=rows.device)
+        launch(grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
+               rows.stride(0), hidden)  # fmt: skip
+        return d_rows, d_weights
+
+    return call
+
+
+def combine_grads_torch(grad, rows, order, top_k_weights, needs) -> tuple:
+    """`combine_grads` in torch's ops: what torch.compile traces, and the kernel's reference."""
     top_k = top_k_weights.shape[1]
     token_grad = grad[order // top_k].float()
     d_rows = d_weights = None
