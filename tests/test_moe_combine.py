@@ -113,19 +113,22 @@ def test_gradients_through_the_operator(compiled):
 @pytest.mark.parametrize(
     "tokens, top_k, hidden, layout",
     [(5, 2, 40, "plain"), (9, 8, 64, "plain"), (1, 1, 600, "plain"), (7, 3, 33, "padded"), (13, 6, 1030, "plain"),
-     (6, 2, 24, "column-strided")],
-    ids=["top2", "top8", "two-column-blocks", "padded-rows", "odd-wide", "column-strided"],
+     (6, 2, 24, "column-strided"), (6, 3, 24, "strided-order")],
+    ids=["top2", "top8", "two-column-blocks", "padded-rows", "odd-wide", "column-strided", "strided-order"],
 )  # fmt: skip
 def test_the_backward_kernel_computes_what_torchs_ops_do(tokens, top_k, hidden, layout, dtype):
     """Eager, combine's backward is one kernel; torch.compile traces the same arithmetic as torch
     ops (combine_grads_torch). Both against float64, each within the dtype's bound, with rows
-    padded past their width, or a gradient whose columns are not contiguous (copied first)."""
+    padded past their width, a gradient whose columns are not contiguous, or a sort order that is
+    a strided view (both copied first)."""
     pad = 8 if layout == "padded" else 0
     rows = rand(tokens * top_k, hidden + pad, dtype=dtype)[:, :hidden]
     grad = rand(tokens, hidden + pad, dtype=dtype, seed="g")[:, :hidden]
     if layout == "column-strided":
         grad = rand(hidden, tokens, dtype=dtype, seed="g").T
     order, weights = sorted_pairs(tokens, top_k), rand(tokens, top_k, seed="w").softmax(-1)
+    if layout == "strided-order":
+        order = torch.stack([order, order.flip(0)], 1)[:, 0]
     needs = (True, False, True)
     d_rows, _, d_weights = moe.combine_grads(grad, rows, order, weights, needs)
     torch_rows, _, torch_weights = moe.combine_grads_torch(grad, rows, order, weights, needs)

@@ -192,10 +192,11 @@ def _plan_combine_backward(grad, rows, order, top_k_weights):
     (pairs, hidden), top_k = rows.shape, top_k_weights.shape[1]
     if pairs * hidden == 0:  # no rows, or rows of no columns: their weights' gradients are zeros
         return lambda grad, rows, order, top_k_weights: (torch.zeros_like(rows), torch.zeros_like(top_k_weights))
-    # The kernel reads a row's columns as one contiguous run.
-    copy_grad, copy_rows = grad.stride(1) != 1, rows.stride(1) != 1
+    # The kernel reads a row's columns as one contiguous run, and the sort order as one.
+    copy_grad, copy_rows, copy_order = grad.stride(1) != 1, rows.stride(1) != 1, order.stride(0) != 1
     grad = grad.contiguous() if copy_grad else grad
     rows = rows.contiguous() if copy_rows else rows
+    order = order.contiguous() if copy_order else order
     block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
     grid = (triton.cdiv(pairs, _COMBINE_TOKENS),)
     d_rows, d_weights = torch.empty_like(rows), torch.empty_like(top_k_weights)  # this call's, to plan on
@@ -207,6 +208,7 @@ def _plan_combine_backward(grad, rows, order, top_k_weights):
     def call(grad, rows, order, top_k_weights):
         grad = grad.contiguous() if copy_grad else grad
         rows = rows.contiguous() if copy_rows else rows
+        order = order.contiguous() if copy_order else order
         d_rows = torch.empty((pairs, hidden), dtype=rows.dtype, device=rows.device)
         d_weights = torch.empty((pairs // top_k, top_k), dtype=top_k_weights.dtype, device=rows.device)
         launch(grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
