@@ -194,26 +194,27 @@ def _plan_combine_backward(grad, rows, order, top_k_weights):
         return lambda grad, rows, order, top_k_weights: (torch.zeros_like(rows), torch.zeros_like(top_k_weights))
     # The kernel reads a row's columns as one contiguous run, and the sort order as one.
     copy_grad, copy_rows, copy_order = grad.stride(1) != 1, rows.stride(1) != 1, order.stride(0) != 1
-    grad = grad.contiguous() if copy_grad else grad
-    rows = rows.contiguous() if copy_rows else rows
-    order = order.contiguous() if copy_order else order
-    block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
-    grid = (triton.cdiv(pairs, _COMBINE_TOKENS),)
-    d_rows, d_weights = torch.empty_like(rows), torch.empty_like(top_k_weights)  # this call's, to plan on
-    args = (grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
-            rows.stride(0), d_rows.stride(0))  # fmt: skip
-    meta = dict(TOP_K=top_k, BLOCK_R=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
-    launch = compile_launch(_combine_backward_kernel, grid, args, meta, rows.device)
 
-    def call(grad, rows, order, top_k_weights):
+    def arguments(grad, rows, order, top_k_weights):
+        """The launch's arguments for a call's tensors, its outputs new and contiguous."""
         grad = grad.contiguous() if copy_grad else grad
         rows = rows.contiguous() if copy_rows else rows
         order = order.contiguous() if copy_order else order
         d_rows = torch.empty((pairs, hidden), dtype=rows.dtype, device=rows.device)
         d_weights = torch.empty((pairs // top_k, top_k), dtype=top_k_weights.dtype, device=rows.device)
-        launch(grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
-               rows.stride(0), hidden)  # fmt: skip
-        return d_rows, d_weights
+        return (grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
+                rows.stride(0), hidden)  # fmt: skip
+
+    block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
+    grid = (triton.cdiv(pairs, _COMBINE_TOKENS),)
+    meta = dict(TOP_K=top_k, BLOCK_R=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
+    launch = compile_launch(_combine_backward_kernel, grid, arguments(grad, rows, order, top_k_weights), meta,
+                            rows.device)  # fmt: skip
+
+    def call(grad, rows, order, top_k_weights):
+        args = arguments(grad, rows, order, top_k_weights)
+        launch(*args)
+        return args[4], args[5]
 
     return call
 
