@@ -8,7 +8,7 @@ import zlib
 import pytest
 import torch
 from cases import DEVICE, DTYPES, ON_GPU
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tritongemm.blocks import RMSNorm, fuse_norms
@@ -36,6 +36,17 @@ def make_norm(width, form, dtype, eps=1e-5):
     return norm
 
 
+def weight_grad_error(norm, w64, x64, grad):
+    """The weight's gradient against fp64's (w64.grad), relative to the size of its terms. It sums
+    grad * x̂ over the rows, each term rounded (x̂ to the dtype), so its error scales with the
+    terms, not with the sum: 473 rows of width 2 once summed terms of total size 322 to -0.07,
+    which a bound relative to the sum alone calls a 2% error (the GPU fuzz's example)."""
+    xhat = x64.detach() * torch.rsqrt(x64.detach().pow(2).mean(-1, keepdim=True) + 1e-5)
+    terms = (grad.double() * xhat).reshape(-1, xhat.shape[-1])
+    scale = max(w64.grad.norm().item(), terms.square().sum(0).sqrt().norm().item())  # the sum, or its terms' spread
+    return (norm.weight.grad.double() - w64.grad).norm().item() / max(scale, 1e-30)
+
+
 @pytest.mark.parametrize("lead, width", SHAPES, ids=str)
 @pytest.mark.parametrize("form", list(FORMS))
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
@@ -52,7 +63,7 @@ def test_forward_and_gradients_match_the_formula(lead, width, form, dtype):
     bound = BOUND[dtype]
     assert rel_error(y, expected) <= bound
     assert rel_error(x.grad, x64.grad) <= bound
-    assert rel_error(norm.weight.grad, w64.grad) <= bound * 4  # a sum over the rows, rounded once
+    assert weight_grad_error(norm, w64, x64, grad) <= bound * 4
 
 
 @pytest.mark.parametrize("recipe, width", [("row", 200), ("row", 4096), ("block", 128), ("block", 384)])
@@ -127,6 +138,7 @@ def test_what_the_kernel_does_not_take_runs_the_formula():
     dtype=st.sampled_from(DTYPES),
     strided=st.booleans(),
 )
+@example(rows=473, width=2, form="llama", dtype=torch.float16, strided=False)  # the weight's sum cancels to ~0
 def test_fuzz_against_the_formula(rows, width, form, dtype, strided):
     """Random row counts and widths (power of two or not), both forms, every dtype, and rows that
     are views of a wider tensor (a row stride past the width, as Qwen3's q slices of a joined
@@ -141,7 +153,7 @@ def test_fuzz_against_the_formula(rows, width, form, dtype, strided):
     expected = rms_norm_reference(x64, w64, 1e-5, *FORMS[form])
     expected.backward(grad.double())
     assert rel_error(y, expected) <= BOUND[dtype] and rel_error(x.grad, x64.grad) <= BOUND[dtype]
-    assert rel_error(norm.weight.grad, w64.grad) <= BOUND[dtype] * 4
+    assert weight_grad_error(norm, w64, x64, grad) <= BOUND[dtype] * 4
 
 
 # ---------------------------------------------------------------------------------------------
