@@ -95,6 +95,17 @@ CPU_MISTAKES = [
 ]
 
 
+@pytest.mark.parametrize("module", ["tritongemm", "tritongemm.cli"])
+def test_python_dash_m_runs_the_cli(module):
+    """`python -m tritongemm` and `python -m tritongemm.cli` both run it (the second once did
+    nothing, silently, and said so by exit status 0)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", module, "kernels", "--json"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert [row["name"] for row in json.loads(done.stdout)] == [k["name"] for k in tritongemm.kernels()]
+
+
 @pytest.mark.parametrize(
     "argv, names", MISTAKES + [pytest.param(*m, marks=cpu_only) for m in CPU_MISTAKES], ids=lambda x: str(x)
 )

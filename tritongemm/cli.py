@@ -515,3 +515,7 @@ def _print_table(title: str, head: list[str], rows: list[list[str]]) -> None:
     widths = [max(len(cell) for cell in column) for column in zip(head, *rows)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in [head, *rows]]
     print("\n".join([title, lines[0], "-" * len(lines[0]), *lines[1:]]))
+
+
+if __name__ == "__main__":  # python -m tritongemm.cli, as python -m tritongemm
+    sys.exit(main())
