@@ -14,6 +14,7 @@ import zlib
 
 import pytest
 import torch
+import torch.nn.functional as F
 from cases import DEVICE, DTYPES, HOPPER, LADDER, ON_GPU, ON_HOPPER
 
 import tritongemm
@@ -139,6 +140,17 @@ def test_gradients_match_torch_autograd(activation, preact, dtype, monkeypatch):
     expected = torch.autograd.grad(activate_torch(z, activation) + r.double(), leaves, grad_y.double())
     for name, g, e in zip(("x", "weight", "bias", "residual"), got, expected):
         assert g.dtype == dtype and rel_error(g, e) <= tolerance(dtype, 16), name
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_the_bias_gradient_is_f_linears_to_the_bit(dtype):
+    """The bias's gradient is one reduction over the rows, the one F.linear's backward runs (a
+    half tensor summed in fp32, rounded once): the same bits as torch's, on (batch, seq, hidden)."""
+    x, w, b, _ = inputs((3, 67), 40, 16, dtype, True, False)
+    grad_y = rand(3, 67, 40, dtype=dtype, seed="grad")
+    (got,) = torch.autograd.grad(tritongemm.linear(x, w, b.requires_grad_()), [b], grad_y)
+    (expected,) = torch.autograd.grad(F.linear(x, w, b), [b], grad_y)
+    assert got.dtype == dtype and torch.equal(got, expected)
 
 
 def test_gradients_of_some_inputs_only():

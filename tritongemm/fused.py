@@ -273,8 +273,8 @@ def linear_grads(grad_y, x, weight, bias, residual_dtype, activation, alpha, nee
     if activation is not None:
         z = lin(x, weight, bias, None, alpha, grad_y.dtype) if preact is None else preact
         grad_z = activation_backward(grad_y, z, activation)
-    if needs_grad[2]:  # summed in fp32 before the one rounding, as torch sums a half tensor
-        grad_bias = grad_z.reshape(-1, N).sum(0, dtype=torch.float32).to(bias.dtype)
+    if needs_grad[2]:  # one reduction kernel, F.linear's: a half tensor is summed in fp32, rounded once
+        grad_bias = grad_z.reshape(-1, N).sum(0, dtype=bias.dtype)
     grad_z = grad_z.to(x.dtype)
     if needs_grad[0]:  # dz @ weight, scaled: linear with weight.T as its (K, N) weight
         grad_x = lin(grad_z, weight.T, None, None, alpha, x.dtype)
