@@ -9,7 +9,7 @@ out=${OUT:-gpu-logs}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/env.txt"
 python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" | tee -a "$out/env.txt"
-python3 -m pytest -n 12 --dist worksteal -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$out/pytest.log" | tail -25
+python3 -m pytest -n 12 --dist worksteal --durations=30 -q -p no:cacheprovider "${@:-tests}" 2>&1 | tee "$out/pytest.log" | tail -60
 status=${PIPESTATUS[0]}
 python3 -m tritongemm demo 2>&1 | tee "$out/demo.log"
 exit "$status"
