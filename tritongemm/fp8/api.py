@@ -21,7 +21,7 @@ from tritongemm.plan import PLANS, tensor_facts
 
 # - "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input;
 # - "fp8_swap_ab": the same kernel computing C.T's tiles, the tokens on the MMA's narrow side
-#   (decode sizes; tensor- and row-wise scales);
+#   (decode sizes; every recipe);
 # - "fp8_tma": the Gluon rung (hopper/fp8_tma.py), Hopper and TMA-aligned operands;
 # - its warp-specialized persistent successors: "fp8_ws" (hopper/fp8_ws.py) for tensor- and
 #   row-wise scales, "fp8_block" (hopper/fp8_block.py) for block scales;
@@ -168,8 +168,8 @@ def scaled_mm(
         out_dtype: bfloat16 (default), float16 or float32.
         activation, alpha: as for `tritongemm.linear`.
         kernel: "auto" (the measured choice of `_auto`), "fp8_grouped" (the `triton.language`
-            rung, any input), "fp8_swap_ab" (the same computing C.T's tiles, for a few tokens;
-            tensor- and row-wise scales), "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
+            rung, any input), "fp8_swap_ab" (the same computing C.T's tiles, for a few tokens),
+            "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
             bf16 or fp16 out, TMA-aligned operands), "fp8_ws" (its warp-specialized persistent
             successor for tensor- and row-wise scales), "fp8_block" (the same for block scales,
             K a multiple of 128) or "fp8_odd_width" (tensor- and row-wise scales on tiles of 96 to
@@ -196,11 +196,6 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
         raise ValueError(
             "scaled_mm: kernel 'fp8_odd_width' takes tensor- or row-wise scales (its tiles' parts would cut "
             "the weight's 128 x 128 scale blocks), but got block-wise scales"
-        )
-    if kernel == "fp8_swap_ab" and recipe == "block":
-        raise ValueError(
-            "scaled_mm: kernel 'fp8_swap_ab' takes tensor- or row-wise scales (a transposed tile would read the "
-            "weight's 128 x 128 scale blocks along its rows), but got block-wise scales"
         )
     if kernel == "fp8_block" and (recipe == "row" or a.shape[1] % SCALE_BLOCK):
         # One element each is a block grid too (M = 1, N <= 128, K = 128), and the rung reads it broadcast.
@@ -363,6 +358,10 @@ _TL_MAX_M = 64
 # 16 x 32, 64, 128 and 256 or 512 deep; 120 KB of ring, past an Ada SM's 100 KB).
 _SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
 _SWAP_MAX_M = 16
+# Under block scales the swapped tile steps one 128-wide K block at a time; 8 slots keep 80 KB in
+# flight, near the 512-deep tile's 120 KB on an H100 and within an Ada SM's 100 KB. A guess, not a
+# measurement: `auto` does not take this tile for block scales until one says it should.
+_SWAP_BLOCK_STAGES = 8
 # Rung 4's ring on the 64 x 64 x 256 tile at decode sizes (_decode_tile): 4 slots (3 ran 0.93x
 # torch's where 4 ran 1.13x at 128 x 4096 x 4096), for K up to 4096 (at K = 14336 fp8_ws's
 # persistent loop stays ahead, 0.99x against 0.91x).
@@ -439,6 +438,8 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
     if config is None and kernel in ("fp8_block", "fp8_ws", "fp8_odd_width"):  # each its module's DEFAULT_CONFIG
         return importlib.import_module(f"tritongemm.hopper.{kernel}").DEFAULT_CONFIG
     if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":  # 256 deep: 60 KB of ring for an Ada SM
+        if recipe == "block":  # a K block a step (promotion), more of them in flight; not yet measured
+            return _SWAP_TILE.with_(BLOCK_K=SCALE_BLOCK, num_stages=_SWAP_BLOCK_STAGES)
         return _SWAP_TILE if device_info.capability(device) == (9, 0) else _SWAP_TILE.with_(BLOCK_K=256)
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick

@@ -120,7 +120,7 @@ def _scaled_mm_kernel(
     RECIPE: tl.constexpr,  # "tensor", "row" or "block" (recipes.py)
     SCALE_BLOCK: tl.constexpr,  # the block recipe's 128 (BLOCK_K is 128 then)
     ALIGN: tl.constexpr,  # _host.alignment_hints
-    SWAP_AB: tl.constexpr,  # tensor- and row-wise: the tile as C.T's, the weight's rows on the dot's tall side
+    SWAP_AB: tl.constexpr,  # the tile as C.T's, the weight's rows on the dot's tall side
     ALIGN_T: tl.constexpr,  # SWAP_AB: the transposed product's hints (swap_ab.transposed_alignment); else None
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     STORE_PREACT: tl.constexpr,
@@ -136,7 +136,27 @@ def _scaled_mm_kernel(
     #    and the scales apply once, below. A block scale changes every 128 of K: each K block's
     #    partial sum is a dot of its own, scaled and added in fp32 ("promotion"), so no more than
     #    one block's products ever share the MMA's accumulator.
-    if RECIPE == "block":
+    if RECIPE == "block" and SWAP_AB:
+        # Both at once: the transposed tile (below), promoted per 128 of K. A tile row is a weight
+        # row, so the weight's block scale is one value per row of the tile and a token's 1 x 128
+        # scale one per column, for this K block.
+        offs_k = tl.arange(0, BLOCK_K)
+        w_ptrs = b_ptr + offs_n[:, None] * stride_bn + offs_k[None, :] * stride_bk
+        x_ptrs = a_ptr + offs_k[:, None] * stride_ak + offs_m[None, :] * stride_am
+        sb_ptrs = sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn
+        sa_ptrs = sa_ptr + offs_m * stride_sam
+        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        for kb in range(0, tl.cdiv(K, BLOCK_K)):  # K % 128 == 0: no K mask
+            w = tl.load(w_ptrs, mask=n_in[:, None], other=0.0)
+            x_t = tl.load(x_ptrs, mask=m_in[None, :], other=0.0)
+            partial = tl.dot(w, x_t)
+            sb = tl.load(sb_ptrs + kb * stride_sbk, mask=n_in, other=0.0)
+            sa = tl.load(sa_ptrs + kb * stride_sak, mask=m_in, other=0.0)
+            acc_t += partial * sb[:, None] * sa[None, :]
+            w_ptrs += BLOCK_K * stride_bk
+            x_ptrs += BLOCK_K * stride_ak
+        acc = tl.trans(acc_t)
+    elif RECIPE == "block":
         offs_k = tl.arange(0, BLOCK_K)
         a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
         b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
