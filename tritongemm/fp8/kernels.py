@@ -136,42 +136,17 @@ def _scaled_mm_kernel(
     #    and the scales apply once, below. A block scale changes every 128 of K: each K block's
     #    partial sum is a dot of its own, scaled and added in fp32 ("promotion"), so no more than
     #    one block's products ever share the MMA's accumulator.
-    if RECIPE == "block" and SWAP_AB:
-        # Both at once: the transposed tile (below), promoted per 128 of K. A tile row is a weight
-        # row, so the weight's block scale is one value per row of the tile and a token's 1 x 128
-        # scale one per column, for this K block.
-        offs_k = tl.arange(0, BLOCK_K)
-        w_ptrs = b_ptr + offs_n[:, None] * stride_bn + offs_k[None, :] * stride_bk
-        x_ptrs = a_ptr + offs_k[:, None] * stride_ak + offs_m[None, :] * stride_am
-        sb_ptrs = sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn
-        sa_ptrs = sa_ptr + offs_m * stride_sam
-        acc_t = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        for kb in range(0, tl.cdiv(K, BLOCK_K)):  # K % 128 == 0: no K mask
-            w = tl.load(w_ptrs, mask=n_in[:, None], other=0.0)
-            x_t = tl.load(x_ptrs, mask=m_in[None, :], other=0.0)
-            partial = tl.dot(w, x_t)
-            sb = tl.load(sb_ptrs + kb * stride_sbk, mask=n_in, other=0.0)
-            sa = tl.load(sa_ptrs + kb * stride_sak, mask=m_in, other=0.0)
-            acc_t += partial * sb[:, None] * sa[None, :]
-            w_ptrs += BLOCK_K * stride_bk
-            x_ptrs += BLOCK_K * stride_ak
-        acc = tl.trans(acc_t)
-    elif RECIPE == "block":
-        offs_k = tl.arange(0, BLOCK_K)
-        a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
-        b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
-        sa_ptrs = sa_ptr + offs_m * stride_sam
-        sb_ptrs = sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for kb in range(0, tl.cdiv(K, BLOCK_K)):  # K % 128 == 0: no K mask
-            a = tl.load(a_ptrs, mask=m_in[:, None], other=0.0)
-            b = tl.load(b_ptrs, mask=n_in[None, :], other=0.0)
-            partial = tl.dot(a, b)
-            sa = tl.load(sa_ptrs + kb * stride_sak, mask=m_in, other=0.0)
-            sb = tl.load(sb_ptrs + kb * stride_sbk, mask=n_in, other=0.0)
-            acc += partial * sa[:, None] * sb[None, :]
-            a_ptrs += BLOCK_K * stride_ak
-            b_ptrs += BLOCK_K * stride_bk
+    if RECIPE == "block":
+        sa_ptrs = sa_ptr + offs_m * stride_sam  # a token's 1 x 128 scales
+        sb_ptrs = sb_ptr + (offs_n // SCALE_BLOCK) * stride_sbn  # a weight row's 128 x 128 block's
+        if SWAP_AB:  # the transposed tile (below): a tile row is a weight row, a column a token
+            acc = tl.trans(_block_scaled_dot(b_ptr, a_ptr, offs_n, offs_m, n_in, m_in, K, stride_bn, stride_bk,
+                                             stride_ak, stride_am, sb_ptrs, sa_ptrs, stride_sbk, stride_sak,
+                                             BLOCK_N, BLOCK_M, BLOCK_K))  # fmt: skip
+        else:
+            acc = _block_scaled_dot(a_ptr, b_ptr, offs_m, offs_n, m_in, n_in, K, stride_am, stride_ak, stride_bk,
+                                    stride_bn, sa_ptrs, sb_ptrs, stride_sak, stride_sbk, BLOCK_M, BLOCK_N,
+                                    BLOCK_K)  # fmt: skip
     elif SWAP_AB:
         # Rung 8's transposed tile (ladder/swap_ab.py): C.T's = W[offs_n] @ x[offs_m].T, so a few
         # tokens are the MMA's narrow side, not padding rows of a 64-row tile; both operands stay
@@ -190,3 +165,27 @@ def _scaled_mm_kernel(
         ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT,
     )  # fmt: skip
     store_tile(c_ptr, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
+
+
+@triton.jit
+def _block_scaled_dot(r_ptr, c_ptr, offs_r, offs_c, r_in, c_in, K, stride_rr, stride_rk, stride_ck, stride_cc,
+                      sr_ptrs, sc_ptrs, stride_srk, stride_sck,
+                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_K: tl.constexpr):  # fmt: skip
+    """sum over the K blocks kb of (R_kb @ C_kb) * sr_kb[:, None] * sc_kb[None, :], in fp32: R's
+    rows (offs_r) times C's columns (offs_c), both K-major as fp8's MMA reads them, each block's
+    product promoted with its rows' and columns' scales (sr_ptrs, sc_ptrs: column kb at kb * stride).
+    K is a multiple of BLOCK_K = 128: no K mask."""
+    offs_k = tl.arange(0, BLOCK_K)
+    r_ptrs = r_ptr + offs_r[:, None] * stride_rr + offs_k[None, :] * stride_rk
+    c_ptrs = c_ptr + offs_k[:, None] * stride_ck + offs_c[None, :] * stride_cc
+    acc = tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32)
+    for kb in range(0, tl.cdiv(K, BLOCK_K)):
+        r = tl.load(r_ptrs, mask=r_in[:, None], other=0.0)
+        c = tl.load(c_ptrs, mask=c_in[None, :], other=0.0)
+        partial = tl.dot(r, c)
+        sr = tl.load(sr_ptrs + kb * stride_srk, mask=r_in, other=0.0)
+        sc = tl.load(sc_ptrs + kb * stride_sck, mask=c_in, other=0.0)
+        acc += partial * sr[:, None] * sc[None, :]
+        r_ptrs += BLOCK_K * stride_rk
+        c_ptrs += BLOCK_K * stride_ck
+    return acc
