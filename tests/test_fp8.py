@@ -155,11 +155,11 @@ def test_auto_past_the_small_m_tiles(recipe, shape):
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="auto's choice at decode sizes is Hopper's")
-@pytest.mark.parametrize("M, N, K, gluon", [(1, 4096, 8192, True), (16, 28672, 4096, True), (64, 4096, 8192, True),
-                                            (16, 4096, 4096, False)])  # fmt: skip
+@pytest.mark.parametrize("M, N, K, gluon", [(1, 4096, 8192, True), (32, 28672, 4096, True), (64, 4096, 8192, True),
+                                            (16, 28672, 4096, False), (32, 4096, 4096, False)])  # fmt: skip
 def test_auto_streams_large_block_scaled_weights_through_the_gluon_rung(M, N, K, gluon, monkeypatch):
     """Block scales at M <= 64: fp8_block's 64-row tiles on weights of 2^25 elements or more,
-    the `tl` rung below; right either way."""
+    the `tl` rung below, and fp8_swap_ab's tile at M <= 16 on a K up to 4096; right either way."""
     from tritongemm.hopper import fp8_block
 
     planned = []
@@ -170,6 +170,20 @@ def test_auto_streams_large_block_scaled_weights_through_the_gluon_rung(M, N, K,
     check(M, N, K, "block")
     assert bool(planned) == gluon
     assert all(config in fp8_block.ONE_WARPGROUP_TILES for config in planned)
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="auto's choice at decode sizes is Hopper's")
+@pytest.mark.parametrize("M, N, K, swapped", [(1, 4096, 4096, True), (16, 6144, 4096, True), (16, 28672, 4096, True),
+                                              (5, 200, 384, True), (17, 4096, 4096, False),
+                                              (16, 4096, 14336, False)])  # fmt: skip
+def test_block_scales_at_decode_sizes_take_the_swapped_tile(M, N, K, swapped):
+    """M <= 16 and K <= 4096: fp8_swap_ab's tile, one 128-wide K block a step; right either way."""
+    from tritongemm.fp8.api import _SWAP_BLOCK_TILE, _auto
+
+    a, b, _, _ = operands(M, N, K, "block")
+    kernel, config = _auto(a, b, torch.empty(M, N, device=DEVICE), "block")
+    assert (kernel == "fp8_swap_ab") == swapped and (config == _SWAP_BLOCK_TILE) == swapped
+    check(M, N, K, "block")
 
 
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)

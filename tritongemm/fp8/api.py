@@ -338,7 +338,8 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
 #   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x. Narrower, 16 x 32
 #   (twice the programs at 4096 weight rows), ran 0.53-0.80x at N = 4096 and 6144 against 0.92-1.05x
 #   (probes/fp8-swap-m16-narrow.csv): 16 x 4096 x 4096 stays at ~0.92x, half the SMs pulling its weight.
-# - Block scales at M <= 64 on Hopper, weights of _BLOCK_GLUON_FROM_WEIGHT elements or more:
+# - Block scales at M <= 16 on Hopper, K <= _SWAP_BLOCK_MAX_K: fp8_swap_ab's tile (_SWAP_BLOCK_TILE).
+# - Else block scales at M <= 64 on Hopper, weights of _BLOCK_GLUON_FROM_WEIGHT elements or more:
 #   fp8_block's 64-row tiles, the larger of the two that gives half the SMs a tile
 #   (results/h100/probes/fp8-block-small-partitions.csv and fp8-block-m16-rule.csv, M = 16):
 #   1.00-1.13x torch's at 16 x 28672 x 4096 (64 x 128) and 0.91-0.93x at 16 x 4096 x 14336
@@ -358,10 +359,18 @@ _TL_MAX_M = 64
 # 16 x 32, 64, 128 and 256 or 512 deep; 120 KB of ring, past an Ada SM's 100 KB).
 _SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
 _SWAP_MAX_M = 16
-# Under block scales the swapped tile steps one 128-wide K block at a time; 8 slots keep 80 KB in
-# flight, near the 512-deep tile's 120 KB on an H100 and within an Ada SM's 100 KB. A guess, not a
-# measurement: `auto` does not take this tile for block scales until one says it should.
-_SWAP_BLOCK_STAGES = 8
+# Under block scales the swapped tile steps one 128-wide K block at a time (promotion), 8 slots
+# deep: 80 KB in flight, within an Ada SM's 100 KB. `auto` takes it for block scales at M <= 16 on
+# Hopper, K up to _SWAP_BLOCK_MAX_K (scripts/fp8_configs.py --swap --recipes block, M = 16):
+# - the H100 (results/h100/probes/fp8-swap-block-m16.csv): 1.47x torch's block-wise at 6144 x 4096,
+#   1.51x at 4096 x 4096, 1.07x at 28672 x 4096, where the rule before gave 0.99x, 1.28x and 1.02x
+#   (results/h100/fp8.csv);
+# - an H200 (results/h200/probes/fp8-swap-block-m16.csv, the rule before beside it): 1.52x, 1.56x
+#   and 1.03x, where it gave 0.99x, 1.28x and 0.90x.
+# At K = 14336 it ran 0.92x (H100) and 0.81x (H200), where fp8_block's 64 x 64 tile, which stays,
+# ran 0.96x and 0.89x: its 64 programs' steps take as long as at K = 4096, torch's do not.
+_SWAP_BLOCK_TILE = _SWAP_TILE.with_(BLOCK_K=SCALE_BLOCK, num_stages=8)
+_SWAP_BLOCK_MAX_K = 4096
 # Rung 4's ring on the 64 x 64 x 256 tile at decode sizes (_decode_tile): 4 slots (3 ran 0.93x
 # torch's where 4 ran 1.13x at 128 x 4096 x 4096), for K up to 4096 (at K = 14336 fp8_ws's
 # persistent loop stays ahead, 0.99x against 0.91x).
@@ -376,6 +385,8 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     if a.device.type != "cuda":
         return "fp8_grouped", None
     hopper = device_info.capability(a.device) == (9, 0)  # the GPU the tiles were measured on
+    if hopper and M <= _SWAP_MAX_M and (recipe != "block" or a.shape[1] <= _SWAP_BLOCK_MAX_K):
+        return "fp8_swap_ab", _SWAP_BLOCK_TILE if recipe == "block" else _SWAP_TILE
     large_block_weight = recipe == "block" and N * a.shape[1] >= _BLOCK_GLUON_FROM_WEIGHT
     if hopper and (M > _TL_MAX_M or large_block_weight):
         from tritongemm.hopper import fp8_block, fp8_tma, fp8_ws
@@ -390,8 +401,6 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
             return "fp8_block", _filling_tile(
                 fp8_block.TILES if M > _TL_MAX_M else fp8_block.ONE_WARPGROUP_TILES, M, N, sms
             )
-    if hopper and M <= _SWAP_MAX_M and recipe != "block":
-        return "fp8_swap_ab", _SWAP_TILE
     if M > _SMALL_M:
         # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
         return "fp8_grouped", _WIDE if hopper and recipe != "block" else _BLOCK_TL
@@ -438,8 +447,8 @@ def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, k
     if config is None and kernel in ("fp8_block", "fp8_ws", "fp8_odd_width"):  # each its module's DEFAULT_CONFIG
         return importlib.import_module(f"tritongemm.hopper.{kernel}").DEFAULT_CONFIG
     if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":  # 256 deep: 60 KB of ring for an Ada SM
-        if recipe == "block":  # a K block a step (promotion), more of them in flight; not yet measured
-            return _SWAP_TILE.with_(BLOCK_K=SCALE_BLOCK, num_stages=_SWAP_BLOCK_STAGES)
+        if recipe == "block":
+            return _SWAP_BLOCK_TILE
         return _SWAP_TILE if device_info.capability(device) == (9, 0) else _SWAP_TILE.with_(BLOCK_K=256)
     if config is None:
         if device.type == "cpu":  # the interpreter: small tiles keep the tests quick
