@@ -110,8 +110,9 @@ SWAP = {
         (64, 1024, 4, 2),
     )
 }
-# fp8_swap_ab under block scales (2026-11-27, not yet run): one 128-wide K block a step, so the
-# ring's depth is its slots; against the `tl` rung's and fp8_block's tiles that `auto` takes there.
+# fp8_swap_ab under block scales: one 128-wide K block a step, so the ring's depth is its slots;
+# beside the `tl` rung's and fp8_block's tiles (results/h100/probes/fp8-swap-block-m16.csv: auto
+# takes 16 x 64 x 128 s8 at M <= 16, K <= 4096).
 SWAP_BLOCK = {
     f"swap-block 16x{n}x128 w4 s{stages}": ("fp8_swap_ab", cfg(16, n, 128, 4, stages))
     for n, stages in ((64, 8), (64, 6), (64, 12), (32, 8), (32, 12), (128, 6))
