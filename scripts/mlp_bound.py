@@ -12,15 +12,18 @@ and reports the block's measured ratio beside `parity`: torch's block time over 
 GEMMs replaced by torch's, torch_block / (torch_gemms + our_rest). That is the ratio fusion
 buys on its own; above it, only faster GEMMs help. The forward row is an inference forward
 (no_grad), forward+backward a training step's, as in `bench mlp`; `compile` is
-`torch.compile` of the unfused block over the same GEMM total. On a GPU:
+`torch.compile` of the unfused block over the same GEMM total. Each GEMM alone multiplies the
+block's own intermediate values, and the providers take turns over ROUNDS rounds. On a GPU:
 
     PYTHONPATH=. python3 scripts/mlp_bound.py [out.csv]
 """
 
 import csv
+import statistics
 import sys
 
 import torch
+import torch.nn.functional as F
 
 from tritongemm import fused
 from tritongemm.api import matmul
@@ -30,14 +33,29 @@ from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.reference import rel_error, tolerance
 
 TOKENS = (2048, 8192)
+ROUNDS = 3  # each provider timed once a round, rounds interleaved: the board's clock drifts under its power cap
 
 
-def torch_gemms(x, gate, up, down, training: bool):
-    """The unfused block's GEMMs alone, on operands of the same shapes and layouts."""
-    h, dy = torch.empty_like(x @ gate.T), torch.randn_like(x)
-    forward = [(x, gate.T), (x, up.T), (h, down.T)]
-    backward = [(dy, down), (dy.T, h), (h, gate), (h, up), (h.T, x), (h.T, x)]  # dh; dWd; dx x2; dWg, dWu
-    pairs = forward + (backward if training else [])
+def intermediates(x, gate, up, down, training: bool) -> dict:
+    """The block's own intermediate tensors (h, and for training dY as `bench mlp` passes it and
+    the gradients that flow back), so that each GEMM alone multiplies the values it multiplies
+    in the block: a GEMM's power draw, and so its clock under the cap, depends on its data."""
+    g, u = x @ gate.T, x @ up.T
+    t = dict(h=F.silu(g) * u)
+    if training:
+        t["dy"] = torch.ones_like(x)
+        dh = t["dy"] @ down
+        t["dg"], t["du"] = torch.ops.aten.silu_backward(dh * u, g), dh * F.silu(g)
+        t["d_pair"] = torch.cat([t["dg"], t["du"]], dim=1)
+    return t
+
+
+def torch_gemms(x, gate, up, down, t: dict, training: bool):
+    """The unfused block's GEMMs alone, on the operands autograd hands them."""
+    pairs = [(x, gate.T), (x, up.T), (t["h"], down.T)]
+    if training:  # dh; dW_down; dx from g and from u; dW_gate, dW_up
+        dy, dg, du = t["dy"], t["dg"], t["du"]
+        pairs += [(dy, down), (dy.T, t["h"]), (dg, gate), (du, up), (dg.T, x), (du.T, x)]
 
     def run():
         for a, b in pairs:
@@ -46,15 +64,14 @@ def torch_gemms(x, gate, up, down, training: bool):
     return run
 
 
-def our_gemms(x, gate, up, down, training: bool):
+def our_gemms(x, gate, up, down, t: dict, training: bool):
     """GatedMLP's GEMMs alone: inference, the gated pair (its epilogue is the block's only
     elementwise work) and the down projection; training, the plain pair and its backward's."""
     weight = torch.cat([gate, up])
-    h, dy = torch.empty_like(x @ gate.T), torch.randn_like(x)
-    d_pair = torch.randn_like(x @ weight.T)
     if not training:
         return lambda: fused.linear(gated_pair(x, weight, "silu", "auto"), down)
-    pairs = [(x, weight.T), (h, down.T), (dy, down), (dy.T, h), (d_pair, weight), (d_pair.T, x)]
+    dy, d_pair = t["dy"], t["d_pair"]
+    pairs = [(x, weight.T), (t["h"], down.T), (dy, down), (dy.T, t["h"]), (d_pair, weight), (d_pair.T, x)]
 
     def run():
         for a, b in pairs:
@@ -75,9 +92,15 @@ def main(path: str | None = None) -> None:
                 bound = (4 if training else 2) * tolerance(torch.bfloat16, problem.K)
                 err = rel_error(calls["tritongemm"](), _reference(problem, *operands))
                 assert err <= bound, f"{problem.label()}: tritongemm's error {err:.2e} > {bound:.2e}"
-                t = {name: gpu_timer(calls[name], use_graph=True) for name in ("torch", "torch.compile", "tritongemm")}
-                t["torch_gemms"] = gpu_timer(torch_gemms(*operands, training), use_graph=True)
-                t["our_gemms"] = gpu_timer(our_gemms(*operands, training), use_graph=True)
+                inner = intermediates(*operands, training)
+                fns = {name: calls[name] for name in ("torch", "torch.compile", "tritongemm")}
+                fns["torch_gemms"] = torch_gemms(*operands, inner, training)
+                fns["our_gemms"] = our_gemms(*operands, inner, training)
+                samples = {name: [] for name in fns}
+                for _ in range(ROUNDS):
+                    for name, fn in fns.items():
+                        samples[name].append(gpu_timer(fn, use_graph=True))
+                t = {name: statistics.median(times) for name, times in samples.items()}
                 our_rest = t["tritongemm"] - t["our_gemms"]
                 row = dict(model=model, tokens=tokens, direction=direction,
                            torch_ms=t["torch"], compile_ms=t["torch.compile"], ours_ms=t["tritongemm"],
