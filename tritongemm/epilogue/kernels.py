@@ -98,7 +98,35 @@ def apply_gl(
     ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
     STORE_PREACT: gl.constexpr,
 ):  # fmt: skip
-    """The epilogue on the fp32 accumulator of the tile at (off_m, off_n) (see apply_tl)."""
+    """The epilogue on the fp32 accumulator of the tile at (off_m, off_n) (see apply_tl).
+
+    A residual's tile whose columns all lie below N is loaded under a mask by row alone
+    (`_apply_gl`'s WHOLE_COLUMNS). Masked by column against N, a runtime value whose
+    divisibility the compiler doesn't know, each load was 2 bytes wide, 128 a thread on a 128 x
+    256 tile, and spilled registers; by row alone each thread's two adjacent values come in one
+    4-byte load, none spilled (ptxas, sm_90a). The last tile along N keeps the column mask. With
+    a pre-activation to store, two copies of the epilogue spilled more than one: one copy then."""
+    if HAS_RESIDUAL and not STORE_PREACT:
+        if off_n + acc.shape[1] <= N:
+            acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
+                            stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, True)  # fmt: skip
+        else:
+            acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
+                            stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False)  # fmt: skip
+    else:
+        acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
+                        alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False)  # fmt: skip
+    return acc
+
+
+@gluon.jit
+def _apply_gl(
+    acc, off_m, off_n, M, N,
+    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+    ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+    STORE_PREACT: gl.constexpr, WHOLE_COLUMNS: gl.constexpr,
+):  # fmt: skip
+    """apply_gl's steps; WHOLE_COLUMNS: every column of the tile is below N (masks by row)."""
     layout: gl.constexpr = acc.type.layout
     BLOCK_M: gl.constexpr = acc.shape[0]
     BLOCK_N: gl.constexpr = acc.shape[1]
@@ -111,7 +139,10 @@ def apply_gl(
     offs_m = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     rows = gl.expand_dims(offs_m.to(gl.int64), 1)  # 64-bit, as in apply_tl
     cols = gl.expand_dims(offs_n.to(gl.int64), 0)
-    mask = (rows < M) & (cols < N)
+    if WHOLE_COLUMNS:
+        mask = rows < M  # (BLOCK_M, 1), broadcast along the row
+    else:
+        mask = (rows < M) & (cols < N)
     if STORE_PREACT:
         gl.store(preact_ptr + rows * stride_pm + cols, acc.to(preact_ptr.dtype.element_ty), mask=mask)
     acc = _activate_gl(acc, ACTIVATION)
