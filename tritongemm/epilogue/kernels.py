@@ -106,13 +106,12 @@ def apply_gl(
     256 tile, and spilled registers; by row alone each thread's two adjacent values come in one
     4-byte load, none spilled (ptxas, sm_90a). The last tile along N keeps the column mask. With
     a pre-activation to store, two copies of the epilogue spilled more than one: one copy then."""
+    whole = False  # a Python bool: the branch below folds away where it stays one
     if HAS_RESIDUAL and not STORE_PREACT:
-        if off_n + acc.shape[1] <= N:
-            acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
-                            stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, True)  # fmt: skip
-        else:
-            acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn,
-                            stride_pm, alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False)  # fmt: skip
+        whole = off_n + acc.shape[1] <= N
+    if whole:
+        acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
+                        alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, True)  # fmt: skip
     else:
         acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
                         alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False)  # fmt: skip
