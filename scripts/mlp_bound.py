@@ -18,7 +18,6 @@ block's own intermediate values, and the providers take turns over ROUNDS rounds
     PYTHONPATH=. python3 scripts/mlp_bound.py [out.csv]
 """
 
-import csv
 import statistics
 import sys
 
@@ -29,6 +28,7 @@ from tritongemm import fused
 from tritongemm.api import matmul
 from tritongemm.bench.measure import gpu_timer
 from tritongemm.bench.mlp import MODELS, MlpProblem, _operands, _providers, _reference
+from tritongemm.bench.report import write_dicts
 from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.reference import rel_error, tolerance
 
@@ -117,10 +117,7 @@ def main(path: str | None = None) -> None:
                       f"{row['gemm_ratio']:.3f}x  block {row['ratio']:.3f}x, at parity {row['parity']:.3f}x  vs "
                       f"compile {row['ratio_to_compile']:.3f}x, at parity {row['parity_to_compile']:.3f}x")  # fmt: skip
     if path:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_dicts(path, rows)
 
 
 if __name__ == "__main__":

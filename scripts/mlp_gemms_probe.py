@@ -6,7 +6,6 @@ kernel-only (CUDA graph replay medians), Llama-3-8B's and Qwen2-7B's MLPs. On a 
     PYTHONPATH=. python3 scripts/mlp_gemms_probe.py [out.csv]
 """
 
-import csv
 import sys
 
 import torch
@@ -14,6 +13,7 @@ import torch
 import tritongemm
 from tritongemm import dispatch
 from tritongemm.bench.measure import gpu_timer
+from tritongemm.bench.report import write_dicts
 from tritongemm.reference import rel_error, tolerance
 
 MLPS = {"llama-3-8b": (4096, 14336), "qwen2-7b": (3584, 18944)}  # hidden, intermediate
@@ -60,10 +60,7 @@ def main(path: str | None = None) -> None:
                                  ratio_to_torch=ratio, auto=choice))  # fmt: skip
             print(f"{model:<11} {tokens:>5} all six: {totals['torch'] / totals['tritongemm']:.3f}x torch's")
     if path:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_dicts(path, rows)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ against torch's first. Run on a GPU: PYTHONPATH=. python3 scripts/preact_cost.py
 (without one, a CPU smoke run of tiny fp32 shapes under the interpreter).
 """
 
-import csv
 import functools
 import os
 import statistics
@@ -20,6 +19,7 @@ import torch.nn.functional as F  # noqa: E402
 
 import tritongemm  # noqa: E402
 from tritongemm import fused  # noqa: E402
+from tritongemm.bench.report import write_dicts  # noqa: E402
 from tritongemm.reference import rel_error  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
@@ -83,10 +83,7 @@ def main() -> None:
             rows.append(row)
             print(" ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()), flush=True)
     if len(sys.argv) > 1:
-        with open(sys.argv[1], "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_dicts(sys.argv[1], rows)
 
 
 if __name__ == "__main__":

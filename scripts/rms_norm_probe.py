@@ -8,13 +8,13 @@ all in the same run. On a GPU, with transformers installed:
     PYTHONPATH=. python3 scripts/rms_norm_probe.py [out.csv]
 """
 
-import csv
 import sys
 
 import torch
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from tritongemm.bench.measure import eager_timer, gpu_timer
+from tritongemm.bench.report import write_dicts
 from tritongemm.blocks import RMSNorm
 from tritongemm.blocks.rms_norm import rms_norm_reference
 from tritongemm.reference import rel_error
@@ -65,10 +65,7 @@ def main(path: str | None = None) -> None:
                       f"({base_g / graph:5.2f}x)  eager {eager * 1e3:8.1f} us ({base_e / eager:5.2f}x)  "
                       f"err {err:.1e}")  # fmt: skip
     if path:
-        with open(path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows_out[0]))
-            writer.writeheader()
-            writer.writerows(rows_out)
+        write_dicts(path, rows_out)
 
 
 if __name__ == "__main__":

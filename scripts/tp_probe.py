@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import statistics
 import sys
 from pathlib import Path
@@ -43,6 +42,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tritongemm.bench import tp  # noqa: E402
+from tritongemm.bench.report import write_dicts  # noqa: E402
 from tritongemm.distributed import exchange, gathered  # noqa: E402
 from tritongemm.plan import PLANS  # noqa: E402
 
@@ -171,10 +171,7 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
             print(f"{layer[0]} {m}: " + ", ".join(ratios), flush=True)
     if rank == 0:
         Path(out_path).parent.mkdir(parents=True, exist_ok=True)
-        with open(out_path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_dicts(out_path, rows)
     dist.destroy_process_group()
 
 

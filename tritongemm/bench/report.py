@@ -31,6 +31,15 @@ def write_results(
     return csv_path, json_path
 
 
+def write_dicts(path, rows: list[dict]) -> None:
+    """rows (dicts with the same keys, in column order) as a CSV at `path`: the probe scripts'
+    output."""
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def read_rows(csv_path: Path) -> list[dict]:
     """The rows of a results CSV; those written before the timing column existed were "graph"."""
     with Path(csv_path).open() as f:

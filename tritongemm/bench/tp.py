@@ -401,7 +401,7 @@ def _gpu_activity(prof, layer: str, op: str, path: str, timing: str) -> list[dic
 
 
 def _write_timeline(result: dict, out_dir, plot: bool) -> list:
-    import csv
+    from tritongemm.bench.report import write_dicts
 
     events = result["events"]
     if out_dir is None or not events:
@@ -410,10 +410,7 @@ def _write_timeline(result: dict, out_dir, plot: bool) -> list:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "tp-timeline.csv"
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(events[0]))
-        writer.writeheader()
-        writer.writerows(events)
+    write_dicts(path, events)
     print(f"Wrote {path}")
     if plot:
         print(f"Wrote {plot_timeline(path, out / 'tp-timeline.png')}")
