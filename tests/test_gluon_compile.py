@@ -111,6 +111,8 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_fp8_ws()
     if kernel == "gated":
         return _compile_gated()
+    if kernel == "residual":
+        return _compile_residual()
     if kernel == "grouped_ws":
         return _compile_grouped_ws()
     if kernel == "grouped_k_ws":
@@ -470,6 +472,43 @@ def test_the_gated_pair_compiles_for_sm90():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
         gated, plain = result["copies"]
         assert plain > 0 and 2 * gated == 3 * plain, f"{label}: {gated} TMA loads, the plain GEMM {plain}"
+
+
+def _compile_residual() -> list[dict]:
+    """Rung 6's big tile with a decoder layer's residual epilogue (o_proj's and down_proj's: the
+    weight K-major, a residual, with and without a bias): the global loads' widths and spills."""
+    from tritongemm.epilogue import Epilogue
+    from tritongemm.hopper import BIG_TILE, pipeline, tma_persistent_pipelined
+    from tritongemm.hopper.descriptors import make_descriptors
+    from tritongemm.hopper.mma import WGMMA
+    from tritongemm.hopper.schedulers import scheduler_for
+
+    results = []
+    M, N, K = 1000, 1504, 704
+    a, weight = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(N, K, dtype=torch.bfloat16)
+    c, bias = torch.empty(M, N, dtype=torch.bfloat16), torch.empty(N, dtype=torch.bfloat16)
+    tile, ring = BIG_TILE, pipeline.plan_ring(BIG_TILE, 2)
+    desc = make_descriptors(a, weight.T, c, tile.BLOCK_M, tile.BLOCK_N, tile.BLOCK_K, epi_split=ring.epi_split)
+    for spec in (Epilogue(residual=True), Epilogue(bias=True, residual=True)):
+        compiled = tma_persistent_pipelined._tma_persistent_pipelined_kernel.warmup(
+            desc.a, desc.b, desc.c, *spec.pointers(bias, c), *spec.fixed_args(c), **desc.layout_constexprs(),
+            MMA=WGMMA, Scheduler=scheduler_for(tile.scheduler, tile.GROUP_SIZE_M),
+            NUM_BUFFERS=tile.num_stages, BARRIERS_PER_SLOT=1, num_warps=tile.num_warps, STEAL_B=ring.steal_b,
+            GLU="none", **spec.constexprs(), grid=(1,),
+        )  # fmt: skip
+        ptx = compiled.asm["ptx"]
+        results.append(dict(case=[spec.bias], loads=sorted(set(re.findall(r"ld\.global[.\w]*", ptx))), **_ptxas(ptx)))
+    return results
+
+
+def test_a_residual_loads_two_values_at_a_time():
+    """apply_gl masks a residual tile by row alone where all its columns lie below N: each
+    thread's two adjacent values then come in one 4-byte load (the last tile along N keeps its
+    2-byte ones), and rung 6's big tile spills nothing (72 B without a bias and 244 B with one,
+    when every tile was masked by column; triton 3.7.1's ptxas)."""
+    for result in compile_kernel("residual"):
+        assert "ld.global.b32" in result["loads"], result
+        assert result["spilled"] == 0 and not result["serialized"], result
 
 
 # setmaxnreg, the masked store's 16-byte stores, the TMA store of a tile within its group
