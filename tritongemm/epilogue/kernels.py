@@ -106,15 +106,24 @@ def apply_gl(
     256 tile, and spilled registers; by row alone each thread's two adjacent values come in one
     4-byte load, none spilled (ptxas, sm_90a). The last tile along N keeps the column mask. With
     a pre-activation to store, two copies of the epilogue spilled more than one: one copy then."""
-    whole = False  # a Python bool: the branch below folds away where it stays one
+    # Three calls, not a flag set under the constexpr test and branched on once: triton 3.6.0
+    # failed to compile that for the fp8 and Gluon rungs (ConvertTritonGPUToLLVM; CI, 3702eeb).
     if HAS_RESIDUAL and not STORE_PREACT:
-        whole = off_n + acc.shape[1] <= N
-    if whole:
-        acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
-                        alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, True)  # fmt: skip
+        if off_n + acc.shape[1] <= N:
+            acc = _apply_gl(
+                acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, True,
+            )  # fmt: skip
+        else:
+            acc = _apply_gl(
+                acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False,
+            )  # fmt: skip
     else:
-        acc = _apply_gl(acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm,
-                        alpha, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False)  # fmt: skip
+        acc = _apply_gl(
+            acc, off_m, off_n, M, N, bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+            ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, False,
+        )  # fmt: skip
     return acc
 
 
