@@ -504,11 +504,12 @@ def _compile_residual() -> list[dict]:
 def test_a_residual_loads_two_values_at_a_time():
     """apply_gl masks a residual tile by row alone where all its columns lie below N: each
     thread's two adjacent values then come in one 4-byte load (the last tile along N keeps its
-    2-byte ones), and rung 6's big tile spills nothing (72 B without a bias and 244 B with one,
-    when every tile was masked by column; triton 3.7.1's ptxas)."""
+    2-byte ones), and rung 6's big tile spills little: nothing with triton 3.6.0 and 3.7.1, 16 B
+    without a bias and 20 B with one on 3.9.0, where every tile masked by column spilled 72 and
+    244 B (3.7.1), 44 and 64 B (3.9.0)."""
     for result in compile_kernel("residual"):
         assert "ld.global.b32" in result["loads"], result
-        assert result["spilled"] == 0 and not result["serialized"], result
+        assert result["spilled"] <= 32 and not result["serialized"], result
 
 
 # setmaxnreg, the masked store's 16-byte stores, the TMA store of a tile within its group
