@@ -104,8 +104,9 @@ def apply_gl(
     (`_apply_gl`'s WHOLE_COLUMNS). Masked by column against N, a runtime value whose
     divisibility the compiler doesn't know, each load was 2 bytes wide, 128 a thread on a 128 x
     256 tile, and spilled registers; by row alone each thread's two adjacent values come in one
-    4-byte load, none spilled (ptxas, sm_90a). The last tile along N keeps the column mask. With
-    a pre-activation to store, two copies of the epilogue spilled more than one: one copy then."""
+    4-byte load, and rung 6's tiles spill nothing on triton 3.6.0 and 3.7.1 (ptxas, sm_90a;
+    test_gluon_compile). The last tile along N keeps the column mask. With a pre-activation to
+    store, two copies of the epilogue spilled more than one: one copy then."""
     # Three calls, not a flag set under the constexpr test and branched on once: triton 3.6.0
     # failed to compile that for the fp8 and Gluon rungs (ConvertTritonGPUToLLVM; CI, 3702eeb).
     if HAS_RESIDUAL and not STORE_PREACT:
