@@ -18,6 +18,7 @@ block's own intermediate values, and the providers take turns over ROUNDS rounds
     PYTHONPATH=. python3 scripts/mlp_bound.py [out.csv]
 """
 
+import functools
 import statistics
 import sys
 
@@ -56,12 +57,7 @@ def torch_gemms(x, gate, up, down, t: dict, training: bool):
     if training:  # dh; dW_down; dx from g and from u; dW_gate, dW_up
         dy, dg, du = t["dy"], t["dg"], t["du"]
         pairs += [(dy, down), (dy.T, t["h"]), (dg, gate), (du, up), (dg.T, x), (du.T, x)]
-
-    def run():
-        for a, b in pairs:
-            torch.mm(a, b)
-
-    return run
+    return functools.partial(_each, torch.mm, pairs)
 
 
 def our_gemms(x, gate, up, down, t: dict, training: bool):
@@ -72,12 +68,12 @@ def our_gemms(x, gate, up, down, t: dict, training: bool):
         return lambda: fused.linear(gated_pair(x, weight, "silu", "auto"), down)
     dy, d_pair = t["dy"], t["d_pair"]
     pairs = [(x, weight.T), (t["h"], down.T), (dy, down), (dy.T, t["h"]), (d_pair, weight), (d_pair.T, x)]
+    return functools.partial(_each, matmul, pairs)
 
-    def run():
-        for a, b in pairs:
-            matmul(a, b)
 
-    return run
+def _each(mm, pairs) -> None:
+    for a, b in pairs:
+        mm(a, b)
 
 
 def main(path: str | None = None) -> None:

@@ -1,8 +1,10 @@
 """`tritongemm.linear(x, w, residual=r)` against `F.linear(x, w) + r` at the decoder layers' residual
 GEMMs (o_proj and down_proj of Llama-3-8B and Qwen2-7B, an N that ends inside a tile, a decode
 size), bf16, kernel-only (CUDA graph replays, the two taking turns over ROUNDS rounds), each
-checked against fp64 first. Run it on two trees in one device call to compare an epilogue change
-by its ratio to torch (the ratios, not the times, compare across runs):
+checked against fp64 first. Not `bench epilogue`: that suite's residual case has a bias (these
+layers have none) and compiles torch.compile's provider for every shape. Run it on two trees in
+one device call to compare an epilogue change by its ratio to torch (the ratios, not the times,
+compare across runs):
 
     PYTHONPATH=. python3 scripts/residual_epilogue_probe.py
 """

@@ -136,8 +136,8 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
 # the `tl` ones (the grouped rung; the swapped tile, decode's, block scales included) on every GPU,
 # the Gluon ones on Hopper only: fp8_block with block scales only, fp8_ws and fp8_odd_width with
 # tensor- and row-wise scales only.
-FP8_KERNELS = ("fp8_grouped", "fp8_swap_ab", "fp8_tma", "fp8_block", "fp8_ws", "fp8_odd_width")
-PORTABLE_FP8 = 2  # FP8_KERNELS[:2] run on any GPU
+PORTABLE_FP8 = ("fp8_grouped", "fp8_swap_ab")
+FP8_KERNELS = (*PORTABLE_FP8, "fp8_tma", "fp8_block", "fp8_ws", "fp8_odd_width")
 FP8_RECIPES = {"fp8_block": ("block",), "fp8_ws": ("tensor", "row"), "fp8_odd_width": ("tensor", "row")}
 FP8_SHAPES = ((1, 8, 128), (17, 40, 256), (130, 136, 384))
 
@@ -226,7 +226,7 @@ def main() -> int:
     # An experimental kernel (not yet run on a GPU; it might hang) only when named.
     names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]]
     hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-    names += [] if args.kernel else [*(FP8_KERNELS if hopper else FP8_KERNELS[:PORTABLE_FP8]), GROUPED]
+    names += [] if args.kernel else [*(FP8_KERNELS if hopper else PORTABLE_FP8), GROUPED]
     failures = []
     for name in names:
         start, count, bad = time.perf_counter(), 0, []
