@@ -51,6 +51,12 @@ Also tried, on the H100 beside torch's (results/h100/probes/fp8-block-registers-
   * the two warpgroups taking turns to issue their MMAs (an mbarrier pair passed back and forth),
     in case the tensor cores, fed by both at once, finished both at once and left both to promote
     with nothing queued: 0.94x against 0.99x, so that is not where the time goes.
+  * a 192 x 128 tile on three consumer warpgroups, each 64 x 128: one MMA and one promotion a
+    K-step per warpgroup, with two others' MMAs queued to hide it, in 160 registers a thread
+    (A as three 64-row boxes, a ring each: TMA boxes and buffers take power-of-two sides).
+    0.90x torch's against 0.98x for 128 x 256 (M >= 2048, 9 shapes, 3 rounds, H100,
+    results/h100/probes/fp8-block-thirds.csv and .patch): the narrower tile's extra L2 traffic
+    costs more than the serialized halves do.
 
 tensor- and row-wise scales are fp8_ws.py's (they apply once, to the finished tile).
 scaled_mm's "auto" takes this rung for block scales past M = 64 (fp8/api.py `_auto`, on TILES), and
