@@ -55,8 +55,8 @@ Also tried, on the H100 beside torch's (results/h100/probes/fp8-block-registers-
     K-step per warpgroup, with two others' MMAs queued to hide it, in 160 registers a thread
     (A as three 64-row boxes, a ring each: TMA boxes and buffers take power-of-two sides).
     0.90x torch's against 0.98x for 128 x 256 (M >= 2048, 9 shapes, 3 rounds, H100,
-    results/h100/probes/fp8-block-thirds.csv and .patch): the narrower tile's extra L2 traffic
-    costs more than the serialized halves do.
+    results/h100/probes/fp8-block-thirds.csv and .patch), lower on every shape. Its tile
+    loads 11% more per FLOP than 128 x 256; why it lost more than that was not profiled.
 
 tensor- and row-wise scales are fp8_ws.py's (they apply once, to the finished tile).
 scaled_mm's "auto" takes this rung for block scales past M = 64 (fp8/api.py `_auto`, on TILES), and
