@@ -195,3 +195,28 @@ def test_the_row_group_pair_reads_no_offsets(M, monkeypatch):
         pair = x.double() @ weight.double().T
         expected = activate_torch(pair[:, :40], "silu") * pair[:, 40:]
         assert rel_error(h, expected) <= 2 * tolerance(dtype, 72)
+
+
+@pytest.mark.parametrize("M", [1, 16])
+def test_the_decode_pair_tile(M):
+    """grouped.api's tile for a dense pair of at most DECODE_PAIR_ROWS rows (gated_pair on a GPU):
+    a partial K-step and a partial last column tile, C poisoned, against fp64 (the interpreter on
+    the CPU, where dense_pair_plan itself keeps the interpreter's small tile)."""
+    from tritongemm.epilogue import activate_torch
+    from tritongemm.grouped import api
+    from tritongemm.reference import rel_error, tolerance
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    gen = torch.Generator().manual_seed(M)
+    x = torch.randn(M, 300, generator=gen).to(device, dtype)  # K: one step of 256 and a partial one
+    weight = (torch.randn(2 * 70, 300, generator=gen) * 300**-0.5).to(device, dtype)  # 70: 32 + 32 + 6
+    tile = api.decode_pair_tile(x.element_size())
+    assert M <= api.DECODE_PAIR_ROWS and tile["BLOCK_N"] == 32
+    call = api._plan(x, weight.t().unsqueeze(0), None, dtype, "m", "gelu", tile, whole=True)
+    h = torch.full((M, 70), float("nan"), dtype=dtype, device=device)
+    call(x, weight, None, h)
+    pair = x.double() @ weight.double().T
+    expected = activate_torch(pair[:, :70], "gelu") * pair[:, 70:]
+    assert torch.isfinite(h).all()
+    assert rel_error(h, expected) <= 2 * tolerance(dtype, 300)

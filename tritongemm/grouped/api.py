@@ -29,6 +29,15 @@ _GPU_TILES = {
     "small": dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=4),
 }
 _LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
+# A dense gated pair of at most DECODE_PAIR_ROWS rows (decode: one group, the weight streamed once)
+# takes 32 output columns a tile, so its many tiles fill the programs' rounds evenly. The small
+# tile's 128 columns left the last round mostly idle: Qwen2-7B's 18944 make 148 tiles for 132
+# programs. On the H100 at 1 and 16 rows (bf16, probes/decode-pair-tiles-2e40889.txt):
+# Qwen2-7B's pair 93.5-96.3 us (2.8-2.9 TB/s of weight) against 115-119 (2.3), cuBLAS's
+# ungated pair GEMM 100-102; Llama-3-8B's 82.6-84.3 against 84.6-87.4, cuBLAS 81.6-82.8. 16 x 16
+# tiles streamed slower (2.3 TB/s), 64 wide ones were as fast on Llama and slower on Qwen2.
+DECODE_PAIR_ROWS = 16
+_DECODE_PAIR_TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
 _CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
 _CPU_PROGRAMS = 4  # the interpreter's "SMs" for the persistent grid
 
@@ -439,13 +448,22 @@ def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
     return grouped_k_ws.unsupported_reason(a, b) is None
 
 
+def decode_pair_tile(itemsize: int) -> dict:
+    """The decode tile for operands of `itemsize` bytes: 4-byte ones take half the K-step (as
+    `_tile`'s do), so the ring keeps the shared memory of 16-bit ones."""
+    return dict(_DECODE_PAIR_TILE, BLOCK_K=_DECODE_PAIR_TILE["BLOCK_K"] * 2 // max(itemsize, 2))
+
+
 def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
     """`call(rows, weight, out=None) -> act(rows @ gate.T) * (rows @ up.T)` (into out, a contiguous
     (M, I), where given) for a dense gated pair of rows (M, H) and weight [gate; up] (2I, H) like
     these (checked by the caller): the row-group kernel over one group of all the rows, which it
-    reads from M, so a call launches one kernel and builds no offs. The launch reads the operands'
-    addresses alone, so the weight goes in as it is for its (1, H, 2I) transposed view."""
-    planned = _plan(rows, weight.t().unsqueeze(0), None, rows.dtype, "m", activation, None, whole=True)
+    reads from M, so a call launches one kernel and builds no offs, on the decode tile at up to
+    DECODE_PAIR_ROWS rows on a GPU. The launch reads the operands' addresses alone, so the weight
+    goes in as it is for its (1, H, 2I) transposed view."""
+    decode = rows.device.type != "cpu" and rows.shape[0] <= DECODE_PAIR_ROWS
+    tile = decode_pair_tile(rows.element_size()) if decode else None
+    planned = _plan(rows, weight.t().unsqueeze(0), None, rows.dtype, "m", activation, tile, whole=True)
     return lambda rows, weight, out=None: planned(rows, weight, None, out)
 
 
