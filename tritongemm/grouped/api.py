@@ -32,10 +32,12 @@ _LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
 # A dense gated pair of at most DECODE_PAIR_ROWS rows (decode: one group, the weight streamed once)
 # takes 32 output columns a tile, so its many tiles fill the programs' rounds evenly. The small
 # tile's 128 columns left the last round mostly idle: Qwen2-7B's 18944 make 148 tiles for 132
-# programs. On the H100 at 1 and 16 rows (bf16, probes/decode-pair-tiles-2e40889.txt):
-# Qwen2-7B's pair 93.5-96.3 us (2.8-2.9 TB/s of weight) against 115-119 (2.3), cuBLAS's
-# ungated pair GEMM 100-102; Llama-3-8B's 82.6-84.3 against 84.6-87.4, cuBLAS 81.6-82.8. 16 x 16
-# tiles streamed slower (2.3 TB/s), 64 wide ones were as fast on Llama and slower on Qwen2.
+# programs. On the H100 at 1 and 16 rows (bf16, results/h100/probes/decode-pair-tiles-2e40889.txt
+# and -a34a049.txt): Qwen2-7B's pair 93.5-96.4 us (2.8-2.9 TB/s of weight) against 115-119 (2.3),
+# cuBLAS's ungated pair GEMM 98-102; Llama-3-8B's 82.1-84.3 against 84.6-87.4, cuBLAS 81.6-82.8.
+# 16 x 16 tiles streamed slower (2.3 TB/s), 64 wide ones as fast on Llama and slower on Qwen2.
+# The MLP block's forward went to 1.06-1.13x torch's unfused block (0.93-1.03x before;
+# probes/mlp-decode-a34a049.csv against results/h100/mlp.csv).
 DECODE_PAIR_ROWS = 16
 _DECODE_PAIR_TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
 _CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
