@@ -23,11 +23,12 @@ from tritongemm.plan import PLANS, _allow_tf32, tensor_facts
 GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
 KERNELS = ("auto", *GATED_RUNGS)
 
-# "auto" by M, from results/h100/mlp.csv (H100, bf16, Llama-3-8B's and Qwen2-7B's MLPs, kernel
-# time over torch's unfused block): the row-group kernel at 1 and 16 rows (0.93-1.04; rung 6
-# 0.83-0.94; 1.06-1.13 since its decode tile, grouped/api.py DECODE_PAIR_ROWS), rung 6 at 128
-# (1.03-1.09; row-group 0.86-1.03), rung 9 at 2048 and 8192 (1.06-1.17; rung 6 1.02-1.18,
-# row-group 0.87-0.99). The switches sit between the measured sizes.
+# "auto" by M, from bench mlp (H100, bf16, Llama-3-8B's and Qwen2-7B's MLPs, the block's forward,
+# torch's unfused block's time over ours): the row-group kernel at 1 and 16 rows (0.93-1.04, rung 6
+# 0.83-0.94, in the first run, efef208's results/h100/mlp.csv; on its decode tile, grouped/api.py
+# DECODE_PAIR_ROWS, 1.06-1.13, rung 6 0.85-0.94 and rung 9 0.67-0.78 in the run of a11ffab), rung 6
+# at 128 (1.03-1.09; row-group 0.86-1.03 in the first run), rung 9 at 2048 and 8192 (1.06-1.17;
+# rung 6 1.02-1.18, row-group 0.87-0.99 in the first run). The switches sit between the measured sizes.
 RUNG6_FROM_ROWS = 64
 RUNG9_FROM_ROWS = 1024
 

@@ -36,8 +36,8 @@ _LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
 # and -a34a049.txt): Qwen2-7B's pair 93.5-96.4 us (2.8-2.9 TB/s of weight) against 115-119 (2.3),
 # cuBLAS's ungated pair GEMM 98-102; Llama-3-8B's 82.1-84.3 against 84.6-87.4, cuBLAS 81.6-82.8.
 # 16 x 16 tiles streamed slower (2.3 TB/s), 64 wide ones as fast on Llama and slower on Qwen2.
-# The MLP block's forward went to 1.06-1.13x torch's unfused block (0.93-1.03x before;
-# probes/mlp-decode-a34a049.csv against results/h100/mlp.csv).
+# The MLP block's forward went to 1.06-1.13x torch's unfused block, from 0.93-1.03x
+# (probes/mlp-decode-a34a049.csv and results/h100/mlp.csv since a11ffab, against efef208's).
 DECODE_PAIR_ROWS = 16
 _DECODE_PAIR_TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
 _CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
