@@ -361,9 +361,9 @@ _SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, n
 _SWAP_MAX_M = 16
 # Not split along K. Split among S programs a tile where K >= 2N, as bf16's swap_ab does
 # (results/h100/probes/fp8-swap-split.txt, .csv, .patch; H100, tensor- and row-wise): kernel-only
-# 1.5-7% faster at 1-16 x 4096 x 14336 and x 3584 x 18944, no faster at 16 x 8192 x 28672. But
-# eagerly 0.74-0.93x the unsplit tile: the second launch and the workspace's allocation cost
-# 3-12 us a call, more than the split saves on a 24-30 us kernel.
+# 0-8% faster at 1-16 x 4096 x 14336 and x 3584 x 18944 (16 x 8192 x 28672 has tiles enough not
+# to split). But eagerly 0.73-1.03x the unsplit tile, tensor-wise 0.73-0.93x: the second launch and
+# the workspace's allocation cost up to 11 us a call, more than the split saves on a 24-30 us kernel.
 # Under block scales the swapped tile steps one 128-wide K block at a time (promotion), 8 slots
 # deep: 80 KB in flight, within an Ada SM's 100 KB. `auto` takes it for block scales at M <= 16 on
 # Hopper, K up to _SWAP_BLOCK_MAX_K (scripts/fp8_configs.py --swap --recipes block, M = 16):
