@@ -164,7 +164,8 @@ def check_grouped(a, b, offs, out_dtype) -> str:
                 f"grouped_mm: expected offs of {b.shape[0]} group ends (b's groups), but got {offs.shape[0]}"
             )
     if out_dtype not in (None, a.dtype, torch.float32):
-        raise TypeError(f"grouped_mm: expected out_dtype None, {_dtype_name(a.dtype)} or float32, but got {out_dtype}")
+        allowed = "None or float32" if a.dtype == torch.float32 else f"None, {_dtype_name(a.dtype)} or float32"
+        raise TypeError(f"grouped_mm: expected out_dtype {allowed}, but got {out_dtype}")
     return form
 
 
