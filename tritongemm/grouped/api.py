@@ -305,15 +305,19 @@ def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) ->
 def _tile(rows: int, groups: int, on_cpu: bool, glu: str | None, itemsize: int) -> dict:
     """The kernels' tile and launch settings for `rows` over `groups` groups of `itemsize`-byte
     operands. A gated pair keeps two accumulators: half the large tile's width keeps them in the
-    registers one held. fp32 operands take half the K-step, so the ring of stages keeps the
-    shared memory of 16-bit ones."""
+    registers one held. fp32 operands take half the K-step (`_for_itemsize`)."""
     if on_cpu:
         return _CPU_TILE
     tile = dict(_GPU_TILES["large" if rows >= _LARGE_GROUP_ROWS * max(groups, 1) else "small"])
     if glu:
         tile["BLOCK_N"] = min(tile["BLOCK_N"], 128)
-    tile["BLOCK_K"] = tile["BLOCK_K"] * 2 // max(itemsize, 2)
-    return tile
+    return _for_itemsize(tile, itemsize)
+
+
+def _for_itemsize(tile: dict, itemsize: int) -> dict:
+    """`tile` (for 16-bit operands) for operands of `itemsize` bytes: 4-byte ones take half the
+    K-step, so that the ring of stages keeps the shared memory of 16-bit ones."""
+    return dict(tile, BLOCK_K=tile["BLOCK_K"] * 2 // max(itemsize, 2))
 
 
 def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
@@ -452,9 +456,8 @@ def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
 
 
 def decode_pair_tile(itemsize: int) -> dict:
-    """The decode tile for operands of `itemsize` bytes: 4-byte ones take half the K-step (as
-    `_tile`'s do), so the ring keeps the shared memory of 16-bit ones."""
-    return dict(_DECODE_PAIR_TILE, BLOCK_K=_DECODE_PAIR_TILE["BLOCK_K"] * 2 // max(itemsize, 2))
+    """The decode tile for operands of `itemsize` bytes (`_for_itemsize`)."""
+    return _for_itemsize(_DECODE_PAIR_TILE, itemsize)
 
 
 def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
