@@ -12,6 +12,8 @@ drift hits them alike:
   on the other chunks' GEMM's (`ops.OWN_CHUNK_ON_SHARED_TILES = False`);
 - tile-of-others: the same with the shared tile chosen by rung 6's rule (its own weight of a BIG
   wave) on the other chunks' rows rather than on all of them (gathered.py's rule at 27bb547);
+- tile-mid / tile-big: the same with the shared tile forced to 128 x 128 or 128 x 256 (the rule's
+  two candidates) whatever their waves;
 - side: the same with a GEMM per gathered chunk instead (`ops.WHOLE_GATHERED_GEMM = False`), beside
   the compute stream, each on a stream of its own where a chunk is at most two waves of tiles
   (ops.py `_spread_chunks`): the library before gathered.py, and wherever that can't run;
@@ -49,13 +51,21 @@ from tritongemm.plan import PLANS  # noqa: E402
 SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192, 16384) if layer[0] == "qkv" or m < 8192]
 
 
+# gathered.py's rule for the shared tile, replaced by a variant's: (the rule as committed, world) -> rule
+TILE_RULES = {
+    # as at 27bb547: rung 6's weight of a BIG wave, on the rows of every chunk but the own one
+    "tile-of-others": lambda rule, world: lambda M, N, K, sms, *_: rule(M - M // world, N, K, sms),
+    "tile-mid": lambda rule, world: lambda M, N, K, sms, *_: rule(M, N, K, sms, float("inf")),
+    "tile-big": lambda rule, world: lambda M, N, K, sms, *_: rule(M, N, K, sms, 0.0),
+}
+
+
 @contextlib.contextmanager
-def _tile_of_others(world: int):
-    """gathered.py's tile chosen as at 27bb547, on the rows of every chunk but the own one with rung
-    6's weight of a BIG wave; the plans made under it forgotten after, and any made before
-    forgotten first (their key does not hold the rule)."""
+def _tile_rule(name: str, world: int):
+    """gathered.py's shared tile chosen by TILE_RULES[name]; the plans made under it forgotten
+    after, and any made before forgotten first (their key does not hold the rule)."""
     original = gathered.persistent_pipelined_config
-    gathered.persistent_pipelined_config = lambda M, N, K, sms, *_: original(M - M // world, N, K, sms)
+    gathered.persistent_pipelined_config = TILE_RULES[name](original, world)
     PLANS.clear()
     try:
         yield
@@ -118,6 +128,8 @@ VARIANTS = {
     "whole": (exchange.SymmetricExchanges, True, True),
     "own-auto": (exchange.SymmetricExchanges, True, False),
     "tile-of-others": (exchange.SymmetricExchanges, True, True),
+    "tile-mid": (exchange.SymmetricExchanges, True, True),
+    "tile-big": (exchange.SymmetricExchanges, True, True),
     "side": (exchange.SymmetricExchanges, False, False),
     "spread-always": (SpreadAlways, False, False),
     "one-peer-stream": (OnePeerStream, False, False),
@@ -146,7 +158,7 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
                 for name, (cls, whole, shared_tiles) in variants.items():
                     exchange.SymmetricExchanges, tp_ops.WHOLE_GATHERED_GEMM = cls, whole
                     tp_ops.OWN_CHUNK_ON_SHARED_TILES = shared_tiles
-                    rule = _tile_of_others(world) if name == "tile-of-others" else contextlib.nullcontext()
+                    rule = _tile_rule(name, world) if name in TILE_RULES else contextlib.nullcontext()
                     try:
                         with rule:
                             result = calls["tritongemm"]()

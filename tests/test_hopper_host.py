@@ -287,10 +287,20 @@ def test_the_gathered_gemms_tile_weighs_a_big_wave_as_measured_beside_the_transf
     """distributed/gathered.py: q,k,v of Llama-3-70B over four H100s (131 SMs: one spared), the
     rule on all the rows with a BIG wave worth 1.65 MID waves; rung 6's own 1.8 takes MID at 4096
     too, which measured 3% slower there."""
-    from tritongemm.distributed.gathered import SHARED_BIG_WAVE_COST
+    from tritongemm.distributed.gathered import big_wave_cost
 
-    assert persistent_pipelined_config(tokens, 2560, 8192, H100_SMS - 1, SHARED_BIG_WAVE_COST) == expected
+    assert persistent_pipelined_config(tokens, 2560, 8192, H100_SMS - 1, big_wave_cost(4)) == expected
     assert persistent_pipelined_config(4096, 2560, 8192, H100_SMS - 1) == MID_TILE.with_(num_stages=6)
+
+
+@pytest.mark.parametrize("tokens, expected", [(2048, MID_TILE.with_(num_stages=6)), (4096, BIG_TILE)])
+def test_on_two_gpus_the_gathered_gemms_tile_weighs_a_big_wave_as_one_gemm_alone(tokens, expected):
+    """Two H200s (132 SMs), q,k,v of Llama-3-70B (5120 columns a rank): at 2048 tokens the tile
+    counts are four GPUs' at 4096 (320 BIG, 640 MID), but here MID ran 11% faster."""
+    from tritongemm.distributed.gathered import big_wave_cost
+
+    assert persistent_pipelined_config(tokens, 5120, 8192, 132, big_wave_cost(2)) == expected
+    assert persistent_pipelined_config(4096, 2560, 8192, 132, big_wave_cost(4)) == BIG_TILE
 
 
 def test_rung_6_default_is_its_rules():
