@@ -43,6 +43,7 @@ import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from tritongemm import hopper  # noqa: E402
 from tritongemm.bench import tp  # noqa: E402
 from tritongemm.bench.report import write_dicts  # noqa: E402
 from tritongemm.distributed import exchange, gathered  # noqa: E402
@@ -51,26 +52,25 @@ from tritongemm.plan import PLANS  # noqa: E402
 SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192, 16384) if layer[0] == "qkv" or m < 8192]
 
 
-# gathered.py's rule for the shared tile, replaced by a variant's: (the rule as committed, world) -> rule
-TILE_RULES = {
-    # as at 27bb547: rung 6's weight of a BIG wave, on the rows of every chunk but the own one
-    "tile-of-others": lambda rule, world: lambda M, N, K, sms, *_: rule(M - M // world, N, K, sms),
-    "tile-mid": lambda rule, world: lambda M, N, K, sms, *_: rule(M, N, K, sms, float("inf")),
-    "tile-big": lambda rule, world: lambda M, N, K, sms, *_: rule(M, N, K, sms, 0.0),
-}
+TILE_VARIANTS = ("tile-of-others", "tile-mid", "tile-big")
 
 
 @contextlib.contextmanager
 def _tile_rule(name: str, world: int):
-    """gathered.py's shared tile chosen by TILE_RULES[name]; the plans made under it forgotten
-    after, and any made before forgotten first (their key does not hold the rule)."""
-    original = gathered.persistent_pipelined_config
-    gathered.persistent_pipelined_config = TILE_RULES[name](original, world)
+    """gathered.py's shared tile chosen otherwise: "tile-of-others" as at 27bb547, by rung 6's rule
+    on the rows of every chunk but the own one; "tile-mid" and "tile-big" the rule's two candidates
+    forced (a BIG wave weighed as infinitely many MID waves, or as none). The plans made under it
+    are forgotten after, and any made before forgotten first (their key does not hold the rule)."""
+    original, weight = gathered.persistent_pipelined_config, hopper.BIG_WAVE_COST
+    if name == "tile-of-others":
+        gathered.persistent_pipelined_config = lambda M, N, K, sms: original(M - M // world, N, K, sms)
+    else:
+        hopper.BIG_WAVE_COST = float("inf") if name == "tile-mid" else 0.0
     PLANS.clear()
     try:
         yield
     finally:
-        gathered.persistent_pipelined_config = original
+        gathered.persistent_pipelined_config, hopper.BIG_WAVE_COST = original, weight
         PLANS.clear()
 
 
@@ -158,7 +158,7 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
                 for name, (cls, whole, shared_tiles) in variants.items():
                     exchange.SymmetricExchanges, tp_ops.WHOLE_GATHERED_GEMM = cls, whole
                     tp_ops.OWN_CHUNK_ON_SHARED_TILES = shared_tiles
-                    rule = _tile_rule(name, world) if name in TILE_RULES else contextlib.nullcontext()
+                    rule = _tile_rule(name, world) if name in TILE_VARIANTS else contextlib.nullcontext()
                     try:
                         with rule:
                             result = calls["tritongemm"]()

@@ -282,25 +282,16 @@ def test_persistent_pipelined_config(M, N, K, expected):
     assert persistent_pipelined_config(M, N, K, H100_SMS) == expected
 
 
-@pytest.mark.parametrize("tokens, expected", [(2048, MID_TILE.with_(num_stages=6)), (4096, BIG_TILE), (8192, BIG_TILE)])
-def test_the_gathered_gemms_tile_weighs_a_big_wave_as_measured_beside_the_transfers(tokens, expected):
-    """distributed/gathered.py: q,k,v of Llama-3-70B over four H100s (131 SMs: one spared), the
-    rule on all the rows with a BIG wave worth 1.65 MID waves; rung 6's own 1.8 takes MID at 4096
-    too, which measured 3% slower there."""
-    from tritongemm.distributed.gathered import big_wave_cost
-
-    assert persistent_pipelined_config(tokens, 2560, 8192, H100_SMS - 1, big_wave_cost(4)) == expected
-    assert persistent_pipelined_config(4096, 2560, 8192, H100_SMS - 1) == MID_TILE.with_(num_stages=6)
-
-
-@pytest.mark.parametrize("tokens, expected", [(2048, MID_TILE.with_(num_stages=6)), (4096, BIG_TILE)])
-def test_on_two_gpus_the_gathered_gemms_tile_weighs_a_big_wave_as_one_gemm_alone(tokens, expected):
-    """Two H200s (132 SMs), q,k,v of Llama-3-70B (5120 columns a rank): at 2048 tokens the tile
-    counts are four GPUs' at 4096 (320 BIG, 640 MID), but here MID ran 11% faster."""
-    from tritongemm.distributed.gathered import big_wave_cost
-
-    assert persistent_pipelined_config(tokens, 5120, 8192, 132, big_wave_cost(2)) == expected
-    assert persistent_pipelined_config(4096, 2560, 8192, 132, big_wave_cost(4)) == BIG_TILE
+@pytest.mark.parametrize(
+    "world, tokens, expected",
+    [(4, 2048, MID_TILE.with_(num_stages=6)), (4, 4096, MID_TILE.with_(num_stages=6)), (4, 8192, BIG_TILE),
+     (2, 2048, MID_TILE.with_(num_stages=6)), (2, 4096, BIG_TILE)],
+)  # fmt: skip
+def test_rung_6s_rule_picks_the_tile_measured_fastest_for_the_gathered_gemms(world, tokens, expected):
+    """distributed/gathered.py plans both GEMMs of an all-gather on rung 6's tile for all the rows:
+    q,k,v of Llama-3-70B (10240 columns over `world` ranks, K 8192) on an H200's 132 SMs, where
+    forcing each tile measured these fastest (its comment; four H100s at 4096 tokens the exception)."""
+    assert persistent_pipelined_config(tokens, 10240 // world, 8192, 132) == expected
 
 
 def test_rung_6_default_is_its_rules():

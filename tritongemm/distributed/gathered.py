@@ -42,31 +42,22 @@ import torch
 from tritongemm import device_info
 from tritongemm.distributed.exchange import announces_arrivals
 from tritongemm.epilogue import Epilogue, Fused
-from tritongemm.hopper import BIG_WAVE_COST, persistent_pipelined_config, tma_persistent_pipelined
+from tritongemm.hopper import persistent_pipelined_config, tma_persistent_pipelined
 from tritongemm.hopper.descriptors import tma_unsupported_reason
 from tritongemm.hopper.schedulers import arrival_scheduler
 from tritongemm.plan import PLANS, problem_key
 
 KERNEL = "tma_persistent_pipelined"
 # Both GEMMs' tile is rung 6's rule on all M rows, as for one GEMM: they share the SMs as one would
-# (the other chunks' programs take each SM the own chunk's leaves). The weight of a BIG wave against
-# a MID one was measured beside the transfers, and it depends on how many chunks land:
-# - four GPUs, three chunks landing in turn: four H100s, q,k,v of Llama-3-70B (results/h100x4/
-#   probes/tp-shared-tile.csv), at 2048 tokens MID's 3 waves ran 12% faster than BIG's 2 (a ratio
-#   of 1.68), at 4096 BIG's 3 waves 3% faster than MID's 5 (1.62): SHARED_BIG_WAVE_COST. Rung 6's
-#   1.8, measured on one GEMM alone at K = 4096, picks MID at both. (On the other chunks' rows alone
-#   the rule took BIG at both.)
-# - two GPUs, one chunk, all of whose tiles wait for one transfer and then run as a GEMM of their
-#   own: rung 6's weight. Two H200s, q,k,v at 2048 tokens, the same tile counts as four GPUs at
-#   4096 (320 BIG tiles in 3 waves, 640 MID in 5): MID 1.36x the sequential path against BIG's
-#   1.23x (torch's fused op 1.30x); at 4096, BIG 1.31-1.33x against MID's 1.24x
-#   (results/h200x2/probes/tp-tile-2gpu.csv).
-SHARED_BIG_WAVE_COST = 1.65
-
-
-def big_wave_cost(world: int) -> float:
-    """The weight of a BIG wave, in MID waves, for the tile both GEMMs share (the notes above)."""
-    return BIG_WAVE_COST if world == 2 else SHARED_BIG_WAVE_COST
+# (the other chunks' programs take each SM the own chunk's leaves). Rung 6's weight of a BIG wave
+# (1.8 MID waves, measured on one GEMM) picked the faster tile on five of six all-gathers measured
+# with both tiles forced, q,k,v of Llama-3-70B at 2048 and 4096 tokens (docs/tensor-parallel.md,
+# "Which tile both share"): MID by 11-16% where BIG makes 2 or 3 waves on two and four H200s
+# (results/h200x2/probes/tp-tile-2gpu.csv, h200x4/probes/tp-tile-4gpu-fefa887.csv) and on four
+# H100s at 2048 tokens, BIG by 7% at 4096 tokens on two H200s (5 waves against 10). The sixth, four
+# H100s at 4096 tokens, ran BIG 3% faster (h100x4/probes/tp-shared-tile.csv), where four H200s ran
+# MID 6% faster on the same tile counts; a weight of 1.65, fitted to the H100s, lost 11% and 6% on
+# the H200s.
 
 
 def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activation, rank: int, words: torch.Tensor):
@@ -115,7 +106,7 @@ def _build(gathered, b, c, fused, rank, words):
         return None
     sms = device_info.sm_count(device)
     rows = M // world
-    config = persistent_pipelined_config(M, N, K, sms, big_wave_cost(world))
+    config = persistent_pipelined_config(M, N, K, sms)
     if rows % config.BLOCK_M:  # a tile would span two chunks
         return None
     row_tiles, col_tiles = rows // config.BLOCK_M, -(-N // config.BLOCK_N)
