@@ -52,12 +52,11 @@ KERNEL = "tma_persistent_pipelined"
 # (the other chunks' programs take each SM the own chunk's leaves). Rung 6's weight of a BIG wave
 # (1.8 MID waves, measured on one GEMM) picked the faster tile on five of six all-gathers measured
 # with both tiles forced, q,k,v of Llama-3-70B at 2048 and 4096 tokens (docs/tensor-parallel.md,
-# "Which tile both share"): MID by 11-16% where BIG makes 2 or 3 waves on two and four H200s
-# (results/h200x2/probes/tp-tile-2gpu.csv, h200x4/probes/tp-tile-4gpu-fefa887.csv) and on four
-# H100s at 2048 tokens, BIG by 7% at 4096 tokens on two H200s (5 waves against 10). The sixth, four
-# H100s at 4096 tokens, ran BIG 3% faster (h100x4/probes/tp-shared-tile.csv), where four H200s ran
-# MID 6% faster on the same tile counts; a weight of 1.65, fitted to the H100s, lost 11% and 6% on
-# the H200s.
+# "Rung 6's weight after all"): MID at 2048 tokens on two and four H200s and on four H100s (11-16%
+# faster) and at 4096 on four H200s (6%), BIG at 4096 on two H200s (7%; results/h200x2/probes/
+# tp-tile-2gpu*.csv, h200x4/probes/tp-tile-4gpu*.csv). The sixth, four H100s at 4096 tokens, ran
+# BIG 3% faster (h100x4/probes/tp-shared-tile.csv) on the tile counts where four H200s ran MID
+# faster; a weight of 1.65, fitted to the H100s, lost 11% and 6% on the H200s.
 
 
 def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activation, rank: int, words: torch.Tensor):
