@@ -14,6 +14,8 @@ drift hits them alike:
   wave) on the other chunks' rows rather than on all of them (gathered.py's rule at 27bb547);
 - tile-mid / tile-big: the same with the shared tile forced to 128 x 128 or 128 x 256 (the rule's
   two candidates) whatever their waves;
+- pieces-1 / -2 / -4: the same with each gathered chunk sent in that many pieces, each announced
+  apart, whatever `gathered.pieces_for` would choose;
 - side: the same with a GEMM per gathered chunk instead (`ops.WHOLE_GATHERED_GEMM = False`), beside
   the compute stream, each on a stream of its own where a chunk is at most two waves of tiles
   (ops.py `_spread_chunks`): the library before gathered.py, and wherever that can't run;
@@ -53,6 +55,7 @@ SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192, 16384) i
 
 
 TILE_VARIANTS = ("tile-of-others", "tile-mid", "tile-big")
+PIECE_VARIANTS = {"pieces-1": 1, "pieces-2": 2, "pieces-4": 4}
 
 
 @contextlib.contextmanager
@@ -74,6 +77,27 @@ def _tile_rule(name: str, world: int):
         PLANS.clear()
 
 
+@contextlib.contextmanager
+def _pieces(name: str):
+    """gathered.py's chunks sent in PIECE_VARIANTS[name] pieces each where their rows of tiles
+    divide (one elsewhere), whatever `gathered.pieces_for` says; plans forgotten before and after,
+    as `_tile_rule`'s (their key does not hold the rule)."""
+    original, pieces = gathered.pieces_for, PIECE_VARIANTS[name]
+    gathered.pieces_for = lambda row_tiles, *_: pieces if row_tiles % pieces == 0 else 1
+    PLANS.clear()
+    try:
+        yield
+    finally:
+        gathered.pieces_for = original
+        PLANS.clear()
+
+
+def _variant_rule(name: str, world: int):
+    if name in TILE_VARIANTS:
+        return _tile_rule(name, world)
+    return _pieces(name) if name in PIECE_VARIANTS else contextlib.nullcontext()
+
+
 class SpreadAlways(exchange.SymmetricExchanges):
     def landed(self, handles, spread=False):
         return super().landed(handles, True)
@@ -90,7 +114,7 @@ class TorchSchedule(exchange.SymmetricExchanges):
     the same stream, the steps alternating between a second stream and the compute stream, so a
     copy waits for the GEMM two steps back."""
 
-    def gather(self, shard, shards, keep_own=True, words=None):
+    def gather(self, shard, shards, keep_own=True, words=None, pieces=1):
         assert words is None, "torch's schedule runs a GEMM per chunk: no arrival words"
         self._chunk, self._shards, self._keep_own = shard, shards, keep_own
         self._published = torch.cuda.Event()
@@ -130,6 +154,7 @@ VARIANTS = {
     "tile-of-others": (exchange.SymmetricExchanges, True, True),
     "tile-mid": (exchange.SymmetricExchanges, True, True),
     "tile-big": (exchange.SymmetricExchanges, True, True),
+    **{name: (exchange.SymmetricExchanges, True, True) for name in PIECE_VARIANTS},
     "side": (exchange.SymmetricExchanges, False, False),
     "spread-always": (SpreadAlways, False, False),
     "one-peer-stream": (OnePeerStream, False, False),
@@ -158,7 +183,7 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
                 for name, (cls, whole, shared_tiles) in variants.items():
                     exchange.SymmetricExchanges, tp_ops.WHOLE_GATHERED_GEMM = cls, whole
                     tp_ops.OWN_CHUNK_ON_SHARED_TILES = shared_tiles
-                    rule = _tile_rule(name, world) if name in TILE_VARIANTS else contextlib.nullcontext()
+                    rule = _variant_rule(name, world)
                     try:
                         with rule:
                             result = calls["tritongemm"]()

@@ -50,6 +50,24 @@ def test_gathered_chunks_spread_over_streams_only_where_their_gemms_are_small(mo
     assert not ops._spread_chunks(512, 2560, torch.device("cpu"))
 
 
+def test_gathered_chunks_travel_in_pieces_of_half_a_wave_from_four_ranks_where_b_stays_in_l2():
+    """gathered.pieces_for, as measured (its comment): Llama-3-70B's q,k,v over four GPUs on 131
+    SMs (rows of 128 x 128 tiles to 4096 tokens, 128 x 256 from 8192), never gate,up (B past L2),
+    never over two GPUs; the pieces divide the rows of tiles."""
+    from tritongemm.distributed.gathered import pieces_for
+
+    sms = 131
+    assert pieces_for(4, 20, False, 4, sms) == 1  # 2048 tokens: two pieces would be 40 tiles each
+    assert pieces_for(8, 20, False, 4, sms) == 2  # 4096
+    assert pieces_for(16, 10, False, 4, sms) == 2  # 8192
+    assert pieces_for(32, 10, False, 4, sms) == 4  # 16384 (no more than MAX_PIECES)
+    assert pieces_for(64, 10, False, 4, sms) == 4
+    assert pieces_for(32, 56, True, 4, sms) == 1  # gate,up at 16384 tokens
+    assert pieces_for(64, 10, False, 2, sms) == 1  # q,k,v at 16384 tokens over two GPUs
+    assert pieces_for(12, 20, False, 4, sms) == 2  # 12 rows of tiles: four pieces would be 60 tiles each
+    assert pieces_for(7, 40, False, 4, sms) == 1  # an odd count divides into one
+
+
 def test_the_own_chunks_planned_launch_takes_only_the_shards_it_was_planned_for():
     """gathered.py's `own` launch was planned on a contiguous, aligned view of the gathered A; any
     other shard (a compiled graph's strides, an offset view, a negated view) goes to `auto`."""
@@ -195,16 +213,33 @@ def case_whole_gathered_gemm(rank, world, device, dtype):
     are held back here (a sleep on the side stream, before the shard is published) while the
     kernel already runs, on fresh data each call, so rows of the call before would show. And under
     a CUDA graph the arrival words must be reset on each replay."""
-    from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops
+    from tritongemm.distributed import exchange, gathered
+    from tritongemm.plan import PLANS
 
     if device.type != "cuda" or world < 2 or torch.cuda.get_device_capability(device) != (9, 0):
         return
-    m, K, N = 256, 320, 384  # rows a chunk: two 128-row tiles
+    m, K, N = 512, 320, 384  # rows a chunk: four 128-row tiles
     b = _whole(K, N, dtype=dtype, device=device, seed=31)
     bias = _whole(N, dtype=dtype, device=device, seed=32)
     words = exchange.arrival_words(dist.group.WORLD, device)
     rows_a, c = (torch.empty(world * m, width, dtype=dtype, device=device) for width in (K, N))
-    assert gathered.plan(rows_a, b, c, None, None, rank, words) is not None, "the whole GEMM does not run here"
+    # Each chunk in two pieces of two rows of tiles (too few tiles for pieces_for's rule): the GEMM
+    # must wait for each piece, not the chunk's first.
+    pieces_for, gathered.pieces_for = gathered.pieces_for, lambda *_: 2
+    PLANS.clear()
+    try:
+        launches = gathered.plan(rows_a, b, c, None, None, rank, words)
+        assert launches is not None, "the whole GEMM does not run here"
+        assert launches.pieces == 2, launches.pieces
+        _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias)
+    finally:
+        gathered.pieces_for = pieces_for
+        PLANS.clear()
+
+
+def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
+    from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops
+
     publish = exchange.SymmetricExchanges.publish
 
     def late_publish(self, shard):  # the transfers start ~20 ms after the kernel

@@ -662,7 +662,8 @@ def test_the_odd_widths_compile_for_sm90():
 
 def _compile_arrival() -> list[dict]:
     """Rung 6 under distributed/gathered.py's scheduler (hopper/schedulers.arrival_scheduler), on
-    both tiles it may take: q,k,v of Llama-3-70B over four GPUs, at an address of arrival words."""
+    both tiles it may take: q,k,v of Llama-3-70B over four GPUs, each chunk in two pieces, at an
+    address of arrival words."""
     from tritongemm.hopper import BIG_TILE, MID_TILE, pipeline, tma_persistent_pipelined
     from tritongemm.hopper.descriptors import make_descriptors
     from tritongemm.hopper.mma import WGMMA
@@ -677,7 +678,7 @@ def _compile_arrival() -> list[dict]:
         desc = make_descriptors(a, b, c, config.BLOCK_M, config.BLOCK_N, config.BLOCK_K, epi_split=ring.epi_split)
         compiled = tma_persistent_pipelined._tma_persistent_pipelined_kernel.warmup(
             desc.a, desc.b, desc.c, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None), **desc.layout_constexprs(),
-            MMA=WGMMA, Scheduler=arrival_scheduler(config.GROUP_SIZE_M, 4, 1, 0x7F0000001000),
+            MMA=WGMMA, Scheduler=arrival_scheduler(config.GROUP_SIZE_M, 4, 1, 0x7F0000001000, 2),
             NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, STEAL_B=ring.steal_b, GLU="none",
             num_warps=config.num_warps, **PLAIN.constexprs(), grid=(1,),
         )  # fmt: skip

@@ -60,16 +60,22 @@ def test_kernel_follows_python_twin(kernel, M, N, group):
 
 
 @pytest.mark.parametrize("chunks, own", [(2, 0), (2, 1), (4, 0), (4, 3), (3, 1)])
-@pytest.mark.parametrize("chunk_pid_m, num_pid_n, group", [(4, 10, 8), (3, 5, 2), (1, 7, 8)])
-def test_arrival_order_covers_every_other_chunk_once_in_landing_order(chunks, own, chunk_pid_m, num_pid_n, group):
+@pytest.mark.parametrize(
+    "chunk_pid_m, num_pid_n, group, pieces",
+    [(4, 10, 8, 1), (3, 5, 2, 1), (1, 7, 8, 1), (4, 10, 8, 2), (6, 5, 2, 3), (4, 3, 1, 4)],
+)
+def test_arrival_order_covers_every_other_chunk_once_in_landing_order(
+    chunks, own, chunk_pid_m, num_pid_n, group, pieces
+):
     """distributed/gathered.py's GEMM: every tile of every chunk but this rank's own exactly once,
-    the chunks in the order exchange.py pulls them (own - 1, own - 2, ...), each tile in its chunk."""
+    the chunks in the order exchange.py pulls them (own - 1, own - 2, ...), each chunk's pieces in
+    row order, each tile in the piece whose arrival word it waits on (chunk * pieces + piece)."""
     tiles = (chunks - 1) * chunk_pid_m * num_pid_n
-    pid_m, pid_n, chunk = tile_order.arrival_tile(np.arange(tiles), chunks, own, chunk_pid_m, num_pid_n, group)
+    pid_m, pid_n, piece = tile_order.arrival_tile(np.arange(tiles), chunks, own, chunk_pid_m, num_pid_n, group, pieces)
     covered = set(zip(pid_m.tolist(), pid_n.tolist()))
     expected = {(m, n) for m in range(chunks * chunk_pid_m) for n in range(num_pid_n) if m // chunk_pid_m != own}
     assert covered == expected and len(covered) == tiles
-    assert (pid_m // chunk_pid_m == chunk).all()
-    landing = [(own - s) % chunks for s in range(1, chunks)]
-    firsts = [landing.index(c) for c in chunk.tolist()]
-    assert firsts == sorted(firsts), "a chunk's tiles before an earlier-landing chunk's"
+    assert (pid_m // (chunk_pid_m // pieces) == piece).all()
+    landing = [(own - s) % chunks * pieces + p for s in range(1, chunks) for p in range(pieces)]
+    firsts = [landing.index(p) for p in piece.tolist()]
+    assert firsts == sorted(firsts), "a piece's tiles before an earlier-landing piece's"

@@ -1,7 +1,7 @@
 """What the kernels ask of a CUDA device, asked once per device: its compute capability (which
-kernels run there), its SM count (how many programs a persistent kernel launches) and its name
-(which dispatch table applies). Both sit on
-the launch path of every `matmul` call; torch answers them from the driver each time.
+kernels run there), its SM count (how many programs a persistent kernel launches), its name
+(which dispatch table applies) and its L2 cache's size. The first two sit on the launch path of
+every `matmul` call; torch answers them from the driver each time.
 
 `sparing_sms(n)` lowers the SM count the kernels see, inside a `with`, for GEMMs that run beside
 kernels of another stream (the tensor-parallel ops' barriers, distributed/exchange.py): a
@@ -46,6 +46,11 @@ def sparing_sms(count: int):
         _SPARE_SMS.reset(token)
 
 
+def l2_bytes(device: torch.device) -> int:
+    """The device's L2 cache, in bytes."""
+    return _properties(_index(device))[3]
+
+
 def name(device: torch.device) -> str:
     """The GPU model, as torch names it ("NVIDIA H100 80GB HBM3"): what dispatch tables are for."""
     return _properties(_index(device))[2]
@@ -57,6 +62,6 @@ def _index(device: torch.device) -> int:
 
 
 @functools.cache
-def _properties(index: int) -> tuple[tuple[int, int], int, str]:
+def _properties(index: int) -> tuple[tuple[int, int], int, str, int]:
     props = torch.cuda.get_device_properties(index)
-    return (props.major, props.minor), props.multi_processor_count, props.name
+    return (props.major, props.minor), props.multi_processor_count, props.name, props.L2_cache_size

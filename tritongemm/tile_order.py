@@ -107,16 +107,22 @@ def schedule(
     return Schedule(program=out[0], step=out[1], order=out[2], num_programs=programs)
 
 
-def arrival_tile(tile_id, chunks: int, own: int, chunk_pid_m: int, num_pid_n: int, group_size_m: int):
+def arrival_tile(tile_id, chunks: int, own: int, chunk_pid_m: int, num_pid_n: int, group_size_m: int, pieces: int = 1):
     """Tile of ``tile_id`` in a GEMM over an all-gather's rows that starts before they have all
     landed (``hopper/schedulers.arrival_scheduler``, ``distributed/gathered.py``). C's rows are
-    ``chunks`` chunks of ``chunk_pid_m`` rows of tiles, chunk r gathered from rank r. This rank's
-    own chunk, ``own``, is another GEMM's (it waits on nothing); the tile ids run over the others
-    in the order they land, own - 1, own - 2, ... (mod chunks, as exchange.py pulls them), each
-    chunk's tiles in grouped order within the chunk, so that no group spans two chunks.
+    ``chunks`` chunks of ``chunk_pid_m`` rows of tiles, chunk r gathered from rank r, each in
+    ``pieces`` pieces of ``chunk_pid_m // pieces`` rows of tiles that travel one after another.
+    This rank's own chunk, ``own``, is another GEMM's (it waits on nothing); the tile ids run over
+    the others in the order they land, own - 1, own - 2, ... (mod chunks, as exchange.py pulls
+    them), piece by piece, each piece's tiles in grouped order within it, so that no group spans
+    two pieces.
 
-    Returns (pid_m, pid_n, chunk): the tile and the chunk whose arrival it waits for."""
-    per_chunk = chunk_pid_m * num_pid_n
-    chunk = (own + chunks - 1 - tile_id // per_chunk) % chunks
-    pid_m, pid_n = grouped_tile(tile_id % per_chunk, chunk_pid_m, num_pid_n, group_size_m)
-    return chunk * chunk_pid_m + pid_m, pid_n, chunk
+    Returns (pid_m, pid_n, piece): the tile and the piece whose arrival it waits for, numbered
+    chunk * pieces + (piece within the chunk), its arrival word's index."""
+    piece_pid_m = chunk_pid_m // pieces
+    per_piece = piece_pid_m * num_pid_n
+    landing = tile_id // per_piece
+    chunk = (own + chunks - 1 - landing // pieces) % chunks
+    piece = chunk * pieces + landing % pieces
+    pid_m, pid_n = grouped_tile(tile_id % per_piece, piece_pid_m, num_pid_n, group_size_m)
+    return piece * piece_pid_m + pid_m, pid_n, piece

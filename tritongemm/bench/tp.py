@@ -24,9 +24,9 @@ median call of the slowest rank, since the op ends when its last rank does. "eag
 as a user makes them; "graph" one call captured in a CUDA graph and replayed, where capture
 works. Without two GPUs: a smoke run over gloo on the CPU, tiny shapes under the interpreter.
 
-`--profile` records instead one call of each function at M = 8192, overlapped and sequential,
-with torch's profiler on rank 0, and writes its GPU activity (tp-timeline.csv) and the timeline
-picture (tp-timeline.png) that docs/tensor-parallel.md shows.
+`--profile` records instead one call of each function at M = 8192, overlapped, sequential and
+torch's fused op where it runs, with torch's profiler on rank 0, and writes its GPU activity
+(tp-timeline.csv) and the timeline picture (tp-timeline.png) that docs/tensor-parallel.md shows.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def _timeline(rank: int, world: int, device, layers) -> list[dict]:
     timings = TIMINGS if device.type == "cuda" else ("eager",)
     for layer in picked:
         _, _, calls = _problem(layer, m, rank, world, device)
-        for path in ("tritongemm", "tritongemm-nccl", "sequential"):
+        for path in (p for p in _PATH_NAMES if p in calls):  # torch's fused op where this torch runs it
             for timing in timings:
                 fn = _captured(calls[path]) if timing == "graph" else calls[path]
                 for _ in range(3):  # warm: compiled, communicators made
@@ -458,6 +458,7 @@ _PATH_NAMES = {
     "tritongemm": "overlapped, symmetric memory (copy engines)",
     "tritongemm-nccl": "overlapped, NCCL send/recv",
     "sequential": "sequential (NCCL collective + one GEMM)",
+    "torch-symm-mem": "torch's fused symm_mem op (cuBLAS, copy engines)",
 }
 
 

@@ -133,12 +133,17 @@ class Exchanges:
         nothing for point-to-point, where `gather` sends it."""
 
     def gather(
-        self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True, words: torch.Tensor | None = None
+        self,
+        shard: torch.Tensor,
+        shards: torch.Tensor,
+        keep_own: bool = True,
+        words: torch.Tensor | None = None,
+        pieces: int = 1,
     ) -> list[tuple[int, object]]:
         """Start moving every rank's `shard` into `shards` (world, *shard.shape), this rank's too
         where `keep_own`, beside whatever the compute stream has queued; returns (source, handle)
-        per other rank, in the order they should arrive. `words`: only where `announces`."""
-        assert words is None, "point-to-point transfers announce no arrival in device memory"
+        per other rank, in the order they should arrive. `words`, `pieces`: only where `announces`."""
+        assert words is None and pieces == 1, "point-to-point transfers announce no arrival in device memory"
         steps = map(self.peers, range(1, self.world))
         pending = [(source, self._swap(shard, to, shards[source], source)) for to, source in steps]
         if keep_own:
@@ -248,21 +253,39 @@ class SymmetricExchanges(Exchanges):
             self.workspace.barrier()  # every rank's shard is in its buffer
 
     def gather(
-        self, shard: torch.Tensor, shards: torch.Tensor, keep_own: bool = True, words: torch.Tensor | None = None
+        self,
+        shard: torch.Tensor,
+        shards: torch.Tensor,
+        keep_own: bool = True,
+        words: torch.Tensor | None = None,
+        pieces: int = 1,
     ):
         """As `Exchanges.gather`, but yielding each (source, handles) as soon as its copy is
         queued, so that the caller queues the work that reads it before the host goes on to the
         next copy (the host's time per copy is 25-35 us on the H200 pair's host; a GEMM on the
         first chunk then starts that much earlier for each chunk after it). With `words`
         (`reset_arrivals`'), each pulled shard's word is set to 1 once it has landed (a memory
-        operation of the stream, after the copy: no SM), for a kernel that waits on them."""
+        operation of the stream, after the copy: no SM), for a kernel that waits on them.
+
+        With `pieces` (and `words`), each shard travels as that many copies of consecutive rows,
+        piece p of rank r's shard announced by word r * pieces + p, so that a kernel waiting on
+        them starts on a shard's first rows while its last are on their way; the handles yielded
+        for a shard then mark its first piece's landing, and the copies of its other pieces are
+        queued after the caller's work on it."""
+        assert pieces == 1 or words is not None, "pieces are announced by words: without them, one copy a shard"
+        rows = shard.shape[0] // pieces
         for step, (_, source) in enumerate(map(self.peers, range(1, self.world))):
-            with _on(self.side, self.compute):
-                shards[source].copy_(self.workspace.buffer(source, shard.shape, shard.dtype))
-                if words is not None:
-                    torch.ops.symm_mem.stream_write_value32_(words, source, 1)
-                arrival = _Arrival(self.side, step)
-            yield source, [arrival]
+            landing = self.workspace.buffer(source, shard.shape, shard.dtype)
+            for piece in range(pieces):
+                part = slice(piece * rows, (piece + 1) * rows if piece < pieces - 1 else None)
+                with _on(self.side, self.compute):
+                    shards[source][part].copy_(landing[part])
+                    if words is not None:
+                        torch.ops.symm_mem.stream_write_value32_(words, source * pieces + piece, 1)
+                    if piece == 0:
+                        arrival = _Arrival(self.side, step)
+                if piece == 0:
+                    yield source, [arrival]
         if keep_own:
             with _on(self.side, self.compute):
                 shards[self.rank].copy_(shard)
@@ -274,7 +297,7 @@ class SymmetricExchanges(Exchanges):
         (The previous call's readers are done by then: the side stream waited for the compute
         stream when this call began, and the compute stream for them when that one ended.)"""
         with _on(self.side, self.compute):
-            torch.ops.symm_mem.memset32_(words, 0, 0, self.world)
+            torch.ops.symm_mem.memset32_(words, 0, 0, words.numel())
 
     def outbox(self, step: int, shape, dtype: torch.dtype, device) -> torch.Tensor:
         elements = shape[0] * shape[1]
@@ -409,16 +432,21 @@ def _workspace(group, device: torch.device, nbytes: int) -> _Workspace:
 _ARRIVALS: dict[tuple[str, int], torch.Tensor] = {}
 
 
+# The most pieces a gathered shard may travel in (SymmetricExchanges.gather): arrival words a rank.
+MAX_PIECES = 4
+
+
 def arrival_words(group, device: torch.device) -> torch.Tensor:
-    """(world,) uint32 words in `device`'s memory, word r set once rank r's shard has landed here
-    (SymmetricExchanges.gather with `words`), reset at each call's start (`reset_arrivals`)."""
+    """(world * MAX_PIECES,) uint32 words in `device`'s memory, word r * pieces + p set once piece p
+    of rank r's shard has landed here (SymmetricExchanges.gather with `words`; word r with one piece
+    a shard), reset at each call's start (`reset_arrivals`)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (group.group_name, index)
     with _BUFFERS_LOCK:
         words = _ARRIVALS.get(key)
         if words is None:  # (torch has no zeros of uint32 on CUDA: int32's, reinterpreted)
-            world = dist.get_world_size(group)
-            words = _ARRIVALS[key] = torch.zeros(world, dtype=torch.int32, device=index).view(torch.uint32)
+            count = dist.get_world_size(group) * MAX_PIECES
+            words = _ARRIVALS[key] = torch.zeros(count, dtype=torch.int32, device=index).view(torch.uint32)
         return words
 
 

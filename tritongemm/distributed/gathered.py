@@ -31,16 +31,22 @@ its publishing barrier (the one kernel the transfers wait on), and what its prog
 needs no SM: the other chunks' copies (copy engines) and the words' writes (stream memory
 operations).
 
+From four ranks on, a chunk may travel in pieces of consecutive rows, each with a word of its
+own, so that the tiles left after the last copy are a piece's, not a chunk's (`pieces_for`).
+
 Where it can't run (not sm_90, not fp16/bf16, rows a chunk not a multiple of the tile's,
 operands TMA can't read, transport NCCL), `plan` says None and the ops run a GEMM per chunk.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 
 from tritongemm import device_info
-from tritongemm.distributed.exchange import announces_arrivals
+from tritongemm.distributed.exchange import MAX_PIECES, announces_arrivals
 from tritongemm.epilogue import Epilogue, Fused
 from tritongemm.hopper import persistent_pipelined_config, tma_persistent_pipelined
 from tritongemm.hopper.descriptors import tma_unsupported_reason
@@ -58,12 +64,39 @@ KERNEL = "tma_persistent_pipelined"
 # BIG 3% faster (h100x4/probes/tp-shared-tile.csv) on the tile counts where four H200s ran MID
 # faster; a weight of 1.65, fitted to the H100s, lost 11% and 6% on the H200s.
 
+# Each gathered chunk travels in pieces of consecutive rows, each announced apart (`pieces_for`):
+# the GEMM starts on a chunk once its first piece has landed, and once the last chunk's last piece
+# lands only that piece's tiles are left, not the chunk's. (In one piece, four H100s, q,k,v at 8192
+# tokens: the last of three 94 us copies landed 174 us before the GEMM's end, its 160 tiles two
+# waves on 131 SMs.) Measured with scripts/tp_probe.py's pieces-* variants, kernel-only
+# (results/h100x4/probes/tp-pieces-*.csv, h100x2/probes/tp-pieces-*.csv):
+# - four H100s, q,k,v (B 42 MB, in L2): pieces of 80 tiles won, 6%, 1% and 4% at 4096, 8192 and
+#   16384 tokens over one piece (6.6%, 1.1%, 4.4% in a second run); pieces of 40 tiles lost, 10%,
+#   16% and 1% at 2048, 4096 and 8192 against half as many pieces, so a piece keeps at least
+#   PIECE_LEAST_WAVE_SHARE of a wave of tiles;
+# - gate,up (B 235 MB, past L2) lost in pieces every time: 10% and 6% on four H100s at 2048 and
+#   4096 tokens, 4% on two at 4096. A piece's tiles are in grouped order within it, so with fewer
+#   rows each re-reads B's panels, from memory where B outgrows L2; and its GEMM is long beside
+#   its copy, which left little to hide;
+# - on two H100s, q,k,v in pieces ran -4% to +3% (2048-16384 tokens, within the runs' spread):
+#   the one peer chunk lands under the own chunk's GEMM, half the work, so there is no later
+#   chunk's wait for pieces to shorten. Pieces from four ranks on.
+PIECE_LEAST_WAVE_SHARE = 0.5
+PIECES_FROM_WORLD = 4
+
+
+class Launches(NamedTuple):
+    own: Callable  # own(shard, b, c_own, bias)
+    others: Callable  # others(gathered, b, c, bias)
+    pieces: int  # how many pieces each gathered chunk travels in (SymmetricExchanges.gather)
+
 
 def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activation, rank: int, words: torch.Tensor):
-    """`(own, others)`, two launches of (a, b, c, bias) computing activation(A @ B + bias):
-    `others(gathered, b, c, bias)` C's rows of every chunk but `rank`'s, A `gathered` (world x m
-    rows, K), each chunk read once `words` says it landed; `own(shard, b, c_own, bias)` this
-    rank's chunk, C's rows of it `c_own`, on the same tiles (where `own_fits(shard)`). None
+    """`Launches(own, others, pieces)`, two launches of (a, b, c, bias) computing
+    activation(A @ B + bias): `others(gathered, b, c, bias)` C's rows of every chunk but `rank`'s,
+    A `gathered` (world x m rows, K), each chunk in `pieces` pieces of consecutive rows, each
+    piece read once `words` (exchange.arrival_words) says it landed; `own(shard, b, c_own, bias)`
+    this rank's chunk, C's rows of it `c_own`, on the same tiles (where `own_fits(shard)`). None
     where the GEMM over the chunks can't run (the module docstring): the caller runs a GEMM per
     chunk. Planned once per geometry, rank and words (in PLANS, under a key of its own; SMs
     spared included)."""
@@ -84,12 +117,28 @@ def own_fits(shard: torch.Tensor) -> bool:
     return shard.is_contiguous() and shard.data_ptr() % 16 == 0 and not shard.is_neg()
 
 
+def pieces_for(row_tiles: int, col_tiles: int, b_outgrows_l2: bool, world: int, sms: int) -> int:
+    """How many pieces each gathered chunk of `row_tiles` x `col_tiles` tiles travels in (pure):
+    one where B outgrows L2 or the group has fewer than PIECES_FROM_WORLD ranks; else the most, a
+    power of two up to MAX_PIECES dividing its rows of tiles (a tile never waits on two pieces),
+    that leave each piece PIECE_LEAST_WAVE_SHARE of a wave of tiles on `sms` SMs (the comment
+    above)."""
+    pieces = 1
+    if b_outgrows_l2 or world < PIECES_FROM_WORLD:
+        return pieces
+    while 2 * pieces <= MAX_PIECES and row_tiles % (2 * pieces) == 0:
+        if row_tiles // (2 * pieces) * col_tiles < PIECE_LEAST_WAVE_SHARE * sms:
+            break
+        pieces *= 2
+    return pieces
+
+
 def _UNPLANNED(*_):  # what the cache keeps for a geometry this GEMM can't run, so it is not retried
     raise AssertionError("gathered.plan returned no launch for this geometry")
 
 
 def _build(gathered, b, c, fused, rank, words):
-    device, world = gathered.device, words.numel()
+    device, world = gathered.device, words.numel() // MAX_PIECES
     (M, K), N = gathered.shape, b.shape[1]
     runs = (
         device.type == "cuda"
@@ -109,7 +158,9 @@ def _build(gathered, b, c, fused, rank, words):
     if rows % config.BLOCK_M:  # a tile would span two chunks
         return None
     row_tiles, col_tiles = rows // config.BLOCK_M, -(-N // config.BLOCK_N)
-    scheduler = arrival_scheduler(config.GROUP_SIZE_M, world, rank, words.data_ptr())
+    b_bytes = K * N * b.element_size()
+    pieces = pieces_for(row_tiles, col_tiles, b_bytes > device_info.l2_bytes(device), world, sms)
+    scheduler = arrival_scheduler(config.GROUP_SIZE_M, world, rank, words.data_ptr(), pieces)
     epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias)
     others = tma_persistent_pipelined.plan(
         gathered, b, c, config, num_programs=min(sms, (world - 1) * row_tiles * col_tiles), scheduler=scheduler,
@@ -120,5 +171,5 @@ def _build(gathered, b, c, fused, rank, words):
         gathered[own_rows], b, c[own_rows], config, num_programs=min(sms, row_tiles * col_tiles), **epilogue
     )
     if fused is None:
-        return (lambda a, b, c, bias: own(a, b, c)), (lambda a, b, c, bias: others(a, b, c))
-    return (lambda a, b, c, bias: own(a, b, c, bias)), (lambda a, b, c, bias: others(a, b, c, bias))
+        return Launches(lambda a, b, c, bias: own(a, b, c), lambda a, b, c, bias: others(a, b, c), pieces)
+    return Launches(lambda a, b, c, bias: own(a, b, c, bias), lambda a, b, c, bias: others(a, b, c, bias), pieces)

@@ -188,7 +188,7 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
     with device_info.sparing_sms(exchanges.spare_sms):  # room for the transport's kernels beside the GEMMs
         # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
         # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
-        own, whole, words = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
+        own, whole, words, pieces = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
         # This rank's own shard's GEMM first: it waits on nothing, and the host's time on the rest
         # hides under it. (Queued after the shard's publishing copy, it started after that copy's
         # end in a CUDA graph: 30 us later, H200 pair.)
@@ -203,14 +203,16 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
         # GEMM), which works through the chunks as they land. Each chunk's reader is queued as
         # soon as its transfer is (`gather` yields it), before the host queues the next one.
         spread = whole is None and _spread_chunks(m, b.shape[1], a2.device)
-        for step, (source, handles) in enumerate(exchanges.gather(a2, shards, keep_own=keep_gathered, words=words)):
+        landings = exchanges.gather(a2, shards, keep_own=keep_gathered, words=words, pieces=pieces)
+        for step, (source, handles) in enumerate(landings):
             if whole is None:
                 with exchanges.landed(handles, spread):
                     _gemm_into(shards[source], b, outs[source], bias, activation)
             elif step == 0:
                 # Queued once the first chunk has landed, not at once: its programs would take SMs
                 # from the own chunk's GEMM and spin there (four H100s, q,k,v at 8192 tokens: 1.20x
-                # the sequential path against 1.49x; docs/tensor-parallel.md). The rest they wait for.
+                # the sequential path against 1.49x; docs/tensor-parallel.md). (Its first piece, where
+                # the chunks travel in pieces: `handles` mark that.) The rest they wait for.
                 with exchanges.landed(handles):
                     whole(gathered, b, c2, bias)
     exchanges.finish()
@@ -286,13 +288,14 @@ OWN_CHUNK_ON_SHARED_TILES = True
 
 
 def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
-    """(own, others, words): gathered.plan's two launches for this call and the arrival words the
-    second waits on, or (None, None, None): the chunks then run a GEMM each."""
+    """(own, others, words, pieces): gathered.plan's two launches for this call, the arrival words
+    the second waits on and the pieces each chunk travels in, or (None, None, None, 1): the chunks
+    then run a GEMM each."""
     if not (WHOLE_GATHERED_GEMM and exchanges.announces):
-        return None, None, None
+        return None, None, None, 1
     words = arrival_words(exchanges.group, gathered.device)
     launches = gathered_gemm.plan(gathered, b, c2, bias, activation, rank, words)
-    return (None, None, None) if launches is None else (*launches, words)
+    return (None, None, None, 1) if launches is None else (launches.own, launches.others, words, launches.pieces)
 
 
 def _spread_chunks(m: int, n: int, device: torch.device) -> bool:

@@ -117,20 +117,22 @@ def grouped_scheduler(group_size_m: int):
 
 
 @functools.cache
-def arrival_scheduler(group_size_m: int, chunks: int, own: int, arrivals: int):
+def arrival_scheduler(group_size_m: int, chunks: int, own: int, arrivals: int, pieces: int = 1):
     """The scheduler of a GEMM over an all-gather's rows that starts before they have all landed
     (distributed/gathered.py): C's M rows are `chunks` chunks of M // chunks rows, chunk r gathered
-    from rank r; every chunk but this rank's `own` (another GEMM's), in the order they land, each
-    chunk's tiles in grouped order within it (tile_order.arrival_tile), strided over the programs
-    as GroupedScheduler's. `get_tile` returns a tile only once its chunk has landed: it waits until
-    the chunk's 32-bit word at address `arrivals` + 4 * chunk is non-zero, which the stream that
-    copies the chunk in sets after the copy (exchange.py). The caller asks for a tile just before
-    it issues the tile's first loads, so no load reads a row that is still on its way.
+    from rank r, each travelling as `pieces` pieces of consecutive rows; every chunk but this
+    rank's `own` (another GEMM's), in the order they land, piece by piece, each piece's tiles in
+    grouped order within it (tile_order.arrival_tile), strided over the programs as
+    GroupedScheduler's. `get_tile` returns a tile only once its piece has landed: it waits until
+    the piece's 32-bit word at address `arrivals` + 4 * (chunk * pieces + piece) is non-zero, which
+    the stream that copies the piece in sets after the copy (exchange.py). The caller asks for a
+    tile just before it issues the tile's first loads, so no load reads a row still on its way.
 
     The address is compiled in: the words are one allocation per group and device that lives as
     long as the process (exchange.arrival_words), so a class per address is one per group.
-    The rows per chunk must be a multiple of BLOCK_M (the host checks): a tile never waits on two."""
-    for name, value, least in (("group_size_m", group_size_m, 1), ("chunks", chunks, 2), ("arrivals", arrivals, 1)):
+    The rows per piece must be a multiple of BLOCK_M (the host checks): a tile never waits on two."""
+    for name, value, least in (("group_size_m", group_size_m, 1), ("chunks", chunks, 2), ("arrivals", arrivals, 1),
+                               ("pieces", pieces, 1)):  # fmt: skip
         if not isinstance(value, int) or value < least:
             raise ValueError(f"arrival_scheduler: {name} must be an int >= {least}, but got {value!r}")
     if not isinstance(own, int) or not 0 <= own < chunks:
@@ -139,27 +141,28 @@ def arrival_scheduler(group_size_m: int, chunks: int, own: int, arrivals: int):
     CHUNKS = gl.constexpr(chunks)
     OWN = gl.constexpr(own)
     ARRIVALS = gl.constexpr(arrivals)
+    PIECES = gl.constexpr(pieces)
 
     @aggregate
     class ArrivalScheduler:
         first_tile: gl.tensor  # = program id
-        chunk_pid_m: gl.tensor  # rows of tiles per chunk
+        piece_pid_m: gl.tensor  # rows of tiles per piece
         num_pid_n: gl.tensor
         num_tiles: gl.tensor  # of the chunks this GEMM computes: all but one
 
         @gluon.constexpr_function
-        def __init__(self, first_tile, chunk_pid_m, num_pid_n, num_tiles):
+        def __init__(self, first_tile, piece_pid_m, num_pid_n, num_tiles):
             self.first_tile = first_tile
-            self.chunk_pid_m = chunk_pid_m
+            self.piece_pid_m = piece_pid_m
             self.num_pid_n = num_pid_n
             self.num_tiles = num_tiles
 
         @gluon.jit
         def initialize(M, N, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr):
-            chunk_pid_m = (M // CHUNKS) // BLOCK_M
+            piece_pid_m = (M // (CHUNKS * PIECES)) // BLOCK_M
             num_pid_n = gl.cdiv(N, BLOCK_N)
-            num_tiles = (CHUNKS - 1) * chunk_pid_m * num_pid_n
-            return ArrivalScheduler(gl.program_id(axis=0), chunk_pid_m, num_pid_n, num_tiles)
+            num_tiles = (CHUNKS - 1) * PIECES * piece_pid_m * num_pid_n
+            return ArrivalScheduler(gl.program_id(axis=0), piece_pid_m, num_pid_n, num_tiles)
 
         @gluon.jit
         def get_num_tiles(self):
@@ -168,23 +171,25 @@ def arrival_scheduler(group_size_m: int, chunks: int, own: int, arrivals: int):
         @gluon.jit
         def get_tile(self, idx):
             tile_id = self.first_tile + idx * gl.num_programs(axis=0)
-            per_chunk = self.chunk_pid_m * self.num_pid_n
-            chunk = (OWN + CHUNKS - 1 - tile_id // per_chunk) % CHUNKS
+            per_piece = self.piece_pid_m * self.num_pid_n
+            landing = tile_id // per_piece  # the how-manieth piece to land this tile is in
+            chunk = (OWN + CHUNKS - 1 - landing // PIECES) % CHUNKS
+            piece = chunk * PIECES + landing % PIECES  # its index among all the pieces: its word's
             pid_m, pid_n = grouped_tile(
-                tile_id % per_chunk, self.chunk_pid_m, GROUP_SIZE_M * self.num_pid_n, GROUP_SIZE_M
+                tile_id % per_piece, self.piece_pid_m, GROUP_SIZE_M * self.num_pid_n, GROUP_SIZE_M
             )
             if tile_id < self.num_tiles:  # (a program without tiles asks for one past the end)
                 # An acquire load at system scope: the word is written by the stream (a copy engine's
                 # memory operation, not an SM), and what follows reads the rows it announces.
                 # The rows are read by TMA, which goes to L2 past the SM's L1: no stale copy to fear.
-                word = gl.cast(gl.to_tensor(ARRIVALS), gl.pointer_type(gl.int32)) + chunk
+                word = gl.cast(gl.to_tensor(ARRIVALS), gl.pointer_type(gl.int32)) + piece
                 landed = gl.atomic_add(word, 0, sem="acquire", scope="sys")
                 while landed == 0:
                     landed = gl.atomic_add(word, 0, sem="acquire", scope="sys")
-            return chunk * self.chunk_pid_m + pid_m, pid_n
+            return piece * self.piece_pid_m + pid_m, pid_n
 
     ArrivalScheduler.__name__ = ArrivalScheduler.__qualname__ = (
-        f"ArrivalScheduler_G{group_size_m}_C{chunks}_O{own}_A{arrivals:x}"
+        f"ArrivalScheduler_G{group_size_m}_C{chunks}_O{own}_P{pieces}_A{arrivals:x}"
     )
     return ArrivalScheduler
 
