@@ -93,7 +93,7 @@ def test_spared_sms_are_in_the_key():
 
 
 def test_sparing_sms_lowers_the_count_in_this_thread_only(monkeypatch):
-    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "a GPU"))
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "a GPU", 50 << 20))
     monkeypatch.setattr(device_info, "_index", lambda device: 0)
     seen = {}
     with device_info.sparing_sms(2):

@@ -50,7 +50,7 @@ def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
     from tritongemm.hopper import TILES
     from tritongemm.registry import get
 
-    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3", 50 << 20))
     gpu = torch.device("cuda", 0)  # what the kernels' default configs ask of it is answered above
     problem = Problem(4096, 4096, 4096, "bfloat16")
     hopper = tune.candidates("tma_persistent_pipelined", problem, gpu)
@@ -66,7 +66,7 @@ def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
 def test_skinny_problems_try_swap_ab_s_tiles_and_the_others_defaults(monkeypatch):
     from tritongemm import device_info
 
-    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3", 50 << 20))
     gpu = torch.device("cuda", 0)
     decode = Problem(1, 4096, 14336, "bfloat16", "nt")
     swapped = tune.candidates("swap_ab", decode, gpu)
@@ -82,7 +82,7 @@ def test_deep_rings_are_tried_where_tiles_are_few(monkeypatch):
     from tritongemm import device_info
     from tritongemm.hopper import DEEP_RING_TILES, TILES
 
-    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3"))
+    monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3", 50 << 20))
     gpu = torch.device("cuda", 0)
     batch = Problem(128, 4096, 4096, "bfloat16", "nt")  # skinny, but enough tokens for 64-row tiles
     assert set(tune.candidates(tune.SKINNY_TMA, batch, gpu)) >= set(DEEP_RING_TILES)
