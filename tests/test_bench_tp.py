@@ -25,6 +25,14 @@ def test_bench_tp_smoke(tmp_path):
     assert all(r["vs_sequential"] == "bitwise" for r in rows)
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="as above: the CPU machine's smoke run")
+def test_bench_tp_profile_smoke(tmp_path):
+    """--profile runs one call of each path it can (torch's fused op needs CUDA: not here); a CPU
+    has no GPU activity to write."""
+    assert cli.main(["bench", "tp", "--profile", "--out-dir", str(tmp_path)]) == 0
+    assert not (tmp_path / "tp-timeline.csv").exists()
+
+
 def test_summary_states_the_bars():
     def row(provider, m, ms):
         return TpRow("H100", 2, "all_gather_matmul", m, 1, 1, provider, ms, 2.0 / ms, "qkv", "eager", 0.0, "bitwise")

@@ -357,29 +357,39 @@ def _slowest(ms: float, device) -> float:
 # --- the timeline: what each stream runs during one call -------------------------------------
 
 
+# The spin between the GPUs' line-up and the profiled call: about 150 us at the H100's clocks, room
+# for every host to queue a graph replay (or an eager call's first launches) under the profiler.
+LINE_UP_SPIN_CYCLES = 250_000
+
+
 def _timeline(rank: int, world: int, device, layers) -> list[dict]:
     """GPU activity of one call per function, path and timing on rank 0, from torch's profiler:
     kernels and copies with their stream, start and duration (us from the call's first activity).
     "graph" replays the call captured in a CUDA graph, as the kernel-only rows time it: no host
     work between the launches."""
     events = []
+    line_up = torch.zeros(1, device=device)
     picked = [next(x for x in layers if x[1] == op) for op in ("all_gather_matmul", "matmul_reduce_scatter")]
     m = 8192 if device.type == "cuda" else 16
     timings = TIMINGS if device.type == "cuda" else ("eager",)
     for layer in picked:
         _, _, calls = _problem(layer, m, rank, world, device)
-        for path in (p for p in _PATH_NAMES if p in calls):  # torch's fused op where this torch runs it
+        for path in (p for p in _PATH_NAMES if device.type == "cuda" or p != "torch-symm-mem"):  # it needs CUDA
             for timing in timings:
                 fn = _captured(calls[path]) if timing == "graph" else calls[path]
                 for _ in range(3):  # warm: compiled, communicators made
                     fn()
-                # Every rank profiles, so the profiler's own costs delay them alike; the spin kernel
-                # after the barrier marks where the call starts on the GPU.
+                # Every rank profiles, but the profiler's costs are not the same on every host: after
+                # the barrier the hosts queued the call up to ~120 us apart, and a graph replay's
+                # first barrier waited that long for the late peer (results/h100x4/tp-timeline.csv).
+                # So the GPUs line up in a one-element all-reduce, which they leave together, and
+                # spin while every host queues the call; the spin's end marks the call's start.
                 with torch.profiler.profile() as prof:
                     dist.barrier()
                     if device.type == "cuda":
                         torch.cuda.synchronize()
-                        torch.cuda._sleep(1000)
+                        dist.all_reduce(line_up)
+                        torch.cuda._sleep(LINE_UP_SPIN_CYCLES)
                     fn()
                     if device.type == "cuda":
                         torch.cuda.synchronize()
