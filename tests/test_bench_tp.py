@@ -27,10 +27,17 @@ def test_bench_tp_smoke(tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="as above: the CPU machine's smoke run")
 def test_bench_tp_profile_smoke(tmp_path):
-    """--profile runs one call of each path it can (torch's fused op needs CUDA: not here); a CPU
-    has no GPU activity to write."""
+    """--profile runs one call of each path it can (torch's fused op needs CUDA: not here) on every
+    rank; a CPU has no GPU activity, only each host's queueing of each call."""
     assert cli.main(["bench", "tp", "--profile", "--out-dir", str(tmp_path)]) == 0
-    assert not (tmp_path / "tp-timeline.csv").exists()
+    with (tmp_path / "tp-timeline.csv").open() as f:
+        events = list(csv.DictReader(f))
+    paths = ("tritongemm", "tritongemm-nccl", "sequential")
+    assert {(e["rank"], e["op"], e["path"]) for e in events} == {
+        (rank, op, path) for rank in "01" for op in ("all_gather_matmul", "matmul_reduce_scatter") for path in paths
+    }
+    assert {e["stream"] for e in events} == {"host"}
+    assert (tmp_path / "tp-timeline.png").exists()
 
 
 def test_summary_states_the_bars():

@@ -25,8 +25,9 @@ as a user makes them; "graph" one call captured in a CUDA graph and replayed, wh
 works. Without two GPUs: a smoke run over gloo on the CPU, tiny shapes under the interpreter.
 
 `--profile` records instead one call of each function at M = 8192, overlapped, sequential and
-torch's fused op where it runs, with torch's profiler on rank 0, and writes its GPU activity
-(tp-timeline.csv) and the timeline picture (tp-timeline.png) that docs/tensor-parallel.md shows.
+torch's fused op where it runs, with torch's profiler on every rank, and writes their GPU activity
+and each host's queueing of the call (tp-timeline.csv, a row per kernel, copy or host range, with
+its rank) and rank 0's timeline picture (tp-timeline.png) that docs/tensor-parallel.md shows.
 """
 
 from __future__ import annotations
@@ -97,8 +98,10 @@ def run_tp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: str
     with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, worker_env):
         torch.multiprocessing.spawn(_worker, args=(world, tmp, tuple(timings), profile), nprocs=world)
         result = json.loads(Path(tmp, "rank0.json").read_text())
+        if profile:  # every rank's activity, each written by its own process
+            events = [e for r in range(world) for e in json.loads(Path(tmp, f"rank{r}.json").read_text())["events"]]
     if profile:
-        return _write_timeline(result, out_dir, plot)
+        return _write_timeline(events, out_dir, plot)
     rows = [TpRow(**r) for r in result["rows"]]
     for r in rows:
         ms = f"{r.ms:8.3f} ms" if r.ms is not None else "       - ms"
@@ -157,8 +160,8 @@ def _worker(rank: int, world: int, tmp: str, timings: tuple, profile: bool) -> N
                 if rank == 0:
                     print(f"{layer[0]} m {m}: done", flush=True)
         result = {"rows": [r.as_dict() for r in rows], "environment": describe_environment() if rank == 0 else {}}
-    if rank == 0:
-        Path(tmp, "rank0.json").write_text(json.dumps(result))
+    if rank == 0 or profile:
+        Path(tmp, f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
 
 
@@ -357,16 +360,22 @@ def _slowest(ms: float, device) -> float:
 # --- the timeline: what each stream runs during one call -------------------------------------
 
 
-# The spin between the GPUs' line-up and the profiled call: about 150 us at the H100's clocks, room
-# for every host to queue a graph replay (or an eager call's first launches) under the profiler.
-LINE_UP_SPIN_CYCLES = 250_000
+# The spins around the GPUs' line-up: about 0.5 ms each at the H100's clocks. The first keeps the
+# GPU busy while its host queues the line-up and the second spin: a host that queued them after its
+# GPU had left the line-up started its spin, and so the call, that much later (four H200s, one
+# 0.13 ms spin after the line-up: the ranks' spins ended up to 130 us apart, and the ranks that
+# started first waited that long in the call's first barrier). The second is room for every host
+# to queue the call: under the profiler a graph replay's launch took up to 0.2 ms of host time.
+LINE_UP_SPIN_CYCLES = 1_000_000
 
 
 def _timeline(rank: int, world: int, device, layers) -> list[dict]:
-    """GPU activity of one call per function, path and timing on rank 0, from torch's profiler:
-    kernels and copies with their stream, start and duration (us from the call's first activity).
-    "graph" replays the call captured in a CUDA graph, as the kernel-only rows time it: no host
-    work between the launches."""
+    """This rank's GPU activity during one call per function, path and timing, from torch's
+    profiler: kernels and copies with their stream, start and duration (us from the end of the
+    line-up's spin), and the host's queueing of the call (stream "host"). "graph" replays the call
+    captured in a CUDA graph, as the kernel-only rows time it: no host work between the launches.
+    Every rank records its own; the processes share the host's clock, so `t0_us` (the spin's end
+    on that clock) lines the ranks' timelines up."""
     events = []
     line_up = torch.zeros(1, device=device)
     picked = [next(x for x in layers if x[1] == op) for op in ("all_gather_matmul", "matmul_reduce_scatter")]
@@ -382,38 +391,47 @@ def _timeline(rank: int, world: int, device, layers) -> list[dict]:
                 # Every rank profiles, but the profiler's costs are not the same on every host: after
                 # the barrier the hosts queued the call up to ~120 us apart, and a graph replay's
                 # first barrier waited that long for the late peer (results/h100x4/tp-timeline.csv).
-                # So the GPUs line up in a one-element all-reduce, which they leave together, and
-                # spin while every host queues the call; the spin's end marks the call's start.
+                # So the GPUs line up in a one-element all-reduce, which they leave together, queued
+                # behind a spin, and spin again while every host queues the call; the second spin's
+                # end marks the call's start.
                 with torch.profiler.profile() as prof:
                     dist.barrier()
                     if device.type == "cuda":
                         torch.cuda.synchronize()
+                        torch.cuda._sleep(LINE_UP_SPIN_CYCLES)
                         dist.all_reduce(line_up)
                         torch.cuda._sleep(LINE_UP_SPIN_CYCLES)
-                    fn()
+                    with torch.profiler.record_function(_HOST_MARK):
+                        fn()
                     if device.type == "cuda":
                         torch.cuda.synchronize()
-                if rank == 0:
-                    events += _gpu_activity(prof, layer[0], layer[1], path, timing)
+                events += _gpu_activity(prof, rank, layer[0], layer[1], path, timing)
     return events
 
 
-def _gpu_activity(prof, layer: str, op: str, path: str, timing: str) -> list[dict]:
+_HOST_MARK = "tp call queued"  # the host's range around the profiled call
+
+
+def _gpu_activity(prof, rank: int, layer: str, op: str, path: str, timing: str) -> list[dict]:
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         prof.export_chrome_trace(f.name)
         trace = json.loads(Path(f.name).read_text())
-    gpu = [e for e in trace.get("traceEvents", []) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    every = trace.get("traceEvents", [])
+    gpu = [e for e in every if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    host = [dict(e, args={"stream": "host"}) for e in every  # (not its copies on the GPU's streams)
+            if e.get("name") == _HOST_MARK and e.get("cat") == "user_annotation"]  # fmt: skip
     marks = [e for e in gpu if "spin_kernel" in e["name"]]
-    t0 = marks[-1]["ts"] + marks[-1]["dur"] if marks else min((e["ts"] for e in gpu), default=0)
-    gpu = [e for e in gpu if e["ts"] >= t0]
-    return [dict(layer=layer, op=op, path=path, timing=timing, stream=e.get("args", {}).get("stream", e.get("tid")),
-                 name=e["name"][:80], start_us=e["ts"] - t0, dur_us=e["dur"]) for e in gpu]  # fmt: skip
+    t0 = marks[-1]["ts"] + marks[-1]["dur"] if marks else min((e["ts"] for e in gpu + host), default=0)
+    base = trace.get("baseTimeNanoseconds", 0) / 1e3  # (kineto's times count from it, where it is given)
+    return [dict(rank=rank, layer=layer, op=op, path=path, timing=timing,
+                 stream=e.get("args", {}).get("stream", e.get("tid")), name=e["name"][:80],
+                 start_us=e["ts"] - t0, dur_us=e["dur"], t0_us=base + t0)
+            for e in gpu + host if e["ts"] + e["dur"] >= t0]  # fmt: skip
 
 
-def _write_timeline(result: dict, out_dir, plot: bool) -> list:
+def _write_timeline(events: list[dict], out_dir, plot: bool) -> list:
     from tritongemm.bench.report import write_dicts
 
-    events = result["events"]
     if out_dir is None or not events:
         print(f"{len(events)} GPU events; no files written")
         return events
@@ -428,8 +446,9 @@ def _write_timeline(result: dict, out_dir, plot: bool) -> list:
 
 
 def plot_timeline(csv_path: Path, png_path: Path) -> Path:
-    """One panel per function and path: a row per stream, a bar per kernel or copy, GEMMs blue,
-    communication orange (NCCL's kernels, copies), the rest grey."""
+    """Rank 0's timeline: one panel per function and path, a row per stream, a bar per kernel or
+    copy, GEMMs blue, communication orange (NCCL's kernels, copies), the rest grey; a row for the
+    host's queueing of the call."""
     import csv
 
     import matplotlib
@@ -438,7 +457,7 @@ def plot_timeline(csv_path: Path, png_path: Path) -> Path:
     import matplotlib.pyplot as plt
 
     with Path(csv_path).open() as f:
-        events = list(csv.DictReader(f))
+        events = [e for e in csv.DictReader(f) if e.get("rank", "0") == "0"]
     panel_of = lambda e: (e["layer"], e["op"], e["path"], e.get("timing", "eager"))  # noqa: E731
     panels = list(dict.fromkeys(map(panel_of, events)))
     fig, axes = plt.subplots(len(panels), 1, figsize=(11, 1.6 * len(panels) + 0.6), squeeze=False)
@@ -457,7 +476,7 @@ def plot_timeline(csv_path: Path, png_path: Path) -> Path:
         ax.set_yticks(range(len(streams)), [f"stream {s}" for s in streams], fontsize=7)
         ax.set_xlim(0, span[op])
         ax.set_title(f"{op} ({layer}), {_PATH_NAMES[path]}, {timing}: {ends:.0f} us", fontsize=8, loc="left")
-    axes[-1, 0].set_xlabel("us since the call's first GPU activity (rank 0; blue GEMM, orange communication)")
+    axes[-1, 0].set_xlabel("us since the line-up spin ended (rank 0; blue GEMM, orange communication)")
     fig.tight_layout()
     fig.savefig(png_path, dpi=130)
     plt.close(fig)
