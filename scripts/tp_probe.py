@@ -16,6 +16,8 @@ drift hits them alike:
   two candidates) whatever their waves;
 - pieces-1 / -2 / -4: the same with each gathered chunk sent in that many pieces, each announced
   apart, whatever `gathered.pieces_for` would choose;
+- pull: the same with the chunks pulled (each rank publishes its shard in its own buffer, a copy
+  on the SMs, and its peers copy from there) rather than pushed (`ops.PUSH_GATHER = False`);
 - side: the same with a GEMM per gathered chunk instead (`ops.WHOLE_GATHERED_GEMM = False`), beside
   the compute stream, each on a stream of its own where a chunk is at most two waves of tiles
   (ops.py `_spread_chunks`): the library before gathered.py, and wherever that can't run;
@@ -92,9 +94,22 @@ def _pieces(name: str):
         PLANS.clear()
 
 
+@contextlib.contextmanager
+def _pulled():
+    from tritongemm.distributed import ops as tp_ops
+
+    tp_ops.PUSH_GATHER = False
+    try:
+        yield
+    finally:
+        tp_ops.PUSH_GATHER = True
+
+
 def _variant_rule(name: str, world: int):
     if name in TILE_VARIANTS:
         return _tile_rule(name, world)
+    if name == "pull":
+        return _pulled()
     return _pieces(name) if name in PIECE_VARIANTS else contextlib.nullcontext()
 
 
@@ -155,6 +170,7 @@ VARIANTS = {
     "tile-mid": (exchange.SymmetricExchanges, True, True),
     "tile-big": (exchange.SymmetricExchanges, True, True),
     **{name: (exchange.SymmetricExchanges, True, True) for name in PIECE_VARIANTS},
+    "pull": (exchange.SymmetricExchanges, True, True),
     "side": (exchange.SymmetricExchanges, False, False),
     "spread-always": (SpreadAlways, False, False),
     "one-peer-stream": (OnePeerStream, False, False),

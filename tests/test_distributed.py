@@ -240,22 +240,44 @@ def case_whole_gathered_gemm(rank, world, device, dtype):
 def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
     from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops
 
-    publish = exchange.SymmetricExchanges.publish
+    publish, push_piece = exchange.SymmetricExchanges.publish, exchange.SymmetricExchanges._push_piece
+    pushed = []
 
-    def late_publish(self, shard):  # the transfers start ~20 ms after the kernel
+    def late_publish(self, shard):  # the pulls start ~20 ms after the kernel
         with exchange._on(self.side, self.compute):
             torch.cuda._sleep(30_000_000)
         publish(self, shard)
 
-    for seed, late in ((33, False), (34, True), (35, False)):
+    def late_push_piece(piece, slot, peer_words, word):  # each piece ~20 ms after the one before
+        torch.cuda._sleep(30_000_000)  # (on the side stream, where the pushes run)
+        push_piece(piece, slot, peer_words, word)
+        pushed.append(word)
+
+    def counted_push_piece(*args):
+        push_piece(*args)
+        pushed.append(args[-1])
+
+    # Without return_a the chunks are pushed into each peer's memory; with it, pulled into the
+    # gathered A. Each held back in one call, so that the kernel runs before they land.
+    for seed, late, return_a in ((33, False, False), (34, True, False), (35, True, True), (39, False, True)):
         a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
         exchange.SymmetricExchanges.publish = late_publish if late else publish
+        exchange.SymmetricExchanges._push_piece = staticmethod(late_push_piece if late else counted_push_piece)
+        pushed.clear()
         try:
-            c = all_gather_matmul(a[_rows(world * m, rank, world)], b, bias=bias, activation="gelu")
+            out = all_gather_matmul(
+                a[_rows(world * m, rank, world)], b, bias=bias, activation="gelu", return_a=return_a
+            )
         finally:
             exchange.SymmetricExchanges.publish = publish
+            exchange.SymmetricExchanges._push_piece = staticmethod(push_piece)
+        what = f"seed {seed}{' transfers held back' if late else ''}{', return_a' if return_a else ''}"
+        assert bool(pushed) == (not return_a), f"{what}: pushed {pushed}"
+        if return_a:
+            assert torch.equal(out[0], a), f"{what}: the gathered A is not the whole A"
+            out = out[1]
         ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
-        _close(c, ref, K, dtype, f"seed {seed}{' transfers held back' if late else ''}")
+        _close(out, ref, K, dtype, what)
     # Shards the own chunk's planned launch does not take (gathered.own_fits): `auto` runs them.
     a = _whole(world * m, K, dtype=dtype, device=device, seed=38)
     shard = a[_rows(world * m, rank, world)]
@@ -264,17 +286,23 @@ def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
     for odd, label in ((offset, "a shard 2 bytes past an aligned start"), (negated, "a negated view")):
         assert not gathered.own_fits(odd) and gathered.own_fits(shard)
         _close(all_gather_matmul(odd, b), a.double() @ b.double(), K, dtype, label)
-    # A CUDA graph of one call (after an eager call of its shape, which sized the buffer), replayed on new data.
+    # CUDA graphs of one call, pushed and pulled (after an eager call of its shape, which sized the
+    # buffer), replayed on new data.
     shard = torch.empty(m, K, dtype=dtype, device=device)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    pushed_graph, pulled_graph = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
+    with torch.cuda.graph(pushed_graph):
         c = all_gather_matmul(shard, b)
+    with torch.cuda.graph(pulled_graph):
+        gathered_a, c_pulled = all_gather_matmul(shard, b, return_a=True)
     for seed in (36, 37):
         a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
         shard.copy_(a[_rows(world * m, rank, world)])
-        graph.replay()
-        _close(c, a.double() @ b.double(), K, dtype, f"CUDA graph, seed {seed}")
-    assert ops.WHOLE_GATHERED_GEMM
+        pushed_graph.replay()
+        pulled_graph.replay()
+        _close(c, a.double() @ b.double(), K, dtype, f"CUDA graph, pushed, seed {seed}")
+        _close(c_pulled, a.double() @ b.double(), K, dtype, f"CUDA graph, pulled, seed {seed}")
+        assert torch.equal(gathered_a, a), f"CUDA graph, seed {seed}: the gathered A is not the whole A"
+    assert ops.WHOLE_GATHERED_GEMM and ops.PUSH_GATHER
 
 
 def case_all_gather_matmul_3d(rank, world, device, dtype):

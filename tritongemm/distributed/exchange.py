@@ -19,6 +19,7 @@ switch joins every pair of GPUs) a chunk crosses once instead of being forwarded
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import threading
 import warnings
@@ -114,6 +115,7 @@ class Exchanges:
 
     spare_sms = 0  # SMs the ops' GEMMs leave free for this transport's kernels (none asked for here)
     announces = False  # whether `gather` can announce each landed chunk in device memory (arrival_words)
+    pushes = False  # whether `push` can send the shard into each peer's memory (see SymmetricExchanges)
 
     def __init__(self, device: torch.device, group):
         self.group = group
@@ -215,7 +217,14 @@ class SymmetricExchanges(Exchanges):
 
     The buffer is one per group and device (`_workspace`), grown when a call needs more: growing
     is a collective and a synchronization, so a CUDA graph must be captured after an eager call of
-    its largest shape."""
+    its largest shape.
+
+    A gather whose chunks a kernel waits for in device memory (arrival words) can push instead of
+    pull (`push`): each rank copies its shard straight into every peer's buffer and then sets the
+    peer's word for it, so no rank first copies its shard into its own buffer. That copy, on the
+    same GPU, is not a copy engine's: the driver runs it on the SMs, where it held back the GEMM
+    queued beside it until it ended (one H100, 64 MB: 45 us alone; a GEMM queued with it started
+    44 us late, results/h100/probes/dtod-copy-takes-sms.txt)."""
 
     announces = True
 
@@ -224,6 +233,54 @@ class SymmetricExchanges(Exchanges):
         self.spare_sms = 1 if self.world > 1 else 0  # for the barriers' one block; a group of one has none
         self.workspace = None  # the group's buffer, once a step has asked for it
         self.peer_gemms = []  # the streams the gathered chunks' GEMMs ran on, so far
+        self.pushed = False  # whether this call pushed (no peer reads this rank's buffer then)
+        self.pushes = self.world > 1 and _wait_value32() is not None
+
+    def push(self, shard: torch.Tensor, words: torch.Tensor, pieces: int = 1) -> torch.Tensor:
+        """A gather by pushing: queue on the side stream a barrier (every rank has reset its words,
+        `reset_arrivals`, and read its buffer for its last call) and then, step by step, the copy
+        of each of `pieces` pieces of `shard` (consecutive rows) into the slot for this rank of the
+        step's receiver's buffer, each followed by the write of its word there (r * pieces + p for
+        piece p of rank r's shard, as `gather` numbers them). Returns this rank's slots, the
+        gathered (world * rows, K) rows as they land here (this rank's own slot is never written),
+        for a kernel that waits on `words`; `pushed_in` queues it."""
+        m, K = shard.shape
+        elements = m * K
+        self.workspace = _workspace(self.group, shard.device, self.world * elements * shard.element_size())
+        arrivals = _arrivals(self.group, shard.device)
+        rows = m // pieces
+        with _on(self.side, self.compute):
+            self.workspace.barrier()
+            _event(("pushing", self.side)).record(self.side)
+            for to, _ in map(self.peers, range(1, self.world)):
+                for piece in range(pieces):
+                    start, stop = piece * rows, (m if piece == pieces - 1 else (piece + 1) * rows)
+                    slot = self.workspace.buffer(to, (stop - start, K), shard.dtype, self.rank * elements + start * K)
+                    self._push_piece(shard[start:stop], slot, arrivals.of(to), self.rank * pieces + piece)
+        self.pushed = True
+        return self.workspace.buffer(self.rank, (self.world * m, K), shard.dtype)
+
+    @staticmethod
+    def _push_piece(piece: torch.Tensor, slot: torch.Tensor, peer_words: torch.Tensor, word: int) -> None:
+        """On the current (side) stream: `piece` into a peer's `slot`, a copy engine's copy, then the
+        peer's word set (a stream memory operation, fenced after the copy: no SM)."""
+        slot.copy_(piece)
+        torch.ops.symm_mem.stream_write_value32_(peer_words, word, 1)
+
+    @contextlib.contextmanager
+    def pushed_in(self, words: torch.Tensor, word: int):
+        """Inside: the kernel that reads what `push` brings (the gathered chunks' GEMM), on a stream
+        of the gathered chunks', queued to start once `word` is set: after this call's reset of the
+        words and its barrier (an event), then until the first piece has landed (a stream's wait on
+        a value in memory, no SM). Queued at once, its programs would take SMs from the own chunk's
+        GEMM and spin there (gathered.py)."""
+        if not self.peer_gemms:
+            self.peer_gemms.append(_stream(self.compute.device, "peer_gemms.0"))
+        stream = self.peer_gemms[-1]
+        stream.wait_event(_event(("pushing", self.side)))
+        _wait_word(stream, words, word)
+        with _on(stream, self.compute):
+            yield
 
     @contextlib.contextmanager
     def landed(self, handles, spread: bool = False):
@@ -316,7 +373,10 @@ class SymmetricExchanges(Exchanges):
             return [_Arrival(self.side, step - 1)]
 
     def finish(self) -> None:
-        if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
+        # No rank writes its buffer again before its peers have read it. (After a push no peer reads
+        # it: the next call's pushes into it wait for its first barrier, which waits for this
+        # rank's reads, its GEMM being done, as every call's side stream first waits for them.)
+        if self.workspace is not None and not self.pushed:
             with _on(self.side, self.compute):
                 self.workspace.barrier()
         for stream in self.peer_gemms:
@@ -403,6 +463,14 @@ _BUFFERS: dict[tuple[str, int], _Workspace] = {}
 _BUFFERS_LOCK = threading.Lock()
 
 
+def _enable_for(group) -> None:
+    """Symmetric memory for `group` (torch releases before it was made automatic want this; later
+    ones warn)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        _symmetric_memory().enable_symm_mem_for_group(group.group_name)
+
+
 def _workspace(group, device: torch.device, nbytes: int) -> _Workspace:
     """`group`'s symmetric buffer on `device`, of at least `nbytes`. Growing it is a collective:
     every rank asks for the same size in the same call, as the ops' shapes agree."""
@@ -418,42 +486,91 @@ def _workspace(group, device: torch.device, nbytes: int) -> _Workspace:
         if held is not None:  # peers may still be reading the old one for queued work: let it finish
             torch.cuda.synchronize(device)
         else:
-            with warnings.catch_warnings():  # torch releases that no longer need it warn
-                warnings.simplefilter("ignore", FutureWarning)
-                symm_mem.enable_symm_mem_for_group(group.group_name)
+            _enable_for(group)
         size = 1 << max(20, (nbytes - 1).bit_length())  # powers of two: few regrowths
         buffer = symm_mem.empty(size, dtype=torch.uint8, device=device)
         _BUFFERS[key] = _Workspace(buffer, symm_mem.rendezvous(buffer, group))
         return _BUFFERS[key]
 
 
-# Each group's arrival words on each device: one 32-bit word per rank, made once and kept, as the
-# buffers are (a kernel that waits on them has their address compiled in: hopper/schedulers.py).
-_ARRIVALS: dict[tuple[str, int], torch.Tensor] = {}
+# Each group's arrival words on each device, in symmetric memory (a peer that pushes a chunk sets
+# its words here: SymmetricExchanges.push), made once and kept, as the buffers are (a kernel that
+# waits on them has their address compiled in: hopper/schedulers.py).
+_ARRIVALS: dict[tuple[str, int], _Arrivals] = {}
 
 
 # The most pieces a gathered shard may travel in (SymmetricExchanges.gather): arrival words a rank.
 MAX_PIECES = 4
 
 
-def arrival_words(group, device: torch.device) -> torch.Tensor:
-    """(world * MAX_PIECES,) uint32 words in `device`'s memory, word r * pieces + p set once piece p
-    of rank r's shard has landed here (SymmetricExchanges.gather with `words`; word r with one piece
-    a shard), reset at each call's start (`reset_arrivals`)."""
+class _Arrivals:
+    """A group's arrival words on one device and its rendezvous handle, through which `of` gives
+    any rank's words as this device addresses them (each view made once)."""
+
+    def __init__(self, words: torch.Tensor, handle):
+        self.words, self.handle = words, handle
+        self._views: dict[int, torch.Tensor] = {}
+
+    def of(self, rank: int) -> torch.Tensor:
+        view = self._views.get(rank)
+        if view is None:  # (torch's symm_mem ops take uint32 words; its buffers are made as int32)
+            view = self.handle.get_buffer(rank, (self.words.numel(),), torch.int32).view(torch.uint32)
+            self._views[rank] = view
+        return view
+
+
+def _arrivals(group, device: torch.device) -> _Arrivals:
     index = device.index if device.index is not None else torch.cuda.current_device()
     key = (group.group_name, index)
+    held = _ARRIVALS.get(key)  # (a dict read is atomic; a miss takes the lock below)
+    if held is not None:
+        return held
     with _BUFFERS_LOCK:
-        words = _ARRIVALS.get(key)
-        if words is None:  # (torch has no zeros of uint32 on CUDA: int32's, reinterpreted)
-            count = dist.get_world_size(group) * MAX_PIECES
-            words = _ARRIVALS[key] = torch.zeros(count, dtype=torch.int32, device=index).view(torch.uint32)
-        return words
+        if key not in _ARRIVALS:  # a collective: every rank asks in the same call
+            symm_mem = _symmetric_memory()
+            _enable_for(group)
+            words = symm_mem.empty(dist.get_world_size(group) * MAX_PIECES, dtype=torch.int32, device=index).zero_()
+            _ARRIVALS[key] = _Arrivals(words.view(torch.uint32), symm_mem.rendezvous(words, group))
+        return _ARRIVALS[key]
+
+
+def arrival_words(group, device: torch.device) -> torch.Tensor:
+    """(world * MAX_PIECES,) uint32 words in `device`'s memory, word r * pieces + p set once piece p
+    of rank r's shard has landed here (SymmetricExchanges.gather with `words`, or the peer's
+    `push`; word r with one piece a shard), reset at each call's start (`reset_arrivals`). Made
+    by a collective on a group's first call."""
+    return _arrivals(group, device).words
 
 
 def announces_arrivals() -> bool:
     """Whether this torch has the stream memory operations that set and reset arrival words."""
     ops = getattr(torch.ops, "symm_mem", None)
     return ops is not None and hasattr(ops, "stream_write_value32_") and hasattr(ops, "memset32_")
+
+
+@functools.cache
+def _wait_value32():
+    """The driver's cuStreamWaitValue32 (a stream waits, with no SM, until a 32-bit word in device
+    memory reaches a value; captured into CUDA graphs as a node), which torch does not wrap; None
+    where the driver library or the function is missing."""
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+        wait = getattr(driver, "cuStreamWaitValue32_v2", None) or driver.cuStreamWaitValue32
+    except (OSError, AttributeError):
+        return None
+    wait.argtypes = [ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint32, ctypes.c_uint]
+    wait.restype = ctypes.c_int
+    return wait
+
+
+_WAIT_VALUE_GEQ = 0  # CU_STREAM_WAIT_VALUE_GEQ: until (int32)(*word - value) >= 0
+
+
+def _wait_word(stream: torch.cuda.Stream, words: torch.Tensor, index: int) -> None:
+    """`stream` waits until words[index] is 1 or more."""
+    status = _wait_value32()(stream.cuda_stream, words.data_ptr() + 4 * index, 1, _WAIT_VALUE_GEQ)
+    if status != 0:
+        raise RuntimeError(f"cuStreamWaitValue32 on word {index} of the arrival words failed: CUresult {status}")
 
 
 # torch 2.13 renamed the tensor collectives (the old names warn); this project's GPU machine has 2.11.

@@ -10,14 +10,16 @@ whose blocks wait inside the kernel for the rows they read.)
 
 This one is rung 6 (hopper/tma_persistent_pipelined.py) over every chunk but this rank's own,
 with a scheduler that hands out the tiles in the order the chunks land and waits, before it
-hands one out, for its chunk's arrival word (hopper/schedulers.arrival_scheduler). The side stream
-sets each chunk's word after the copy that brings it (exchange.py, a stream memory operation: no
-SM), and resets the words before the call's first transfer. This rank's own chunk is a GEMM of
-its own, queued first on the compute stream, which waits on nothing; this one runs beside it, on
-a stream of the gathered chunks', queued once the first gathered chunk has landed (ops.py), and
-its programs take the SMs the own chunk's GEMM leaves. (Queued at once, its programs took SMs
-from that GEMM and spun there: four H100s, q,k,v of Llama-3-70B at 8192 tokens, 1.20x the
-sequential path against 1.49x, results/h100x4/probes/tp-whole-*.csv.)
+hands one out, for its chunk's arrival word (hopper/schedulers.arrival_scheduler). The stream
+that copies a chunk in sets its word after the copy (exchange.py, a stream memory operation: no
+SM): the sender's, which pushes it into this rank's memory, or, where the gathered A is kept,
+this rank's side stream, which pulls it; each rank resets its words before its call's first
+transfer. This rank's own chunk is a GEMM of its own, queued first on the compute stream, which
+waits on nothing; this one runs beside it, on a stream of the gathered chunks', queued once the
+first gathered chunk has landed (ops.py), and its programs take the SMs the own chunk's GEMM
+leaves. (Queued at once, its programs took SMs from that GEMM and spun there: four H100s, q,k,v
+of Llama-3-70B at 8192 tokens, 1.20x the sequential path against 1.49x,
+results/h100x4/probes/tp-whole-*.csv.)
 
 So the own chunk's GEMM runs on this one's tiles (`plan` gives both launches): this GEMM's
 programs fill its last wave, so the tile's speed is what counts, not how many waves it makes
@@ -26,10 +28,10 @@ programs fill its last wave, so the tile's speed is what counts, not how many wa
 have to be copied into the gathered A first, and its tiles wait for that copy (1.35x against
 1.44x in another run; results/h100x4/probes/tp-own-tiles.md).
 
-No deadlock: the kernel is queued after the first chunk's copy, which the side stream runs after
-its publishing barrier (the one kernel the transfers wait on), and what its programs then wait for
-needs no SM: the other chunks' copies (copy engines) and the words' writes (stream memory
-operations).
+No deadlock: the kernel is queued after the first chunk's landing, which comes after the side
+streams' barrier (the one kernel the transfers wait on, on the SM the GEMMs leave free), and what
+its programs then wait for needs no SM: the other chunks' copies (copy engines) and the words'
+writes (stream memory operations).
 
 From four ranks on, a chunk may travel in pieces of consecutive rows, each with a word of its
 own, so that the tiles left after the last copy are a piece's, not a chunk's (`pieces_for`).

@@ -198,6 +198,16 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
             _gemm_into(a2, b, outs[rank], bias, activation)
         if whole is not None:
             exchanges.reset_arrivals(words)
+        if whole is not None and PUSH_GATHER and exchanges.pushes and not keep_gathered:
+            # Each rank copies its shard into its peers' memory, and the GEMM over the other
+            # chunks reads them where they land, once the first piece has (exchange.py). (With
+            # the gathered A kept, each shard is pulled into it instead: pushed, the chunks land
+            # in the group's buffer, and copying them out would take the SMs.)
+            landing = exchanges.push(a2, words, pieces)
+            with exchanges.pushed_in(words, ((rank - 1) % world) * pieces):
+                whole(landing, b, c2, bias)
+            exchanges.finish()
+            return None, c2
         exchanges.publish(a2)
         # The shards' transfers run back to back beside the compute stream (none depends on a
         # GEMM), which works through the chunks as they land. Each chunk's reader is queued as
@@ -280,6 +290,11 @@ def _gemm_into(a, b, out, bias, activation) -> None:
 # Whether all_gather_rows may run the gathered chunks as one GEMM that waits for them in the
 # kernel (gathered.py) where it can: on by default; scripts/tp_probe.py turns it off to compare.
 WHOLE_GATHERED_GEMM = True
+# Whether that GEMM's chunks are pushed (each rank copies its shard into its peers' memory) rather
+# than pulled (each publishes its shard in its own buffer, which its peers copy from) where the
+# gathered A is not kept: publishing is a copy on the SMs, which held back the own chunk's GEMM
+# (docs/tensor-parallel.md). On by default; scripts/tp_probe.py turns it off to compare.
+PUSH_GATHER = True
 # Whether this rank's own chunk's GEMM then runs on that GEMM's tiles rather than on `auto`'s for
 # its shape: the other chunks' GEMM fills its last wave, so what counts is the tile's speed, not
 # how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp-own-tiles.csv,
