@@ -238,10 +238,10 @@ def case_whole_gathered_gemm(rank, world, device, dtype):
 
 
 def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
-    from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops
+    from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops, pushed
 
-    publish, push_piece = exchange.SymmetricExchanges.publish, exchange.SymmetricExchanges._push_piece
-    pushed = []
+    publish, push_piece = exchange.SymmetricExchanges.publish, pushed._push_piece
+    sent = []  # the words of the pieces pushed
 
     def late_publish(self, shard):  # the pulls start ~20 ms after the kernel
         with exchange._on(self.side, self.compute):
@@ -251,28 +251,28 @@ def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
     def late_push_piece(piece, slot, peer_words, word):  # each piece ~20 ms after the one before
         torch.cuda._sleep(30_000_000)  # (on the side stream, where the pushes run)
         push_piece(piece, slot, peer_words, word)
-        pushed.append(word)
+        sent.append(word)
 
     def counted_push_piece(*args):
         push_piece(*args)
-        pushed.append(args[-1])
+        sent.append(args[-1])
 
     # Without return_a the chunks are pushed into each peer's memory; with it, pulled into the
     # gathered A. Each held back in one call, so that the kernel runs before they land.
     for seed, late, return_a in ((33, False, False), (34, True, False), (35, True, True), (39, False, True)):
         a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
         exchange.SymmetricExchanges.publish = late_publish if late else publish
-        exchange.SymmetricExchanges._push_piece = staticmethod(late_push_piece if late else counted_push_piece)
-        pushed.clear()
+        pushed._push_piece = late_push_piece if late else counted_push_piece
+        sent.clear()
         try:
             out = all_gather_matmul(
                 a[_rows(world * m, rank, world)], b, bias=bias, activation="gelu", return_a=return_a
             )
         finally:
             exchange.SymmetricExchanges.publish = publish
-            exchange.SymmetricExchanges._push_piece = staticmethod(push_piece)
+            pushed._push_piece = push_piece
         what = f"seed {seed}{' transfers held back' if late else ''}{', return_a' if return_a else ''}"
-        assert bool(pushed) == (not return_a), f"{what}: pushed {pushed}"
+        assert bool(sent) == (not return_a), f"{what}: pushed {sent}"
         if return_a:
             assert torch.equal(out[0], a), f"{what}: the gathered A is not the whole A"
             out = out[1]

@@ -115,7 +115,6 @@ class Exchanges:
 
     spare_sms = 0  # SMs the ops' GEMMs leave free for this transport's kernels (none asked for here)
     announces = False  # whether `gather` can announce each landed chunk in device memory (arrival_words)
-    pushes = False  # whether `push` can send the shard into each peer's memory (see SymmetricExchanges)
 
     def __init__(self, device: torch.device, group):
         self.group = group
@@ -219,12 +218,7 @@ class SymmetricExchanges(Exchanges):
     is a collective and a synchronization, so a CUDA graph must be captured after an eager call of
     its largest shape.
 
-    A gather whose chunks a kernel waits for in device memory (arrival words) can push instead of
-    pull (`push`): each rank copies its shard straight into every peer's buffer and then sets the
-    peer's word for it, so no rank first copies its shard into its own buffer. That copy, on the
-    same GPU, is not a copy engine's: the driver runs it on the SMs, where it held back the GEMM
-    queued beside it until it ended (one H100, 64 MB: 45 us alone; a GEMM queued with it started
-    44 us late, results/h100/probes/dtod-copy-takes-sms.txt)."""
+    An all-gather that keeps no gathered A pushes instead, with no publishing copy (pushed.py)."""
 
     announces = True
 
@@ -233,54 +227,6 @@ class SymmetricExchanges(Exchanges):
         self.spare_sms = 1 if self.world > 1 else 0  # for the barriers' one block; a group of one has none
         self.workspace = None  # the group's buffer, once a step has asked for it
         self.peer_gemms = []  # the streams the gathered chunks' GEMMs ran on, so far
-        self.pushed = False  # whether this call pushed (no peer reads this rank's buffer then)
-        self.pushes = self.world > 1 and _wait_value32() is not None
-
-    def push(self, shard: torch.Tensor, words: torch.Tensor, pieces: int = 1) -> torch.Tensor:
-        """A gather by pushing: queue on the side stream a barrier (every rank has reset its words,
-        `reset_arrivals`, and read its buffer for its last call) and then, step by step, the copy
-        of each of `pieces` pieces of `shard` (consecutive rows) into the slot for this rank of the
-        step's receiver's buffer, each followed by the write of its word there (r * pieces + p for
-        piece p of rank r's shard, as `gather` numbers them). Returns this rank's slots, the
-        gathered (world * rows, K) rows as they land here (this rank's own slot is never written),
-        for a kernel that waits on `words`; `pushed_in` queues it."""
-        m, K = shard.shape
-        elements = m * K
-        self.workspace = _workspace(self.group, shard.device, self.world * elements * shard.element_size())
-        arrivals = _arrivals(self.group, shard.device)
-        rows = m // pieces
-        with _on(self.side, self.compute):
-            self.workspace.barrier()
-            _event(("pushing", self.side)).record(self.side)
-            for to, _ in map(self.peers, range(1, self.world)):
-                for piece in range(pieces):
-                    start, stop = piece * rows, (m if piece == pieces - 1 else (piece + 1) * rows)
-                    slot = self.workspace.buffer(to, (stop - start, K), shard.dtype, self.rank * elements + start * K)
-                    self._push_piece(shard[start:stop], slot, arrivals.of(to), self.rank * pieces + piece)
-        self.pushed = True
-        return self.workspace.buffer(self.rank, (self.world * m, K), shard.dtype)
-
-    @staticmethod
-    def _push_piece(piece: torch.Tensor, slot: torch.Tensor, peer_words: torch.Tensor, word: int) -> None:
-        """On the current (side) stream: `piece` into a peer's `slot`, a copy engine's copy, then the
-        peer's word set (a stream memory operation, fenced after the copy: no SM)."""
-        slot.copy_(piece)
-        torch.ops.symm_mem.stream_write_value32_(peer_words, word, 1)
-
-    @contextlib.contextmanager
-    def pushed_in(self, words: torch.Tensor, word: int):
-        """Inside: the kernel that reads what `push` brings (the gathered chunks' GEMM), on a stream
-        of the gathered chunks', queued to start once `word` is set: after this call's reset of the
-        words and its barrier (an event), then until the first piece has landed (a stream's wait on
-        a value in memory, no SM). Queued at once, its programs would take SMs from the own chunk's
-        GEMM and spin there (gathered.py)."""
-        if not self.peer_gemms:
-            self.peer_gemms.append(_stream(self.compute.device, "peer_gemms.0"))
-        stream = self.peer_gemms[-1]
-        stream.wait_event(_event(("pushing", self.side)))
-        _wait_word(stream, words, word)
-        with _on(stream, self.compute):
-            yield
 
     @contextlib.contextmanager
     def landed(self, handles, spread: bool = False):
@@ -373,10 +319,7 @@ class SymmetricExchanges(Exchanges):
             return [_Arrival(self.side, step - 1)]
 
     def finish(self) -> None:
-        # No rank writes its buffer again before its peers have read it. (After a push no peer reads
-        # it: the next call's pushes into it wait for its first barrier, which waits for this
-        # rank's reads, its GEMM being done, as every call's side stream first waits for them.)
-        if self.workspace is not None and not self.pushed:
+        if self.workspace is not None:  # no rank writes its buffer again before its peers have read it
             with _on(self.side, self.compute):
                 self.workspace.barrier()
         for stream in self.peer_gemms:
@@ -494,7 +437,7 @@ def _workspace(group, device: torch.device, nbytes: int) -> _Workspace:
 
 
 # Each group's arrival words on each device, in symmetric memory (a peer that pushes a chunk sets
-# its words here: SymmetricExchanges.push), made once and kept, as the buffers are (a kernel that
+# its words here: pushed.py), made once and kept, as the buffers are (a kernel that
 # waits on them has their address compiled in: hopper/schedulers.py).
 _ARRIVALS: dict[tuple[str, int], _Arrivals] = {}
 
@@ -536,8 +479,8 @@ def _arrivals(group, device: torch.device) -> _Arrivals:
 
 def arrival_words(group, device: torch.device) -> torch.Tensor:
     """(world * MAX_PIECES,) uint32 words in `device`'s memory, word r * pieces + p set once piece p
-    of rank r's shard has landed here (SymmetricExchanges.gather with `words`, or the peer's
-    `push`; word r with one piece a shard), reset at each call's start (`reset_arrivals`). Made
+    of rank r's shard has landed here (SymmetricExchanges.gather with `words`, or the peer's push,
+    pushed.py; word r with one piece a shard), reset at each call's start (`reset_arrivals`). Made
     by a collective on a group's first call."""
     return _arrivals(group, device).words
 

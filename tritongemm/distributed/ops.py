@@ -28,6 +28,7 @@ import torch.distributed as dist
 from tritongemm import checks, device_info
 from tritongemm.api import matmul
 from tritongemm.distributed import gathered as gathered_gemm
+from tritongemm.distributed import pushed as pushed_gather
 from tritongemm.distributed.exchange import (
     TRANSPORTS,
     all_gather_tensor,
@@ -174,6 +175,13 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered
 def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: bool):
     """`_all_gather_matmul`, run."""
     overlap, transport = how
+    if overlap and not keep_gathered and transport != "nccl" and a2.numel() and _pushes():
+        # Each rank copies its shard into its peers' memory (pushed.py), where it can. (With the
+        # gathered A kept, each shard is pulled into it instead: pushed, the chunks land in the
+        # group's buffer, and copying them out would take the SMs.)
+        pushed = pushed_gather.plan_for(a2, b, bias, activation, group)
+        if pushed is not None:
+            return None, pushed.run(a2, b, bias)
     rank, world = rank_and_world(group)
     m, K = a2.shape
     gathered = a2.new_empty((world * m, K))
@@ -198,16 +206,6 @@ def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: b
             _gemm_into(a2, b, outs[rank], bias, activation)
         if whole is not None:
             exchanges.reset_arrivals(words)
-        if whole is not None and PUSH_GATHER and exchanges.pushes and not keep_gathered:
-            # Each rank copies its shard into its peers' memory, and the GEMM over the other
-            # chunks reads them where they land, once the first piece has (exchange.py). (With
-            # the gathered A kept, each shard is pulled into it instead: pushed, the chunks land
-            # in the group's buffer, and copying them out would take the SMs.)
-            landing = exchanges.push(a2, words, pieces)
-            with exchanges.pushed_in(words, ((rank - 1) % world) * pieces):
-                whole(landing, b, c2, bias)
-            exchanges.finish()
-            return None, c2
         exchanges.publish(a2)
         # The shards' transfers run back to back beside the compute stream (none depends on a
         # GEMM), which works through the chunks as they land. Each chunk's reader is queued as
@@ -300,6 +298,12 @@ PUSH_GATHER = True
 # how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp-own-tiles.csv,
 # docs/tensor-parallel.md). On by default; scripts/tp_probe.py turns it off to compare.
 OWN_CHUNK_ON_SHARED_TILES = True
+
+
+def _pushes() -> bool:
+    """Whether an all-gather that keeps no gathered A may push (pushed.py, which runs the own chunk
+    on the gathered chunks' GEMM's tiles): the switches above, as they are now."""
+    return PUSH_GATHER and WHOLE_GATHERED_GEMM and OWN_CHUNK_ON_SHARED_TILES
 
 
 def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
