@@ -68,6 +68,32 @@ def test_gathered_chunks_travel_in_pieces_of_half_a_wave_from_four_ranks_where_b
     assert pieces_for(7, 40, False, 4, sms) == 1  # an odd count divides into one
 
 
+def test_the_pushed_path_is_planned_once_per_geometry_and_refused_off_cuda(monkeypatch):
+    """pushed.plan_for keeps what it decided for a geometry, a refusal too: a CPU shard (here)
+    takes the general path, and the second call of its geometry does not plan again."""
+    from types import SimpleNamespace
+
+    from tritongemm.distributed import exchange, pushed
+    from tritongemm.plan import PLANS
+
+    group = SimpleNamespace(group_name="test-group")
+    monkeypatch.setattr(exchange, "rank_and_world", lambda group: (0, 2))
+    a2, b = torch.randn(4, 8), torch.randn(8, 6)
+    PLANS.clear()
+    try:
+        assert pushed.plan_for(a2, b, None, None, group) is None
+
+        def planned_again(*args):
+            raise RuntimeError("planned again")
+
+        monkeypatch.setattr(pushed.PushedGather, "build", staticmethod(planned_again))
+        assert pushed.plan_for(torch.randn(4, 8), b, None, None, group) is None
+        with pytest.raises(RuntimeError, match="planned again"):  # another geometry plans anew
+            pushed.plan_for(torch.randn(4, 16), torch.randn(16, 6), None, None, group)
+    finally:
+        PLANS.clear()
+
+
 def test_the_own_chunks_planned_launch_takes_only_the_shards_it_was_planned_for():
     """gathered.py's `own` launch was planned on a contiguous, aligned view of the gathered A; any
     other shard (a compiled graph's strides, an offset view, a negated view) goes to `auto`."""

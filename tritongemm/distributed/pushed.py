@@ -93,27 +93,30 @@ class PushedGather:
 
     def _place(self, a2) -> None:
         """The views of this rank's buffer and its peers' that the pushes write and the GEMM reads,
-        made on the group's buffer as it is now (`run` remakes them if another call grew it)."""
+        made on the group's buffer as it is now (`run` remakes them if another call grew it), and
+        set as one tuple, so that a call reads all of them from one placing."""
         m, K = a2.shape
         elements, rows, pieces = m * K, m // self.pieces, self.pieces
-        self.workspace = exchange._workspace(self.group, self.device, self.world * elements * a2.element_size())
+        workspace = exchange._workspace(self.group, self.device, self.world * elements * a2.element_size())
         arrivals = exchange._arrivals(self.group, self.device)
-        self.sends = []  # (rows of the shard, the receiver's slot for them, the receiver's words, the word)
+        sends = []  # (rows of the shard, the receiver's slot for them, the receiver's words, the word)
         for to, _ in map(self._peers, range(1, self.world)):
             for piece in range(pieces):
                 start, stop = piece * rows, (m if piece == pieces - 1 else (piece + 1) * rows)
-                slot = self.workspace.buffer(to, (stop - start, K), a2.dtype, self.rank * elements + start * K)
+                slot = workspace.buffer(to, (stop - start, K), a2.dtype, self.rank * elements + start * K)
                 whole_shard = start == 0 and stop == m
-                self.sends.append((None if whole_shard else slice(start, stop), slot, arrivals.of(to),
-                                   self.rank * pieces + piece))  # fmt: skip
-        self.landing = self.workspace.buffer(self.rank, (self.world * m, K), a2.dtype)
+                sends.append((None if whole_shard else slice(start, stop), slot, arrivals.of(to),
+                              self.rank * pieces + piece))  # fmt: skip
+        landing = workspace.buffer(self.rank, (self.world * m, K), a2.dtype)
+        self.placed = workspace, tuple(sends), landing
 
     def _peers(self, step: int) -> tuple[int, int]:
         return (self.rank + step) % self.world, (self.rank - step) % self.world
 
     def run(self, a2: torch.Tensor, b: torch.Tensor, bias) -> torch.Tensor:
-        if exchange._BUFFERS.get((self.group.group_name, self.device.index)) is not self.workspace:
+        if exchange._BUFFERS.get((self.group.group_name, self.device.index)) is not self.placed[0]:
             self._place(a2)  # another call grew the group's buffer (every rank's in the same call)
+        workspace, sends, landing = self.placed
         compute = torch.cuda.current_stream(self.device)
         side, peer = self.side, self.peer
         c2 = a2.new_empty(self.c_shape)
@@ -123,14 +126,14 @@ class PushedGather:
         torch.cuda.set_stream(side)
         try:
             torch.ops.symm_mem.memset32_(self.words, 0, 0, self.words.numel())
-            self.workspace.barrier()
+            workspace.barrier()
             pushing.record(side)
-            for rows, slot, peer_words, word in self.sends:
+            for rows, slot, peer_words, word in sends:
                 _push_piece(a2 if rows is None else a2[rows], slot, peer_words, word)
             peer.wait_event(pushing)
             exchange._wait_word(peer, self.words, self.first_word)
             torch.cuda.set_stream(peer)
-            self.others(self.landing, b, c2, bias)
+            self.others(landing, b, c2, bias)
         finally:
             torch.cuda.set_stream(compute)
         exchange._follow(compute, peer)
