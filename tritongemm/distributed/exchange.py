@@ -104,6 +104,11 @@ def rank_and_world(group) -> tuple[int, int]:
     return facts
 
 
+def step_peers(rank: int, world: int, step: int) -> tuple[int, int]:
+    """(to, from): the ranks `rank` sends to and receives from at `step` (the module docstring)."""
+    return (rank + step) % world, (rank - step) % world
+
+
 class Exchanges:
     """The point-to-point exchanges of one op call, through NCCL (or gloo): the transport for any
     device. Made where the op starts: on a GPU the side stream first waits for everything the
@@ -127,7 +132,7 @@ class Exchanges:
 
     def peers(self, step: int) -> tuple[int, int]:
         """(to, from): the group ranks this rank sends to and receives from at `step`."""
-        return (self.rank + step) % self.world, (self.rank - step) % self.world
+        return step_peers(self.rank, self.world, step)
 
     def publish(self, shard: torch.Tensor) -> None:
         """Make `shard` readable by the peers (a gather's first step, beside this rank's own GEMM):

@@ -88,7 +88,7 @@ class PushedGather:
         self.c_shape, self.own_rows = (world * m, n), slice(rank * m, (rank + 1) * m)
         self.side = exchange._stream(self.device, "side")
         self.peer = exchange._stream(self.device, "peer_gemms.0")
-        self.first_word = ((rank - 1) % world) * self.pieces  # the first piece to land: rank - 1's first
+        self.first_word = exchange.step_peers(rank, world, 1)[1] * self.pieces  # step 1's sender's first piece
         self._place(a2)
 
     def _place(self, a2) -> None:
@@ -100,7 +100,8 @@ class PushedGather:
         workspace = exchange._workspace(self.group, self.device, self.world * elements * a2.element_size())
         arrivals = exchange._arrivals(self.group, self.device)
         sends = []  # (rows of the shard, the receiver's slot for them, the receiver's words, the word)
-        for to, _ in map(self._peers, range(1, self.world)):
+        for step in range(1, self.world):
+            to, _ = exchange.step_peers(self.rank, self.world, step)
             for piece in range(pieces):
                 start, stop = piece * rows, (m if piece == pieces - 1 else (piece + 1) * rows)
                 slot = workspace.buffer(to, (stop - start, K), a2.dtype, self.rank * elements + start * K)
@@ -109,9 +110,6 @@ class PushedGather:
                               self.rank * pieces + piece))  # fmt: skip
         landing = workspace.buffer(self.rank, (self.world * m, K), a2.dtype)
         self.placed = workspace, tuple(sends), landing
-
-    def _peers(self, step: int) -> tuple[int, int]:
-        return (self.rank + step) % self.world, (self.rank - step) % self.world
 
     def run(self, a2: torch.Tensor, b: torch.Tensor, bias) -> torch.Tensor:
         if exchange._BUFFERS.get((self.group.group_name, self.device.index)) is not self.placed[0]:
