@@ -114,8 +114,8 @@ def arrival_tile(tile_id, chunks: int, own: int, chunk_pid_m: int, num_pid_n: in
     ``pieces`` pieces of ``chunk_pid_m // pieces`` rows of tiles that travel one after another.
     This rank's own chunk, ``own``, is another GEMM's (it waits on nothing); the tile ids run over
     the others in the order they land, own - 1, own - 2, ... (mod chunks, as exchange.py pulls
-    them), piece by piece, each piece's tiles in grouped order within it, so that no group spans
-    two pieces.
+    them and pushed.py pushes them), piece by piece, each piece's tiles in grouped order within
+    it, so that no group spans two pieces.
 
     Returns (pid_m, pid_n, piece): the tile and the piece whose arrival it waits for, numbered
     chunk * pieces + (piece within the chunk), its arrival word's index."""
