@@ -38,7 +38,10 @@ def plan_for(a2: torch.Tensor, b: torch.Tensor, bias, activation, group):
     or device-side arrival words, the gathered chunks' GEMM can't run, a group of one): the caller
     then takes the general path. Planned once per geometry and group, in PLANS; building one may
     grow the group's buffer, a collective every rank makes in the same call, as their geometries
-    agree."""
+    agree. Whether it plans reads only what every rank's call shares (the geometry, the group, this
+    machine's torch), never this rank's pointers, so that every rank takes the same path: ranks on
+    different paths would wait at each other's barriers forever. (A shard the own chunk's launch
+    can't read, `run` copies.)"""
     key = ("pushed", tensor_facts(a2), tensor_facts(b), tensor_facts(bias), activation, group.group_name)
     held = PLANS.find_key(key)
     if held is None:
@@ -76,7 +79,7 @@ class PushedGather:
         with device_info.sparing_sms(1):  # the side stream's barrier runs on the SM left
             words = exchange.arrival_words(group, device)
             launches = gathered_gemm.plan(gathered, b, c2, bias, activation, rank, words)
-        if launches is None or not gathered_gemm.own_fits(a2):
+        if launches is None:
             return None
         return PushedGather(a2, b.shape[1], group, rank, world, launches, words)
 
@@ -112,6 +115,8 @@ class PushedGather:
         self.placed = workspace, tuple(sends), landing
 
     def run(self, a2: torch.Tensor, b: torch.Tensor, bias) -> torch.Tensor:
+        if not gathered_gemm.own_fits(a2):  # a shard the own launch can't read: an aligned copy of it
+            a2 = torch.empty(a2.shape, dtype=a2.dtype, device=a2.device).copy_(a2)
         if exchange._BUFFERS.get((self.group.group_name, self.device.index)) is not self.placed[0]:
             self._place(a2)  # another call grew the group's buffer (every rank's in the same call)
         workspace, sends, landing = self.placed
