@@ -68,30 +68,65 @@ def test_gathered_chunks_travel_in_pieces_of_half_a_wave_from_four_ranks_where_b
     assert pieces_for(7, 40, False, 4, sms) == 1  # an odd count divides into one
 
 
-def test_the_pushed_path_is_planned_once_per_geometry_and_refused_off_cuda(monkeypatch):
-    """pushed.plan_for keeps what it decided for a geometry, a refusal too: a CPU shard (here)
-    takes the general path, and the second call of its geometry does not plan again."""
+@pytest.mark.parametrize("op", ["all_gather_matmul", "matmul_reduce_scatter"])
+def test_the_pushed_paths_are_planned_once_per_geometry_and_refused_off_cuda(monkeypatch, op):
+    """pushed.plan_for and pushed_scatter.plan_for keep what they decided for a geometry, a refusal
+    too: CPU tensors (here) take the general path, and the second call of their geometry does not
+    plan again."""
     from types import SimpleNamespace
 
-    from tritongemm.distributed import exchange, pushed
+    from tritongemm.distributed import exchange, pushed, pushed_scatter
     from tritongemm.plan import PLANS
 
     group = SimpleNamespace(group_name="test-group")
     monkeypatch.setattr(exchange, "rank_and_world", lambda group: (0, 2))
+    if op == "all_gather_matmul":
+        plan_for, planner = (lambda a2, b: pushed.plan_for(a2, b, None, None, group)), pushed.PushedGather
+    else:
+        plan_for = lambda a2, b: pushed_scatter.plan_for(a2, b, 1.0, None, None, None, group)  # noqa: E731
+        planner = pushed_scatter.PushedScatter
     a2, b = torch.randn(4, 8), torch.randn(8, 6)
     PLANS.clear()
     try:
-        assert pushed.plan_for(a2, b, None, None, group) is None
+        assert plan_for(a2, b) is None
 
         def planned_again(*args):
             raise RuntimeError("planned again")
 
-        monkeypatch.setattr(pushed.PushedGather, "build", staticmethod(planned_again))
-        assert pushed.plan_for(torch.randn(4, 8), b, None, None, group) is None
+        monkeypatch.setattr(planner, "build", staticmethod(planned_again))
+        assert plan_for(torch.randn(4, 8), b) is None
         with pytest.raises(RuntimeError, match="planned again"):  # another geometry plans anew
-            pushed.plan_for(torch.randn(4, 16), torch.randn(16, 6), None, None, group)
+            plan_for(torch.randn(4, 16), torch.randn(16, 6))
     finally:
         PLANS.clear()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_the_planned_sum_of_partials_is_reduce_partials(dtype):
+    """reduce.planned_reduce, compiled once for a geometry (pushed_scatter.py's sum), computes what
+    reduce_partials does, epilogue and all, for new tensors of that geometry."""
+    from tritongemm.distributed.reduce import planned_reduce, reduce_partials
+
+    world, m, N = 3, 5, 40
+
+    def fresh(seed):  # partials, a bias and a strided residual (every second row)
+        generator = torch.Generator().manual_seed(seed)
+        parts, bias, rows = (
+            torch.randn(*shape, generator=generator).to(dtype) for shape in ((world, m, N), (N,), (2 * m, N))
+        )
+        return parts, bias, rows[::2]
+
+    for with_epilogue in (False, True):
+        parts, bias, residual = fresh(0)
+        epilogue = dict(alpha=0.5, bias=bias, activation="silu", residual=residual) if with_epilogue else {}
+        reduce = planned_reduce(parts, **epilogue)
+        for seed in (1, 2):
+            parts, bias, residual = fresh(seed)
+            if with_epilogue:
+                epilogue.update(bias=bias, residual=residual)
+            want = reduce_partials(parts, **epilogue)
+            got = reduce(parts, epilogue.get("bias"), epilogue.get("residual"))
+            assert torch.equal(got, want), f"{list(epilogue)} seed {seed}"
 
 
 def test_the_own_chunks_planned_launch_takes_only_the_shards_it_was_planned_for():
@@ -304,14 +339,20 @@ def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
             out = out[1]
         ref = torch.nn.functional.gelu(a.double() @ b.double() + bias.double())
         _close(out, ref, K, dtype, what)
-    # Shards the own chunk's planned launch does not take (gathered.own_fits): `auto` runs them.
+    # Shards the own chunk's planned launch does not take (gathered.own_fits): pushed, an aligned
+    # copy of them; pulled, `auto` runs them. On some ranks only, too: every rank must still take
+    # the same path (else each waits at a barrier the others never reach).
     a = _whole(world * m, K, dtype=dtype, device=device, seed=38)
     shard = a[_rows(world * m, rank, world)]
     offset = torch.empty(m * K + 1, dtype=dtype, device=device)[1:].view(m, K).copy_(shard)
     negated = torch._neg_view(-shard)
-    for odd, label in ((offset, "a shard 2 bytes past an aligned start"), (negated, "a negated view")):
-        assert not gathered.own_fits(odd) and gathered.own_fits(shard)
-        _close(all_gather_matmul(odd, b), a.double() @ b.double(), K, dtype, label)
+    odd_ranks = offset if rank % 2 else shard
+    for odd, label in ((offset, "a shard 2 bytes past an aligned start"), (negated, "a negated view"),
+                       (odd_ranks, "odd ranks' shards 2 bytes past an aligned start")):  # fmt: skip
+        assert odd is odd_ranks or not gathered.own_fits(odd)
+        for return_a in (False, True):
+            out = all_gather_matmul(odd, b, return_a=return_a)
+            _close(out[1] if return_a else out, a.double() @ b.double(), K, dtype, f"{label}, return_a={return_a}")
     # CUDA graphs of one call, pushed and pulled (after an eager call of its shape, which sized the
     # buffer), replayed on new data.
     shard = torch.empty(m, K, dtype=dtype, device=device)
@@ -361,11 +402,69 @@ def case_matmul_reduce_scatter(rank, world, device, dtype):
         ({"bias": bias, "activation": "silu", "residual": residual[rows]},
          torch.nn.functional.silu(full[rows] + bias.double()) + residual[rows].double()),
     ]  # fmt: skip
+    # a[:, cols] starts 2 * K / world bytes into a row: off 16 bytes on rank 1, where the general
+    # path runs; its contiguous copy is aligned, and on a GPU pushes (pushed_scatter.py), its rows of
+    # each rank 3 * 19 elements apart (off 16 bytes again: those GEMMs run a `tl` kernel).
     for kwargs, ref in cases:
         for how in _PATHS:
-            c = matmul_reduce_scatter(a[:, cols], b[cols], scatter_dim=0, **how, **kwargs)
-            assert c.shape == (3, N) and c.dtype == dtype
-            _close(c, ref, K, dtype, f"{how} {list(kwargs)}")
+            for a_shard in (a[:, cols], a[:, cols].contiguous()):
+                c = matmul_reduce_scatter(a_shard, b[cols], scatter_dim=0, **how, **kwargs)
+                assert c.shape == (3, N) and c.dtype == dtype
+                _close(c, ref, K, dtype, f"{how} {list(kwargs)} {'contiguous' if a_shard.is_contiguous() else ''}")
+
+
+def case_pushed_reduce_scatter(rank, world, device, dtype):
+    """On a CUDA GPU with symmetric memory a reduce-scatter's partial products are pushed into
+    their receivers' memory (distributed/pushed_scatter.py), and each receiver's sum waits for its
+    peers' words. The pushes are held back here (a sleep on the side stream before each) on fresh
+    data each call, so that a partial of the call before would show; a pushed all-gather runs
+    between the calls, into the same buffer and words; and a CUDA graph of one call is replayed on
+    new data."""
+    from tritongemm.distributed import all_gather_matmul, exchange, matmul_reduce_scatter, ops, pushed
+
+    if device.type != "cuda" or world < 2 or exchange._symmetric_memory() is None:
+        return
+    m, K, N = 256, world * 96, 384  # 192 bytes of K a rank: every shard 16-byte aligned
+    cols, rows = _rows(K, rank, world), _rows(world * m, rank, world)
+    b = _whole(K, N, dtype=dtype, device=device, seed=41)
+    bias = _whole(N, dtype=dtype, device=device, seed=42)
+    push_piece, sent = pushed._push_piece, []
+
+    def late_push_piece(piece, slot, peer_words, word):  # each partial ~20 ms after the one before
+        torch.cuda._sleep(30_000_000)  # (on the side stream, where the pushes run)
+        counted_push_piece(piece, slot, peer_words, word)
+
+    def counted_push_piece(*args):
+        push_piece(*args)
+        sent.append(args[-1])
+
+    for seed, late in ((43, False), (44, True), (45, True)):
+        a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
+        residual = _whole(world * m, N, dtype=dtype, device=device, seed=seed + 10)
+        pushed._push_piece = late_push_piece if late else counted_push_piece
+        sent.clear()
+        try:
+            out = matmul_reduce_scatter(a[:, cols], b[cols], bias=bias, activation="silu", residual=residual[rows])
+        finally:
+            pushed._push_piece = push_piece
+        what = f"seed {seed}{' pushes held back' if late else ''}"
+        assert sent == [rank] * (world - 1), f"{what}: pushed the words {sent}"
+        ref = torch.nn.functional.silu((a.double() @ b.double())[rows] + bias.double()) + residual[rows].double()
+        _close(out, ref, K, dtype, what)
+        gathered_out = all_gather_matmul(a[rows], b)  # pushed into the same buffer and words
+        _close(gathered_out, a.double() @ b.double(), K, dtype, f"{what}: the all-gather between")
+    # A CUDA graph of one call, after an eager call of its geometry (which planned it).
+    a_shard = torch.zeros(world * m, K // world, dtype=dtype, device=device)
+    matmul_reduce_scatter(a_shard, b[cols], reduce_op="avg")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = matmul_reduce_scatter(a_shard, b[cols], reduce_op="avg")
+    for seed in (46, 47):
+        a = _whole(world * m, K, dtype=dtype, device=device, seed=seed)
+        a_shard.copy_(a[:, cols])
+        graph.replay()
+        _close(out, (a.double() @ b.double())[rows] / world, K, dtype, f"CUDA graph, seed {seed}")
+    assert ops.PUSH_SCATTER
 
 
 def case_matmul_reduce_scatter_3d(rank, world, device, dtype):

@@ -29,6 +29,7 @@ from tritongemm import checks, device_info
 from tritongemm.api import matmul
 from tritongemm.distributed import gathered as gathered_gemm
 from tritongemm.distributed import pushed as pushed_gather
+from tritongemm.distributed import pushed_scatter
 from tritongemm.distributed.exchange import (
     TRANSPORTS,
     all_gather_tensor,
@@ -248,6 +249,13 @@ def reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how: t
     epilogue = dict(alpha=alpha, bias=bias, activation=activation, residual=residual2)
     if K == 0 or m * N == 0:  # every partial is zero (or empty): nothing to send
         return reduce_partials(a2.new_zeros((1, m, N)), **epilogue)
+    if overlap and transport != "nccl" and PUSH_SCATTER:
+        # Each rank copies its partial products into their receivers' memory (pushed_scatter.py),
+        # where it can: a decision on what every rank's call shares, the geometry, never on this
+        # rank's pointers. (Ranks on different paths would wait at each other's barriers forever.)
+        planned = pushed_scatter.plan_for(a2, b, alpha, bias, activation, residual2, group)
+        if planned is not None:
+            return planned.run(a2, b, bias, residual2)
     if not overlap:
         full = a2.new_empty((M, N))
         _gemm_into(a2, b, full, None, None)
@@ -293,6 +301,11 @@ WHOLE_GATHERED_GEMM = True
 # gathered A is not kept: publishing is a copy on the SMs, which held back the own chunk's GEMM
 # (docs/tensor-parallel.md). On by default; scripts/tp_probe.py turns it off to compare.
 PUSH_GATHER = True
+# Whether a reduce-scatter's partial products are pushed (each rank copies them into their
+# receivers' memory as soon as each is computed) rather than pulled (each receiver copies them from
+# its senders' buffers after a barrier of every rank, a step at a time): pushed_scatter.py. On by
+# default; scripts/tp_probe.py turns it off to compare.
+PUSH_SCATTER = True
 # Whether this rank's own chunk's GEMM then runs on that GEMM's tiles rather than on `auto`'s for
 # its shape: the other chunks' GEMM fills its last wave, so what counts is the tile's speed, not
 # how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp-own-tiles.csv,

@@ -66,12 +66,40 @@ def reduce_partials(
     out = parts.new_empty((M, N))
     if M == 0 or N == 0:
         return out
+    grid, args, meta = _launch_arguments(parts, out, alpha, bias, activation, residual)
+    _reduce_partials[grid](*args, **meta)
+    return out
+
+
+def planned_reduce(parts: torch.Tensor, *, alpha: float = 1.0, bias=None, activation=None, residual=None):
+    """`reduce(parts, bias, residual)`, `reduce_partials` compiled once for tensors like these
+    (same shapes, strides and 16-byte alignment; the caller's plan key says so), which launches
+    without Triton's per-call binding (fast_launch.py): for a plan that runs it on every call."""
+    from tritongemm.fast_launch import compile_launch
+
+    world, M, N = parts.shape
+    assert M and N, "an empty output has no kernel to plan"
+    out = parts.new_empty((M, N))  # this call's, to plan on
+    grid, args, meta = _launch_arguments(parts, out, alpha, bias, activation, residual)
+    launch = compile_launch(_reduce_partials, grid, args, meta, parts.device)
+    spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
+    fixed = args[4:]  # the sizes, residual strides and alpha
+
+    def reduce(parts, bias, residual):
+        out = parts.new_empty((M, N))
+        launch(parts, out, *spec.pointers(bias, residual)[:2], *fixed)
+        return out
+
+    return reduce
+
+
+def _launch_arguments(parts, out, alpha, bias, activation, residual) -> tuple:
+    """(grid, runtime arguments, constexprs) of `_reduce_partials` for these tensors."""
+    world, M, N = parts.shape
     spec = Epilogue(activation, float(alpha), bias is not None, residual is not None)
     bias_arg, residual_arg, _ = spec.pointers(bias, residual)
     stride_rm, stride_rn, _, alpha = spec.fixed_args(residual)
     grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N))
-    _reduce_partials[grid](
-        parts, out, bias_arg, residual_arg, M, N, M * N, stride_rm, stride_rn, alpha,
-        WORLD=world, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **spec.constexprs(),
-    )  # fmt: skip
-    return out
+    args = (parts, out, bias_arg, residual_arg, M, N, M * N, stride_rm, stride_rn, alpha)
+    meta = dict(WORLD=world, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, **spec.constexprs())
+    return grid, args, meta
