@@ -5,7 +5,8 @@ of a few hundred microseconds go.
 
 For q,k,v's all-gather and o's reduce-scatter (bench tp's problems), each provider is called
 `--calls` times back to back with no synchronization between, and the host's wall time per call
-is printed (the GPU's queue is deep enough that the host never waits on it). Then rank 0's
+is printed (the GPU's queue is deep enough that the host never waits on it), and ours again with
+the transfers pulled rather than pushed (`tp.pulled`). Then rank 0's
 cProfile of the tritongemm calls, by each function's own time: what to cut. Last, the host time of
 each symmetric-memory primitive the ops call, alone (cProfile can't see into them: their time
 shows as their caller's own).
@@ -36,6 +37,10 @@ def _worker(rank: int, world: int, tmp: str, tokens: int, calls: int) -> None:
             host_us = _host_us(call, calls)
             if rank == 0:
                 print(f"{layer[0]:7s} {tokens:6d} {name:16s} host {host_us:7.1f} us/call", flush=True)
+        with tp.pulled():
+            host_us = _host_us(providers["tritongemm"], calls)
+        if rank == 0:
+            print(f"{layer[0]:7s} {tokens:6d} {'tritongemm-pulled':16s} host {host_us:7.1f} us/call", flush=True)
         dist.barrier()
         profile = cProfile.Profile()
         profile.enable()

@@ -17,7 +17,9 @@ drift hits them alike:
 - pieces-1 / -2 / -4: the same with each gathered chunk sent in that many pieces, each announced
   apart, whatever `gathered.pieces_for` would choose;
 - pull: the same with the chunks pulled (each rank publishes its shard in its own buffer, a copy
-  on the SMs, and its peers copy from there) rather than pushed (`ops.PUSH_GATHER = False`);
+  on the SMs, and its peers copy from there) rather than pushed (`ops.PUSH_GATHER = False`); for
+  a reduce-scatter, the partial products pulled a step at a time, each step behind a barrier of
+  every rank, rather than pushed as each is computed (`ops.PUSH_SCATTER = False`);
 - side: the same with a GEMM per gathered chunk instead (`ops.WHOLE_GATHERED_GEMM = False`), beside
   the compute stream, each on a stream of its own where a chunk is at most two waves of tiles
   (ops.py `_spread_chunks`): the library before gathered.py, and wherever that can't run;
@@ -94,22 +96,11 @@ def _pieces(name: str):
         PLANS.clear()
 
 
-@contextlib.contextmanager
-def _pulled():
-    from tritongemm.distributed import ops as tp_ops
-
-    tp_ops.PUSH_GATHER = False
-    try:
-        yield
-    finally:
-        tp_ops.PUSH_GATHER = True
-
-
 def _variant_rule(name: str, world: int):
     if name in TILE_VARIANTS:
         return _tile_rule(name, world)
     if name == "pull":
-        return _pulled()
+        return tp.pulled()
     return _pieces(name) if name in PIECE_VARIANTS else contextlib.nullcontext()
 
 
@@ -176,7 +167,7 @@ VARIANTS = {
     "one-peer-stream": (OnePeerStream, False, False),
     "torch-schedule": (TorchSchedule, False, False),
 }
-GATHER_ONLY = set(VARIANTS) - {"side"}
+GATHER_ONLY = set(VARIANTS) - {"whole", "side", "pull"}
 
 
 def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tuple, names: tuple, tokens: set) -> None:

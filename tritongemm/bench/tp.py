@@ -32,6 +32,7 @@ its rank) and rank 0's timeline picture (tp-timeline.png) that docs/tensor-paral
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -184,6 +185,19 @@ def join_gpu_group(rank: int, world: int, tmp: str) -> torch.device:
     dist.init_process_group("nccl", init_method=f"file://{tmp}/store", rank=rank, world_size=world)
     _enable_symmetric_memory()
     return torch.device("cuda", rank)
+
+
+@contextlib.contextmanager
+def pulled():
+    """Inside: the ops' symmetric transfers pulled (each receiver copies from its senders' buffers)
+    rather than pushed (ops.PUSH_GATHER, ops.PUSH_SCATTER): for probes that compare the two."""
+    from tritongemm.distributed import ops
+
+    ops.PUSH_GATHER = ops.PUSH_SCATTER = False
+    try:
+        yield
+    finally:
+        ops.PUSH_GATHER = ops.PUSH_SCATTER = True
 
 
 def _enable_symmetric_memory() -> None:
