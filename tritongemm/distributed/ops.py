@@ -245,7 +245,6 @@ def reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how: t
     rank, world = rank_and_world(group)
     M, K = a2.shape
     m, N = M // world, b.shape[1]
-    rows = [a2[r * m : (r + 1) * m] for r in range(world)]
     epilogue = dict(alpha=alpha, bias=bias, activation=activation, residual=residual2)
     if K == 0 or m * N == 0:  # every partial is zero (or empty): nothing to send
         return reduce_partials(a2.new_zeros((1, m, N)), **epilogue)
@@ -263,6 +262,7 @@ def reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how: t
         reduce_scatter_tensor(reduced, full, group=group)
         plain = alpha == 1.0 and bias is None and activation is None and residual2 is None
         return reduced if plain else reduce_partials(reduced[None], **epilogue)
+    rows = [a2[r * m : (r + 1) * m] for r in range(world)]
     # partials[w]: rank w's product of this rank's rows. Each GEMM for another rank's rows goes
     # out as soon as it is done, while the next one runs; this rank's own rows go last.
     partials = a2.new_empty((world, m, N))

@@ -19,8 +19,9 @@ GEMM. Pushed, a partial leaves as soon as its own GEMM is done and no rank waits
 GEMM, only for the partials it sums; the call has one barrier, at its start.
 
 Everything a call does not change is made with the plan (`PushedScatter`): the GEMMs' plans, the
-views of the peers' slots and words, the sum's compiled launch. An eager call of the general path
-made about a dozen plan lookups, views and barriers a step (scripts/tp_host.py).
+views of the peers' slots and words, the sum's compiled launch. The host's time a call of o's
+reduce-scatter at 2048 tokens on four H200s (scripts/tp_host.py): 275 us, the general path's 622
+(docs/tensor-parallel.md, "Partials pushed too").
 """
 
 from __future__ import annotations
