@@ -68,16 +68,22 @@ def _tile_rule(name: str, world: int):
     on the rows of every chunk but the own one; "tile-mid" and "tile-big" the rule's two candidates
     forced (a BIG wave weighed as infinitely many MID waves, or as none). The plans made under it
     are forgotten after, and any made before forgotten first (their key does not hold the rule)."""
-    original, weight = gathered.persistent_pipelined_config, hopper.BIG_WAVE_COST
+    original, weight, by_gpu = (
+        gathered.persistent_pipelined_config,
+        hopper.BIG_WAVE_COST,
+        gathered.SHARED_TILE_BIG_WAVE_COST,
+    )
     if name == "tile-of-others":
-        gathered.persistent_pipelined_config = lambda M, N, K, sms: original(M - M // world, N, K, sms)
+        gathered.persistent_pipelined_config = lambda M, N, K, sms, *rest: original(M - M // world, N, K, sms, *rest)
     else:
         hopper.BIG_WAVE_COST = float("inf") if name == "tile-mid" else 0.0
+        gathered.SHARED_TILE_BIG_WAVE_COST = {}  # (else a GPU's own weight would stand)
     PLANS.clear()
     try:
         yield
     finally:
         gathered.persistent_pipelined_config, hopper.BIG_WAVE_COST = original, weight
+        gathered.SHARED_TILE_BIG_WAVE_COST = by_gpu
         PLANS.clear()
 
 

@@ -294,6 +294,21 @@ def test_rung_6s_rule_picks_the_tile_measured_fastest_for_the_gathered_gemms(wor
     assert persistent_pipelined_config(tokens, 10240 // world, 8192, 132) == expected
 
 
+@pytest.mark.parametrize(
+    "world, tokens, big",
+    [(4, 2048, False), (4, 4096, True), (2, 2048, True), (2, 4096, True)],
+)  # fmt: skip
+def test_the_shared_tile_on_h100s_weighs_a_big_wave_as_measured_there(world, tokens, big):
+    """gathered.shared_tile on an H100 (131 SMs, one spared): what forcing each tile measured fastest
+    for q,k,v of Llama-3-70B on two and four H100s (gathered.py's comment); elsewhere rung 6's rule."""
+    from tritongemm.distributed import gathered
+
+    config = gathered.shared_tile(tokens, 10240 // world, 8192, 131, "NVIDIA H100 80GB HBM3")
+    assert (config.BLOCK_N == BIG_TILE.BLOCK_N) == big, config
+    other = gathered.shared_tile(tokens, 10240 // world, 8192, 131, "NVIDIA H200")
+    assert other == persistent_pipelined_config(tokens, 10240 // world, 8192, 131)
+
+
 def test_rung_6_default_is_its_rules():
     info = registry.get("tma_persistent_pipelined")
     config = info.default_config(torch.float16, 512, 4096, 4096, torch.device("cpu"))

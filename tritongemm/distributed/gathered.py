@@ -64,7 +64,11 @@ KERNEL = "tma_persistent_pipelined"
 # faster) and at 4096 on four H200s (6%), BIG at 4096 on two H200s (7%; results/h200x2/probes/
 # tp-tile-2gpu*.csv, h200x4/probes/tp-tile-4gpu*.csv). The sixth, four H100s at 4096 tokens, ran
 # BIG 3% faster (h100x4/probes/tp-shared-tile.csv) on the tile counts where four H200s ran MID
-# faster; a weight of 1.65, fitted to the H100s, lost 11% and 6% on the H200s.
+# faster; a weight of 1.65, fitted to the H100s, lost 11% and 6% on the H200s. So the weight is the
+# GPU's: on H100s 1.65 (SHARED_TILE_BIG_WAVE_COST), which also picks what two H100s ran fastest,
+# BIG at 2048 and 4096 tokens (11% and 20% over MID; results/h100x2/probes/tp-shared-tile.csv),
+# and keeps MID on four H100s at 2048 (11-16% faster there).
+SHARED_TILE_BIG_WAVE_COST = {"NVIDIA H100 80GB HBM3": 1.65}  # by device_info.name; else rung 6's own
 
 # Each gathered chunk travels in pieces of consecutive rows, each announced apart (`pieces_for`):
 # the GEMM starts on a chunk once its first piece has landed, and once the last chunk's last piece
@@ -119,6 +123,12 @@ def own_fits(shard: torch.Tensor) -> bool:
     return shard.is_contiguous() and shard.data_ptr() % 16 == 0 and not shard.is_neg()
 
 
+def shared_tile(M: int, N: int, K: int, sms: int, gpu: str):
+    """The tile both GEMMs of an all-gather of M rows in all run on (pure): rung 6's rule with the
+    GPU's weight of a BIG wave (the comment above)."""
+    return persistent_pipelined_config(M, N, K, sms, SHARED_TILE_BIG_WAVE_COST.get(gpu))
+
+
 def pieces_for(row_tiles: int, col_tiles: int, b_outgrows_l2: bool, world: int, sms: int) -> int:
     """How many pieces each gathered chunk of `row_tiles` x `col_tiles` tiles travels in (pure):
     one where B outgrows L2 or the group has fewer than PIECES_FROM_WORLD ranks; else the most, a
@@ -156,7 +166,7 @@ def _build(gathered, b, c, fused, rank, words):
         return None
     sms = device_info.sm_count(device)
     rows = M // world
-    config = persistent_pipelined_config(M, N, K, sms)
+    config = shared_tile(M, N, K, sms, device_info.name(device))
     if rows % config.BLOCK_M:  # a tile would span two chunks
         return None
     row_tiles, col_tiles = rows // config.BLOCK_M, -(-N // config.BLOCK_N)

@@ -114,15 +114,18 @@ BIG_WAVE_COST = 1.8  # a wave of BIG tiles, in waves of MID tiles
 #     0.79-0.81x with 4; 0.83-0.84x with MID's 6 against 0.86-0.87x with 4).
 
 
-def persistent_pipelined_config(M: int, N: int, K: int, num_sms: int) -> MatmulConfig:
+def persistent_pipelined_config(
+    M: int, N: int, K: int, num_sms: int, big_wave_cost: float | None = None
+) -> MatmulConfig:
     """Rung 6's default (pure: CPU-testable): choose_config's tile, weighed by waves between BIG
-    and MID (a wave of BIG costing BIG_WAVE_COST waves of MID), with a deeper ring below BIG
-    where K is long (the notes above)."""
+    and MID (a wave of BIG costing `big_wave_cost` waves of MID, BIG_WAVE_COST unless a caller
+    measured another for its GEMMs), with a deeper ring below BIG where K is long (the notes above)."""
+    weight = BIG_WAVE_COST if big_wave_cost is None else big_wave_cost
     config = choose_config(M, N, num_sms)
     if config in (BIG_TILE, MID_TILE):
         big_waves = -(-BIG_TILE.num_tiles(M, N) // num_sms)
         mid_waves = -(-MID_TILE.num_tiles(M, N) // num_sms)
-        config = MID_TILE if mid_waves < BIG_WAVE_COST * big_waves else BIG_TILE
+        config = MID_TILE if mid_waves < weight * big_waves else BIG_TILE
     stages = DEEP_RING_STAGES.get(config)
     whole_lines = N % 64 == 0 and K % 64 == 0
     if stages is not None and whole_lines and K >= 2 * stages * config.BLOCK_K:
