@@ -411,6 +411,12 @@ _BUFFERS: dict[tuple[str, int], _Workspace] = {}
 _BUFFERS_LOCK = threading.Lock()
 
 
+def is_current(workspace: _Workspace, group, device: torch.device) -> bool:
+    """Whether `workspace` is still `group`'s buffer on `device` (a call that needed more replaced
+    it, every rank's in the same call): a plan that keeps views of it remakes them when not."""
+    return _BUFFERS.get((group.group_name, device.index)) is workspace
+
+
 def _enable_for(group) -> None:
     """Symmetric memory for `group` (torch releases before it was made automatic want this; later
     ones warn)."""

@@ -43,14 +43,29 @@ def plan_for(a2: torch.Tensor, b: torch.Tensor, bias, activation, group):
     different paths would wait at each other's barriers forever. (A shard the own chunk's launch
     can't read, `run` copies.)"""
     key = ("pushed", tensor_facts(a2), tensor_facts(b), tensor_facts(bias), activation, group.group_name)
+    return plan_once(key, lambda: PushedGather.build(a2, b, bias, activation, group))
+
+
+def plan_once(key: tuple, build):
+    """What `build()` makes for `key`, made once and kept in PLANS, a refusal (None) too, so that a
+    geometry a pushed path can't run is not planned again: both pushed ops' plan_for."""
     held = PLANS.find_key(key)
     if held is None:
-        held = PushedGather.build(a2, b, bias, activation, group) or _UNPLANNED
+        held = build() or _UNPLANNED
         PLANS.remember(key, held)
     return None if held is _UNPLANNED else held
 
 
 _UNPLANNED = object()  # what the cache keeps for a geometry this path can't run, so it is not retried
+
+
+def can_push(world: int, device: torch.device) -> bool:
+    """Whether a pushed path runs here: a group of two or more on CUDA, with symmetric memory, the
+    stream memory operations that set and reset arrival words, and the driver's wait on them. The
+    same on every rank of a machine (nothing of the call's tensors but their device's type)."""
+    if world < 2 or device.type != "cuda" or exchange._symmetric_memory() is None:
+        return False
+    return exchange.announces_arrivals() and exchange._wait_value32() is not None
 
 
 def _push_piece(piece: torch.Tensor, slot: torch.Tensor, peer_words: torch.Tensor, word: int) -> None:
@@ -69,9 +84,7 @@ class PushedGather:
     def build(a2, b, bias, activation, group) -> PushedGather | None:
         rank, world = exchange.rank_and_world(group)
         device = a2.device
-        if world < 2 or device.type != "cuda" or exchange._symmetric_memory() is None:
-            return None
-        if not (exchange.announces_arrivals() and exchange._wait_value32() is not None):
+        if not can_push(world, device):
             return None
         m, K = a2.shape
         gathered = a2.new_empty((world * m, K))  # the plan's stand-in for the gathered rows
@@ -117,7 +130,7 @@ class PushedGather:
     def run(self, a2: torch.Tensor, b: torch.Tensor, bias) -> torch.Tensor:
         if not gathered_gemm.own_fits(a2):  # a shard the own launch can't read: an aligned copy of it
             a2 = torch.empty(a2.shape, dtype=a2.dtype, device=a2.device).copy_(a2)
-        if exchange._BUFFERS.get((self.group.group_name, self.device.index)) is not self.placed[0]:
+        if not exchange.is_current(self.placed[0], self.group, self.device):
             self._place(a2)  # another call grew the group's buffer (every rank's in the same call)
         workspace, sends, landing = self.placed
         compute = torch.cuda.current_stream(self.device)

@@ -49,14 +49,7 @@ def plan_for(a2: torch.Tensor, b: torch.Tensor, alpha: float, bias, activation, 
     columns may start anywhere, on each rank somewhere else)."""
     key = ("pushed scatter", tensor_facts(a2), a2.data_ptr() % 16, tensor_facts(b), float(alpha), tensor_facts(bias),
            activation, tensor_facts(residual2), group.group_name)  # fmt: skip
-    held = PLANS.find_key(key)
-    if held is None:
-        held = PushedScatter.build(a2, b, alpha, bias, activation, residual2, group) or _UNPLANNED
-        PLANS.remember(key, held)
-    return None if held is _UNPLANNED else held
-
-
-_UNPLANNED = object()  # what the cache keeps for a geometry this path can't run, so it is not retried
+    return pushed.plan_once(key, lambda: PushedScatter.build(a2, b, alpha, bias, activation, residual2, group))
 
 
 class PushedScatter:
@@ -66,12 +59,7 @@ class PushedScatter:
     @staticmethod
     def build(a2, b, alpha, bias, activation, residual2, group) -> PushedScatter | None:
         rank, world = exchange.rank_and_world(group)
-        if world < 2 or a2.device.type != "cuda" or exchange._symmetric_memory() is None:
-            return None
-        if not (exchange.announces_arrivals() and exchange._wait_value32() is not None):
-            return None
-        (M, K), N = a2.shape, b.shape[1]
-        if M * N * K == 0:
+        if not pushed.can_push(world, a2.device) or a2.numel() * b.shape[1] == 0:
             return None
         return PushedScatter(a2, b, alpha, bias, activation, residual2, group, rank, world)
 
@@ -109,7 +97,7 @@ class PushedScatter:
         self.placed = workspace, slots, landing
 
     def run(self, a2: torch.Tensor, b: torch.Tensor, bias, residual2) -> torch.Tensor:
-        if exchange._BUFFERS.get((self.group.group_name, self.device.index)) is not self.placed[0]:
+        if not exchange.is_current(self.placed[0], self.group, self.device):
             self._place(a2.dtype, b.shape[1])  # another call grew the group's buffer (every rank's in the same call)
         workspace, slots, landing = self.placed
         compute, side, waiter, words = torch.cuda.current_stream(self.device), self.side, self.waiter, self.words
