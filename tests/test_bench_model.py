@@ -164,10 +164,10 @@ def test_rel_error_is_relative_and_catches_nan():
     assert M.matching_prefix(torch.tensor([[1, 2], [3, 4]]), torch.tensor([[1, 2], [5, 4]])) == 0
 
 
-def _rows(ms: dict, status: dict | None = None) -> list:
+def _rows(ms: dict, status: dict | None = None, model: str = "pythia-1.4b") -> list:
     status = status or {}
     outcomes = {p: M.Outcome(t, M.Agreement(0.0), status.get(p, "ok")) for p, t in ms.items()}
-    return M.make_rows("H100", "bfloat16", "pythia-1.4b", 2, M.Setting("prefill", 4, 1024), outcomes)
+    return M.make_rows("H100", "bfloat16", model, 2, M.Setting("prefill", 4, 1024), outcomes)
 
 
 def test_targets_compare_eager_with_eager_and_compiled_with_compiled():
@@ -431,6 +431,24 @@ def test_the_moe_families_run_every_phase_with_their_experts_providers(family):
     slower = [r for r in rows if r.provider == "tritongemm"][0]
     slower.ms = 2 * [r for r in rows if r.provider == "hf-grouped_mm"][0].ms
     assert any("vs" not in m and "hf-grouped_mm (bar 1.10x)" in m for m in M.target_misses(rows))
+
+
+@needs_transformers
+@pytest.mark.parametrize("family", list(TINY_MOE))
+def test_a_moe_models_fused_providers_are_held_to_transformers_grouped_experts(family):
+    """The fused patch runs on a MoE family eagerly and compiled, and each is held to the issue's
+    bar against transformers' grouped experts timed alike (eager against eager, compiled against
+    compiled), as the plain patch is."""
+    config = M.model_config(family, 2, vocab_size=TINY_VOCAB) | TINY_MOE[family]
+    providers = ("torch", "hf-grouped_mm", "hf-grouped_mm+compile", "tritongemm-fused", "tritongemm-fused+compile")
+    models = M.build_models(family, config, device="cpu", dtype=torch.float32, providers=providers)
+    assert list(models) == ["torch", "hf-grouped_mm", "hf-grouped_mm+compile", "tritongemm-fused",
+                            "tritongemm-fused+compile"]  # fmt: skip
+    assert models["tritongemm-fused+compile"]._orig_mod is models["tritongemm-fused"]
+    rows = _rows({"torch": 10.0, "hf-grouped_mm": 5.0, "hf-grouped_mm+compile": 4.0, "tritongemm-fused": 5.0,
+                  "tritongemm-fused+compile": 3.0}, model=family)  # fmt: skip
+    miss = f"miss: {family} prefill 4 x 1024: tritongemm-fused 1.000x hf-grouped_mm (bar 1.10x)"
+    assert M.target_misses(rows) == [miss]
 
 
 class _Scaled(torch.nn.Module):

@@ -52,10 +52,9 @@ FP8_PROVIDERS = {"tritongemm-fp8-row": ("row", False), "tritongemm-fp8-block": (
 # "torch" runs their experts as transformers' eager loop.
 HF_GROUPED = ("hf-grouped_mm", "hf-grouped_mm+compile")
 # tritongemm.patch(model, fuse=True), each gated MLP a GatedMLP, each attention's q, k and v one
-# GEMM and each RMSNorm one kernel (issue 28); on a MoE family `tritongemm-fused` alone (its
-# experts tritongemm's, as the plain patch's; no gated MLP to join). -rung6 runs the gated pairs on
-# rung 6's gated epilogue (blocks/gated_pair.py; an sm_90 GPU's rows only); both it and +compile
-# are dense families' only.
+# GEMM and each RMSNorm one kernel (issue 28); on a MoE family the experts are tritongemm's, as the
+# plain patch's, and there is no gated MLP to join. -rung6 runs the gated pairs on rung 6's gated
+# epilogue (blocks/gated_pair.py; an sm_90 GPU's rows only), dense families only.
 FUSED = ("tritongemm-fused", "tritongemm-fused+compile", "tritongemm-fused-rung6")
 PROVIDERS = ("torch", "tritongemm", "torch.compile", "tritongemm+compile", *HF_GROUPED, *FP8_PROVIDERS, *FUSED)
 PHASES = ("prefill", "generate", "train")
@@ -394,7 +393,7 @@ def build_models(
     if any(p in providers for p in FUSED):  # its own joined gate/up weights, down_proj shared
         models["tritongemm-fused"] = tritongemm.patch(sharing_copy(base), fuse=True)
         print(f"{family}: tritongemm.patch(fuse=True): {models['tritongemm-fused'].tritongemm_patch_report}")
-    if not info.moe and "tritongemm-fused+compile" in providers:
+    if "tritongemm-fused+compile" in providers:
         models["tritongemm-fused+compile"] = torch.compile(models["tritongemm-fused"], dynamic=False)
     if not info.moe and "tritongemm-fused-rung6" in providers and _on_sm90(device):
         models["tritongemm-fused-rung6"] = _gated_pairs_on(
@@ -743,6 +742,8 @@ TARGETS |= {"tritongemm-fused": ("torch", 1.05, PHASES), "tritongemm-fused+compi
 MOE_TARGETS = {
     "tritongemm": ("hf-grouped_mm", 1.1, PHASES),
     "tritongemm+compile": ("hf-grouped_mm+compile", 1.1, PHASES),
+    "tritongemm-fused": ("hf-grouped_mm", 1.1, PHASES),
+    "tritongemm-fused+compile": ("hf-grouped_mm+compile", 1.1, PHASES),
 }
 
 
