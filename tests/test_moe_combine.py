@@ -190,12 +190,15 @@ combine = moe.combine
 
 
 @pytest.mark.skipif(ON_GPU, reason="tiny fp32 models for the interpreter; the H100 runs bench model's compiled rows")
+@pytest.mark.parametrize("fuse", [False, True], ids=["plain", "fused"])
 @pytest.mark.parametrize("architecture", list(TINY_MOE))
-def test_a_compiled_moe_model_trains_through_the_operator(architecture, monkeypatch):
-    """torch.compile (aot_eager on the CPU) of a patched tiny MoE model: its graph calls the
-    un-permute's operator, and its logits and gradients are the eager model's."""
+def test_a_compiled_moe_model_trains_through_the_operator(architecture, fuse, monkeypatch):
+    """torch.compile (aot_eager on the CPU) of a patched tiny MoE model, plain or fused (q/k/v
+    joined, the norms and residual adds fused: bench model's tritongemm-fused+compile): its graph
+    calls the un-permute's operator, and its logits and gradients are the eager model's."""
     model = tiny_moe_model(architecture)
-    tritongemm.patch(model)
+    tritongemm.patch(model, fuse=fuse)
+    assert len(model.tritongemm_patch_report.fused_qkv) == (model.config.num_hidden_layers if fuse else 0)
     ids = torch.randint(0, 128, (2, 9))
     out = model(ids, labels=ids)
     out.loss.backward()
