@@ -193,11 +193,12 @@ def pulled():
     rather than pushed (ops.PUSH_GATHER, ops.PUSH_SCATTER): for probes that compare the two."""
     from tritongemm.distributed import ops
 
+    before = ops.PUSH_GATHER, ops.PUSH_SCATTER
     ops.PUSH_GATHER = ops.PUSH_SCATTER = False
     try:
         yield
     finally:
-        ops.PUSH_GATHER = ops.PUSH_SCATTER = True
+        ops.PUSH_GATHER, ops.PUSH_SCATTER = before  # as found: a caller's own setting survives
 
 
 def _enable_symmetric_memory() -> None:
