@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import torch
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 ON_GPU = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if ON_GPU else "cpu")
@@ -79,7 +79,7 @@ def fused_linear_error(
 ) -> tuple[float, float]:
     """tritongemm.linear with every epilogue part (bias, `activation`, residual, alpha) on fp32
     (*lead, K) activations and an (N, K) weight against the fp64 reference: (error, bound)."""
-    from tritongemm.epilogue import reference_linear
+    from tritongemm.core.epilogue import reference_linear
 
     gen = torch.Generator().manual_seed(seed)
     x, w = (torch.randn(shape, generator=gen).to(DEVICE) for shape in ((*lead, K), (N, K)))

@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from tritongemm.bench import overhead as O
-from tritongemm.epilogue import reference_linear
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.epilogue import reference_linear
+from tritongemm.core.reference import rel_error, tolerance
 
 ON_CPU = not torch.cuda.is_available()
 cpu_only = pytest.mark.skipif(not ON_CPU, reason="the CPU's smoke run: a GPU runs the real cases")

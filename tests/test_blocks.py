@@ -13,8 +13,8 @@ import tritongemm
 from tritongemm.blocks import GatedMLP, QKVProjection, RMSNorm
 from tritongemm.blocks.fuse import why_not_fused
 from tritongemm.blocks.gated_pair import gated_pair
-from tritongemm.epilogue import activate_torch
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.epilogue import activate_torch
+from tritongemm.core.reference import rel_error, tolerance
 
 
 def rand(*shape, dtype=torch.float32, seed="", scale=1.0):
@@ -61,7 +61,7 @@ def test_gated_mlp_computes_the_block(activation, dtype):
 @pytest.mark.parametrize("activation", ["silu", "gelu", "gelu_tanh"])
 def test_gated_mlp_gradients_match_torch(activation, dtype):
     """The training path (_GatedPair): the pair kept from one GEMM, gated and differentiated by
-    epilogue/glu.py's kernels; odd rows and an intermediate size off every tile."""
+    primitives/glu.py's kernels; odd rows and an intermediate size off every tile."""
     H, inner = 32, 24
     mlp = GatedMLP(H, inner, activation, device=DEVICE, dtype=dtype)
     with torch.no_grad():
@@ -274,10 +274,10 @@ TINY = {  # transformers architectures whose MLP is gated, at a few dozen featur
 
 
 class _count_linear_calls:
-    """Counts tritongemm.fused.linear calls within a `with` block (each a GEMM launch)."""
+    """Counts tritongemm.dense.linear.linear calls within a `with` block (each a GEMM launch)."""
 
     def __enter__(self):
-        import tritongemm.fused as fused_module
+        import tritongemm.dense.linear as fused_module
 
         self.count, self._module, self._linear = 0, fused_module, fused_module.linear
 

@@ -12,8 +12,8 @@ import sys
 import pytest
 import torch
 
-from tritongemm.epilogue import PLAIN
-from tritongemm.ladder import _host
+from tritongemm.core.epilogue import PLAIN
+from tritongemm.primitives.tl import host as _host
 
 KERNELS = ("naive", "grouped", "persistent")
 TILE = dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64)
@@ -156,8 +156,8 @@ def _compile_call(module: str, kernel: str, args: list, meta: dict) -> str:
 def test_rungs_8_and_10_compile_for_sm90_with_16_byte_copies(rung, M, N, K, monkeypatch):
     import importlib
 
-    from tritongemm.config import MatmulConfig
-    from tritongemm.ladder import _split
+    from tritongemm.core.config import MatmulConfig
+    from tritongemm.primitives.tl import split as _split
 
     module = importlib.import_module(f"tritongemm.ladder.{rung}")
     launches = []

@@ -5,7 +5,9 @@ of any size. Whether the choices are fast is for the benchmarks to say (BENCHMAR
 import pytest
 import torch
 
-from tritongemm import dispatch, dispatch_table, registry
+from tritongemm import dispatch
+from tritongemm.core import registry
+from tritongemm.dispatch import table as dispatch_table
 
 F16, F32 = torch.float16, torch.float32
 
@@ -84,7 +86,7 @@ def test_no_copy_serves_a_dimension_past_what_a_descriptor_takes():
 
 
 # ---------------------------------------------------------------------------------------------
-# The measured table (dispatch_table.py): buckets, the file, which table applies, and its use
+# The measured table (dispatch/table.py): buckets, the file, which table applies, and its use
 # ---------------------------------------------------------------------------------------------
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.reference import rel_error, tolerance
 
 WORLDS = (1, 2, 4)  # 1: a group of one, where every step's loop is empty
 
@@ -38,7 +38,7 @@ def test_parallelize(world, tmp_path):
 def test_gathered_chunks_spread_over_streams_only_where_their_gemms_are_small(monkeypatch):
     """Up to two waves of 128 x 256 tiles a chunk, each gathered chunk's GEMM takes a stream of
     its own (measured on four H100s: docs/tensor-parallel.md); beyond, and on the CPU, one."""
-    from tritongemm import device_info
+    from tritongemm.core import device_info
     from tritongemm.distributed import ops
 
     monkeypatch.setattr(device_info, "sm_count", lambda device: 131)
@@ -75,8 +75,8 @@ def test_the_pushed_paths_are_planned_once_per_geometry_and_refused_off_cuda(mon
     plan again."""
     from types import SimpleNamespace
 
+    from tritongemm.core.plans import PLANS
     from tritongemm.distributed import exchange, pushed, pushed_scatter
-    from tritongemm.plan import PLANS
 
     group = SimpleNamespace(group_name="test-group")
     monkeypatch.setattr(exchange, "rank_and_world", lambda group: (0, 2))
@@ -274,8 +274,8 @@ def case_whole_gathered_gemm(rank, world, device, dtype):
     are held back here (a sleep on the side stream, before the shard is published) while the
     kernel already runs, on fresh data each call, so rows of the call before would show. And under
     a CUDA graph the arrival words must be reset on each replay."""
+    from tritongemm.core.plans import PLANS
     from tritongemm.distributed import exchange, gathered
-    from tritongemm.plan import PLANS
 
     if device.type != "cuda" or world < 2 or torch.cuda.get_device_capability(device) != (9, 0):
         return

@@ -107,9 +107,9 @@ def test_invalid_config_is_rejected(field, value, pattern):
     torch.cuda.is_available(), reason="checks the CPU path's message; on a GPU CPU tensors are a different case"
 )
 def test_cpu_tensors_need_the_interpreter(monkeypatch):
-    from tritongemm.ladder import _tiles
+    from tritongemm.core import device_info
 
-    monkeypatch.setattr(_tiles, "INTERPRETED", False)
+    monkeypatch.setattr(device_info, "interpreter_active", lambda: False)
     with pytest.raises(ValueError, match=re.escape("set TRITON_INTERPRET=1 before importing tritongemm")):
         tritongemm.matmul(torch.randn(3, 2), torch.randn(2, 5), kernel="naive")
 
@@ -167,7 +167,8 @@ _TWO_GPUS = torch.cuda.is_available() and torch.cuda.device_count() >= 2
 
 @pytest.mark.skipif(not _TWO_GPUS, reason="needs 2 GPUs: tensors on one while the other is the current device")
 @pytest.mark.parametrize(
-    "kernel", [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]] + ["auto"]
+    "kernel",
+    [k["name"] for k in tritongemm.kernels(family="matmul") if k["available"] and not k["experimental"]] + ["auto"],
 )
 def test_operands_on_a_gpu_that_is_not_the_current_one(kernel):
     """The kernel must run on the operands' GPU (its SM count, its stream), not the current one."""
@@ -211,7 +212,7 @@ def test_bad_input_on_the_cpu_raises(call, exc, pattern):
 
 
 def test_kernels_say_what_runs_where():
-    listed = {k["name"]: k for k in tritongemm.kernels("cpu")}
+    listed = {k["name"]: k for k in tritongemm.kernels("cpu", family="matmul")}
     assert listed["grouped"]["interpreter_dtypes"] == ["float16", "float32"]
     assert listed["tma_pipelined"]["interpreter_dtypes"] == [] and not listed["tma_pipelined"]["available"]
     assert "Gluon" in listed["tma_pipelined"]["unavailable"]

@@ -12,7 +12,7 @@ import torch
 import triton
 from triton import knobs
 
-from tritongemm import fast_launch
+from tritongemm.primitives import launch as fast_launch
 
 STREAM = 7
 

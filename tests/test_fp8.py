@@ -14,9 +14,9 @@ import pytest
 import torch
 from cases import DEVICE, ON_GPU, ON_HOPPER
 
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import fp8_tolerance, rel_error
 from tritongemm.fp8 import quantize_fp8, reference_quantize, reference_scaled_mm, scaled_mm
-from tritongemm.reference import fp8_tolerance, rel_error
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # The interpreter has no bf16 arithmetic, but quantization only widens x to fp32: bf16 runs everywhere.
@@ -110,7 +110,7 @@ def check(M, N, K, recipe, out_dtype=torch.bfloat16, a_dtype=E4M3, b_dtype=E4M3,
     y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, kernel=kernel, **epilogue)
     expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64, **epilogue)
     assert y.shape == (M, N) and y.dtype == out_dtype and y.device == a.device
-    # The products of fp8 values are exact; the sum is as exact as the fp8 MMA's accumulator (reference.py).
+    # The products of fp8 values are exact; the sum is as exact as the fp8 MMA's accumulator (core/reference.py).
     bound = fp8_tolerance(out_dtype, K)
     err = rel_error(y, expected)
     assert err <= bound, f"{recipe} {M}x{N}x{K} {out_dtype}: relative error {err:.3e} > {bound:.3e}"
@@ -160,7 +160,7 @@ def test_auto_past_the_small_m_tiles(recipe, shape):
 def test_auto_streams_large_block_scaled_weights_through_the_gluon_rung(M, N, K, gluon, monkeypatch):
     """Block scales at M <= 64: fp8_block's 64-row tiles on weights of 2^25 elements or more,
     the `tl` rung below, and fp8_swap_ab's tile at M <= 16 on a K up to 4096; right either way."""
-    from tritongemm.hopper import fp8_block
+    from tritongemm.fp8 import block as fp8_block
 
     planned = []
     real_plan = fp8_block.plan
@@ -288,7 +288,7 @@ def test_every_bad_call_is_tested():
 @pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (200, 136, 384), (1000, 1504, 768)], ids=str)
 @pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
 def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
-    """hopper/fp8_tma.py against the fp64 reference, bias and GELU in its epilogue on the last shape."""
+    """fp8/tma.py against the fp64 reference, bias and GELU in its epilogue on the last shape."""
     fused = dict(bias=rand(shape[1], seed="bias"), activation="gelu") if shape[0] == 1000 else {}
     a, b, sa, sb = operands(*shape, recipe, seed="tma")
     y = scaled_mm(a, b, sa, sb, out_dtype=out_dtype, kernel="fp8_tma", **fused)
@@ -300,7 +300,7 @@ def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
 @pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (128, 4096, 512), (100, 136, 1296)], ids=str)
 @pytest.mark.parametrize("recipe", ["tensor", "row"])
 def test_the_gluon_rung_on_the_decode_tile(recipe, shape):
-    """hopper/fp8_tma.py on auto's decode tile (fp8/api.py `_decode_tile`: 64 x 64, 256 deep, 4
+    """fp8/tma.py on auto's decode tile (fp8/api.py `_decode_tile`: 64 x 64, 256 deep, 4
     slots): K past the last whole step, rows and columns past the last tile, GELU on the last."""
     from tritongemm.fp8.api import _ONE_TILE_STAGES
 
@@ -318,10 +318,10 @@ def test_the_gluon_rung_on_the_decode_tile(recipe, shape):
                          ids=str)  # fmt: skip
 @pytest.mark.parametrize("tile", range(4))
 def test_the_block_scaled_rung(shape, out_dtype, tile):
-    """hopper/fp8_block.py against the fp64 reference, on auto's four tiles (fp8_block.TILES:
+    """fp8/block.py against the fp64 reference, on auto's four tiles (fp8_block.TILES:
     two widths, on two warpgroups and on one): odd and even numbers of K-steps, rows and columns
     past the last whole tile; bias and GELU in its epilogue on the 1000-row shape."""
-    from tritongemm.hopper.fp8_block import TILES
+    from tritongemm.fp8.block import TILES
 
     fused = dict(bias=rand(shape[1], seed="bias"), activation="gelu") if shape[0] == 1000 else {}
     a, b, sa, sb = operands(*shape, "block", seed="ws")
@@ -339,8 +339,8 @@ def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs, consum
     rows and columns carry from tile to tile (24 tiles of 9 K-steps, the ring of 4 slots), with
     the tile's warpgroups in partitions of their own (each releasing every slot) or in one; and
     scale_a M-major, each K-step's column of it contiguous, in the single-program case."""
-    from tritongemm.epilogue import PLAIN
-    from tritongemm.hopper import fp8_block
+    from tritongemm.core.epilogue import PLAIN
+    from tritongemm.fp8 import block as fp8_block
 
     a, b, sa, sb = operands(900, 760, 1152, "block", seed="persistent")
     if num_programs == 1:
@@ -353,7 +353,7 @@ def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs, consum
     assert rel_error(c, expected) <= fp8_tolerance(torch.bfloat16, 1152)
 
 
-# fp8 on rung 9 (hopper/fp8_ws.py): auto's four tiles (fp8_ws.TILES; the first stores C in halves), and ping-pong's.
+# fp8 on rung 9 (fp8/ws.py): auto's four tiles (fp8_ws.TILES; the first stores C in halves), and ping-pong's.
 FP8_WS_TILES = [0, 1, 2, 3, "ping-pong"]
 PING_PONG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=4, num_stages=6)
 
@@ -365,11 +365,11 @@ PING_PONG = MatmulConfig(BLOCK_M=128, BLOCK_N=128, BLOCK_K=128, num_warps=4, num
                          ids=str)  # fmt: skip
 @pytest.mark.parametrize("recipe", ["tensor", "row"])
 def test_the_warp_specialized_rung(recipe, shape, out_dtype, tile):
-    """hopper/fp8_ws.py against the fp64 reference: rows, columns and K past the last whole tile,
+    """fp8/ws.py against the fp64 reference: rows, columns and K past the last whole tile,
     into a poisoned output; bias, GELU and a residual in its epilogue on the 1000-row shape; one
     program walking every tile of the last shape, so the ring's phases carry over tiles."""
-    from tritongemm.epilogue import Epilogue
-    from tritongemm.hopper import fp8_ws
+    from tritongemm.core.epilogue import Epilogue
+    from tritongemm.fp8 import ws as fp8_ws
 
     M, N, K = shape
     config, consumers = (PING_PONG, 2) if tile == "ping-pong" else (fp8_ws.TILES[tile], 1)
@@ -384,7 +384,7 @@ def test_the_warp_specialized_rung(recipe, shape, out_dtype, tile):
     assert rel_error(c, expected) <= fp8_tolerance(out_dtype, K)
 
 
-# fp8 on odd widths (hopper/fp8_odd_width.py): its default 64 x 96 (a 32-column tail) and two
+# fp8 on odd widths (fp8/odd_width.py): its default 64 x 96 (a 32-column tail) and two
 # wider ones, 64 + 96 and 128 + 64 columns.
 FP8_ODD_TILES = [(96, 256, 5), (160, 128, 6), (192, 128, 5)]  # (BLOCK_N, BLOCK_K, num_stages)
 
@@ -396,12 +396,12 @@ FP8_ODD_TILES = [(96, 256, 5), (160, 128, 6), (192, 128, 5)]  # (BLOCK_N, BLOCK_
                                    (300, 520, 1296)], ids=str)  # fmt: skip
 @pytest.mark.parametrize("recipe", ["tensor", "row"])
 def test_the_odd_width_rung(recipe, shape, out_dtype, tile):
-    """hopper/fp8_odd_width.py against the fp64 reference: rows, columns and K past the last whole
+    """fp8/odd_width.py against the fp64 reference: rows, columns and K past the last whole
     tile (a last tile's tail wholly past N at N = 8 and 72), into a poisoned output; bias, GELU and
     a residual in both parts' epilogues on the 1000-row shape; one program walking every tile of
     the last shape, so the ring's phases carry over tiles."""
-    from tritongemm.epilogue import Epilogue
-    from tritongemm.hopper import fp8_odd_width
+    from tritongemm.core.epilogue import Epilogue
+    from tritongemm.fp8 import odd_width as fp8_odd_width
 
     M, N, K = shape
     width, depth, stages = tile
@@ -496,7 +496,7 @@ def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe, swap):
     tile (fp8_swap_ab) is 64 weight rows by 16 tokens, WGMMA's narrow n16."""
     from test_codegen import compile_call_ptx
 
-    from tritongemm.epilogue import PLAIN
+    from tritongemm.core.epilogue import PLAIN
 
     M, N, K = (16 if swap else 4096), 4096, 4096
     scales = {"tensor": ((0, 0), (0, 0)), "row": ((1, 0), (1, 0)), "block": ((K // 128, 1), (K // 128, 1))}[recipe]
@@ -509,7 +509,7 @@ def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe, swap):
     stages = 8 if swap and recipe == "block" else 3
     meta = dict(**tile, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9, SWAP_AB=swap,
                 ALIGN_T=[1] * 9 if swap else None, num_stages=stages, **PLAIN.constexprs())  # fmt: skip
-    ptx = compile_call_ptx("tritongemm.fp8.kernels", "_scaled_mm_kernel", args, meta)
+    ptx = compile_call_ptx("tritongemm.fp8.tl", "_scaled_mm_kernel", args, meta)
     shape = "m64n16" if swap else r"m64n\d+"
     assert re.search(rf"wgmma\.mma_async\.sync\.aligned\.{shape}k32\.f32\.e4m3\.e4m3", ptx), "expected fp8 WGMMA"
 
@@ -544,7 +544,7 @@ def test_fp8_linear_plans_once_per_input_geometry_and_reads_each_calls_tensors()
     """The hot path: a plan per input geometry, shared by layers of one shape, each call with its
     own input, weights and bias; a new layout, or a bad dtype, gets a plan (or a refusal) of its own."""
     import tritongemm
-    from tritongemm.plan import PLANS
+    from tritongemm.core.plans import PLANS
 
     layers = [torch.nn.Linear(128, 40, device=DEVICE) for _ in range(2)]
     fp8_layers = [tritongemm.nn.Fp8Linear.from_linear(layer, "row") for layer in layers]

@@ -1,5 +1,5 @@
 """Fuzzing `tritongemm.matmul`: random shapes, dtypes, kernels, configs and memory layouts against
-the fp64 reference, under the per-dtype bound of `tritongemm.reference.tolerance`.
+the fp64 reference, under the per-dtype bound of `tritongemm.core.reference.tolerance`.
 
 Each case also checks what a bound on the error can't see: every element of `out` is written
 (it starts as NaN), nothing around the views is read or written (their storage is NaN outside
@@ -32,9 +32,10 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 import tritongemm
-from tritongemm.config import INTERPRETER_CONFIG, MatmulConfig
-from tritongemm.plan import Plan
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.dense.plan import Plan
+from tritongemm.dispatch.tiles import INTERPRETER_CONFIG
 
 _IS_SM90 = ON_GPU and torch.cuda.get_device_capability() == (9, 0)
 GLUON = (
@@ -76,7 +77,7 @@ def _gpu_configs() -> dict[str, tuple[MatmulConfig | None, ...]]:
         skinny.with_(BLOCK_N=32, BLOCK_K=256, num_stages=3, split_k=7),
     )
     if _IS_SM90:
-        from tritongemm.hopper import MID_TILE, SMALL_TILE, TINY_TILE, WARP_SPECIALIZED_BIG_TILE
+        from tritongemm.dispatch.tiles import MID_TILE, SMALL_TILE, TINY_TILE, WARP_SPECIALIZED_BIG_TILE
 
         # MID_TILE with 6 slots: rung 6's rules' deepest ring (hopper.DEEP_RING_STAGES), its C
         # buffer beside it within 3 KB of the 227 KB a block may have
@@ -86,7 +87,7 @@ def _gpu_configs() -> dict[str, tuple[MatmulConfig | None, ...]]:
         configs["split_k"] = (None, TINY_TILE.with_(split_k=2), SMALL_TILE.with_(split_k=5))
         # rung 9's two-warpgroup tile is its default only where its tiles fill the SMs (not here)
         configs["tma_warp_specialized"] = (*gluon, WARP_SPECIALIZED_BIG_TILE)
-        from tritongemm.hopper import odd_width
+        from tritongemm.ladder import odd_width
 
         configs["odd_width"] = (None, *odd_width.TILES, odd_width.TILES[0].with_(scheduler="chunked", GROUP_SIZE_M=1))
     return configs

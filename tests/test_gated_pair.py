@@ -8,12 +8,13 @@ import torch
 from cases import ON_HOPPER, Case
 from test_warp_specialized import run_isolated
 
-from tritongemm import device_info
-from tritongemm.config import MatmulConfig
-from tritongemm.hopper import BIG_TILE, MID_TILE, RULES, SMALL_TILE, TINY_TILE, gated_config, pipeline
-from tritongemm.hopper import tma_persistent_pipelined as rung6
-from tritongemm.hopper import tma_warp_specialized as rung9
-from tritongemm.hopper.mma import WGMMA
+from tritongemm.core import device_info
+from tritongemm.core.config import MatmulConfig
+from tritongemm.dispatch.tiles import BIG_TILE, MID_TILE, RULES, SMALL_TILE, TINY_TILE, gated_config
+from tritongemm.ladder import tma_persistent_pipelined as rung6
+from tritongemm.ladder import tma_warp_specialized as rung9
+from tritongemm.primitives.gluon import pipeline
+from tritongemm.primitives.gluon.mma import WGMMA
 
 RUNGS = {"tma_persistent_pipelined": rung6, "tma_warp_specialized": rung9}
 
@@ -119,9 +120,9 @@ def _run_case(spec: dict) -> None:
     """One GPU case (in the child process): through gated_pair, or with a config or several tiles
     per program through the rung's launcher, C poisoned with NaN; against the pair in fp64."""
     from tritongemm.blocks.gated_pair import gated_pair
-    from tritongemm.epilogue import activate_torch
-    from tritongemm.hopper.descriptors import empty_output
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.core.epilogue import activate_torch
+    from tritongemm.core.reference import rel_error, tolerance
+    from tritongemm.core.tma import empty_output
 
     dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
     config = MatmulConfig.parse(spec["config"]) if spec["config"] else None
@@ -179,8 +180,8 @@ def test_the_row_group_pair_reads_no_offsets(M, monkeypatch):
     (grouped.api.dense_pair_plan): it computes the pair against fp64 for a contiguous weight and a
     strided one, and a call builds no offs tensor (no fill kernel on the decode path)."""
     from tritongemm.blocks.gated_pair import gated_pair
-    from tritongemm.epilogue import activate_torch
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.core.epilogue import activate_torch
+    from tritongemm.core.reference import rel_error, tolerance
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
@@ -202,9 +203,9 @@ def test_the_decode_pair_tile(M):
     """grouped.api's tile for a dense pair of at most DECODE_PAIR_ROWS rows (gated_pair on a GPU):
     a partial K-step and a partial last column tile, C poisoned, against fp64 (the interpreter on
     the CPU, where dense_pair_plan itself keeps the interpreter's small tile)."""
-    from tritongemm.epilogue import activate_torch
+    from tritongemm.core.epilogue import activate_torch
+    from tritongemm.core.reference import rel_error, tolerance
     from tritongemm.grouped import api
-    from tritongemm.reference import rel_error, tolerance
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32

@@ -1,4 +1,4 @@
-"""The gated pair's elementwise kernels (epilogue/glu.py), h = act(g) * u and its backward,
+"""The gated pair's elementwise kernels (primitives/glu.py), h = act(g) * u and its backward,
 against torch's activations in fp64: every activation, odd widths and a width past one block,
 a strided pair, empty rows. CPU: the interpreter (fp16, fp32); a GPU: every dtype, each output
 allocated where a NaN-filled block was just freed (the caching allocator hands it back), so an
@@ -10,9 +10,9 @@ import pytest
 import torch
 from cases import DEVICE, DTYPES
 
-from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
-from tritongemm.epilogue.glu import BLOCK, glu_backward, glu_forward
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.core.reference import rel_error, tolerance
+from tritongemm.primitives.glu import BLOCK, glu_backward, glu_forward
 
 # (rows, width, row stride of the pair beyond 2 * width)
 SHAPES = [(1, 3, 0), (3, 5, 0), (7, BLOCK + 76, 0), (4, 24, 8), (0, 16, 0)]

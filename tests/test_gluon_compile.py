@@ -18,10 +18,10 @@ import tempfile
 import pytest
 import torch
 
-from tritongemm.epilogue import PLAIN, Epilogue
-from tritongemm.hopper import MID_TILE, TILES
-from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes, whole_c_config
-from tritongemm.hopper.tma_warp_specialized import smem_bytes as warp_specialized_smem_bytes
+from tritongemm.core.epilogue import PLAIN, Epilogue
+from tritongemm.dispatch.tiles import MID_TILE, TILES
+from tritongemm.ladder.tma_warp_specialized import smem_bytes as warp_specialized_smem_bytes
+from tritongemm.primitives.gluon.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes, whole_c_config
 
 KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k", "tma_warp_specialized",
            "tma_ping_pong")  # fmt: skip
@@ -118,7 +118,7 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
     if kernel == "grouped_k_ws":
         return _compile_grouped_k_ws()
     if kernel == "glu":
-        from tritongemm.epilogue.glu import BLOCK, _glu_backward_kernel, _glu_forward_kernel
+        from tritongemm.primitives.glu import BLOCK, _glu_backward_kernel, _glu_forward_kernel
 
         pair, grad = torch.empty(8, 2 * 4096, dtype=torch.bfloat16), torch.empty(8, 4096, dtype=torch.bfloat16)
         results = []
@@ -136,24 +136,18 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
     if kernel == "arrival":
         return _compile_arrival()
     if kernel == "offsets_check":
-        from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
+        from tritongemm.grouped.tl import OFFSETS_BLOCK, _check_offsets_kernel
 
         offs = torch.empty(7, dtype=torch.int32)
         compiled = _check_offsets_kernel.warmup(offs, 7, 100, BLOCK=OFFSETS_BLOCK, grid=(1,))
         return [dict(ptx=compiled.asm["ptx"], **_ptxas(compiled.asm["ptx"]))]
 
-    from tritongemm.hopper import (
-        pipeline,
-        split_k,
-        tma_persistent,
-        tma_persistent_pipelined,
-        tma_pipelined,
-        tma_warp_specialized,
-    )
-    from tritongemm.hopper.descriptors import make_descriptors
-    from tritongemm.hopper.mma import WGMMA
-    from tritongemm.hopper.schedulers import scheduler_for
-    from tritongemm.hopper.tcgen05 import TCGen05MMA
+    from tritongemm.ladder import split_k, tma_persistent, tma_persistent_pipelined, tma_pipelined, tma_warp_specialized
+    from tritongemm.primitives.gluon import pipeline
+    from tritongemm.primitives.gluon.descriptors import make_descriptors
+    from tritongemm.primitives.gluon.mma import WGMMA
+    from tritongemm.primitives.gluon.tcgen05 import TCGen05MMA
+    from tritongemm.primitives.tiling.gluon import scheduler_for
 
     mma = TCGen05MMA if capability == 100 else WGMMA
     results = []
@@ -219,8 +213,8 @@ FP8_CASES = [("row", "float8_e4m3fn", "bfloat16", None), ("tensor", "float8_e5m2
 
 
 def _compile_fp8_tma() -> list[dict]:
-    from tritongemm.hopper import fp8_tma
-    from tritongemm.hopper.descriptors import _descriptor
+    from tritongemm.fp8 import tma as fp8_tma
+    from tritongemm.primitives.gluon.descriptors import descriptor
 
     results = []
     for recipe, fp8, out, fused in FP8_CASES:
@@ -228,8 +222,8 @@ def _compile_fp8_tma() -> list[dict]:
         M, N, K = 1000, 1504, 704
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
-        desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
-                _descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
+        desc = (descriptor(a, (config.BLOCK_M, config.BLOCK_K)), descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
+                descriptor(c, (config.BLOCK_M, config.BLOCK_N)))  # fmt: skip
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
         scales = {
@@ -253,7 +247,7 @@ def _compile_fp8_tma() -> list[dict]:
 
 
 def test_the_fp8_rung_compiles_to_fp8_wgmma_for_sm90():
-    """hopper/fp8_tma.py, which no GPU has run yet: each recipe and fp8 format is TMA + mbarriers +
+    """fp8/tma.py, which no GPU has run yet: each recipe and fp8 format is TMA + mbarriers +
     Hopper's fp8 WGMMA (e4m3 or e5m2 into fp32), stores C in its own dtype, fits the shared memory
     its plan counts, and keeps a plain tile's accumulator in registers."""
     for result in compile_kernel("fp8_tma"):
@@ -263,7 +257,7 @@ def test_the_fp8_rung_compiles_to_fp8_wgmma_for_sm90():
         assert result["planned"] <= result["shared"] <= result["planned"] + _SMEM_SLACK_BYTES, label
 
 
-# fp8 on rung 9 (hopper/fp8_ws.py): (recipe, fp8 dtype, C's dtype, fused epilogue, consumers, tile):
+# fp8 on rung 9 (fp8/ws.py): (recipe, fp8 dtype, C's dtype, fused epilogue, consumers, tile):
 # auto's four tiles (fp8_ws.TILES; the first's C in halves beside 4 slots), ping-pong's, fused.
 FP8_WS_CASES = [
     ("row", "float8_e4m3fn", "bfloat16", None, 1, 0),
@@ -276,9 +270,10 @@ FP8_WS_CASES = [
 
 
 def _compile_fp8_ws() -> list[dict]:
-    from tritongemm.hopper import fp8_ws, tma_warp_specialized
-    from tritongemm.hopper.descriptors import _descriptor
-    from tritongemm.hopper.mma import WGMMA
+    from tritongemm.fp8 import ws as fp8_ws
+    from tritongemm.ladder import tma_warp_specialized
+    from tritongemm.primitives.gluon.descriptors import descriptor
+    from tritongemm.primitives.gluon.mma import WGMMA
 
     results = []
     for recipe, fp8, out, fused, consumers, tile in FP8_WS_CASES:
@@ -288,8 +283,8 @@ def _compile_fp8_ws() -> list[dict]:
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
         pieces = tma_warp_specialized.c_pieces(config, 1, consumers, c_elem_bytes=c.element_size())
-        desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
-                _descriptor(c, (config.BLOCK_M, config.BLOCK_N // pieces)))  # fmt: skip
+        desc = (descriptor(a, (config.BLOCK_M, config.BLOCK_K)), descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
+                descriptor(c, (config.BLOCK_M, config.BLOCK_N // pieces)))  # fmt: skip
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
         scales = (torch.empty(M), torch.empty(N)) if recipe == "row" else (torch.empty(()),) * 2
@@ -308,7 +303,7 @@ def _compile_fp8_ws() -> list[dict]:
 
 
 def test_fp8_on_the_warp_specialized_rung_compiles_without_spills():
-    """hopper/fp8_ws.py: rung 9 on fp8 operands, warp-specialized (setmaxnreg), TMA + mbarriers +
+    """fp8/ws.py: rung 9 on fp8 operands, warp-specialized (setmaxnreg), TMA + mbarriers +
     fp8 WGMMA, the tile scaled in registers before the epilogue; C staged in its own dtype, in
     the shared memory its plan counts; no spills, MMAs not serialized."""
     _check_warp_specialized_fp8("fp8_ws")
@@ -342,9 +337,9 @@ FP8_BLOCK_CASES = [
 
 
 def _compile_fp8_block() -> list[dict]:
-    from tritongemm.hopper import fp8_block
-    from tritongemm.hopper.descriptors import _descriptor
-    from tritongemm.hopper.schedulers import scheduler_for
+    from tritongemm.fp8 import block as fp8_block
+    from tritongemm.primitives.gluon.descriptors import descriptor
+    from tritongemm.primitives.tiling.gluon import scheduler_for
 
     results = []
     for fp8, out, K, fused, per_slot, tile, consumers in FP8_BLOCK_CASES:
@@ -353,8 +348,8 @@ def _compile_fp8_block() -> list[dict]:
         M, N = 1000, 1504
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
-        desc = (_descriptor(a, (config.BLOCK_M, config.BLOCK_K)), _descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
-                _descriptor(c, (config.BLOCK_M // consumers, fp8_block.piece_n(config))))  # fmt: skip
+        desc = (descriptor(a, (config.BLOCK_M, config.BLOCK_K)), descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
+                descriptor(c, (config.BLOCK_M // consumers, fp8_block.piece_n(config))))  # fmt: skip
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
         scales = (torch.empty(M, K // 128), torch.empty(-(-N // 128), K // 128), K // 128, 1, K // 128, 1)
@@ -376,7 +371,7 @@ def _compile_fp8_block() -> list[dict]:
 
 
 def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
-    """hopper/fp8_block.py: warp-specialized (setmaxnreg), TMA + mbarriers + fp8 WGMMA, its
+    """fp8/block.py: warp-specialized (setmaxnreg), TMA + mbarriers + fp8 WGMMA, its
     shared memory as planned; the accumulator and the promoted sum stay in registers, and ptxas
     leaves the MMAs asynchronous (a non-WGMMA instruction touching an accumulator at the wrong
     place makes it serialize them all, the module docstring says how that happened once)."""
@@ -388,7 +383,7 @@ def test_the_block_scaled_rung_compiles_without_spills_or_serialized_mmas():
 
 
 def test_the_k_group_rung_compiles_for_sm90():
-    """hopper/grouped_k_ws.py (grouped_mm's K groups, the MoE weight gradient): TMA + mbarriers +
+    """grouped/k_ws.py (grouped_mm's K groups, the MoE weight gradient): TMA + mbarriers +
     WGMMA + setmaxnreg, the fence before an MMA reads a slot whose rows past the group were
     cleared, TMA and masked stores of C, no spills, no serialized WGMMAs, the planned shared
     memory; C staged whole (the default) and in halves."""
@@ -409,10 +404,12 @@ GATED_CASES += [("tma_persistent_pipelined", 4, "silu", False)]  # 4: MID_TILE w
 
 
 def _compile_gated() -> list[dict]:
-    from tritongemm.hopper import MID_TILE, TILES, pipeline, tma_persistent_pipelined, tma_warp_specialized
-    from tritongemm.hopper.descriptors import make_descriptors
-    from tritongemm.hopper.mma import WGMMA
-    from tritongemm.hopper.schedulers import scheduler_for
+    from tritongemm.dispatch.tiles import MID_TILE, TILES
+    from tritongemm.ladder import tma_persistent_pipelined, tma_warp_specialized
+    from tritongemm.primitives.gluon import pipeline
+    from tritongemm.primitives.gluon.descriptors import make_descriptors
+    from tritongemm.primitives.gluon.mma import WGMMA
+    from tritongemm.primitives.tiling.gluon import scheduler_for
 
     results = []
     for rung, tile, activation, a_m_major in GATED_CASES:
@@ -477,11 +474,13 @@ def test_the_gated_pair_compiles_for_sm90():
 def _compile_residual() -> list[dict]:
     """Rung 6's big tile with a decoder layer's residual epilogue (o_proj's and down_proj's: the
     weight K-major, a residual, with and without a bias): the global loads' widths and spills."""
-    from tritongemm.epilogue import Epilogue
-    from tritongemm.hopper import BIG_TILE, pipeline, tma_persistent_pipelined
-    from tritongemm.hopper.descriptors import make_descriptors
-    from tritongemm.hopper.mma import WGMMA
-    from tritongemm.hopper.schedulers import scheduler_for
+    from tritongemm.core.epilogue import Epilogue
+    from tritongemm.dispatch.tiles import BIG_TILE
+    from tritongemm.ladder import tma_persistent_pipelined
+    from tritongemm.primitives.gluon import pipeline
+    from tritongemm.primitives.gluon.descriptors import make_descriptors
+    from tritongemm.primitives.gluon.mma import WGMMA
+    from tritongemm.primitives.tiling.gluon import scheduler_for
 
     results = []
     M, N, K = 1000, 1504, 704
@@ -519,8 +518,8 @@ GROUPED_STORES = ("setmaxnreg", "st.global.v4", "cp.async.bulk.tensor.2d.global.
 def _compile_grouped_ws() -> list[dict]:
     import triton
 
-    from tritongemm.hopper import grouped_ws
-    from tritongemm.hopper.descriptors import _descriptor
+    from tritongemm.grouped import ws as grouped_ws
+    from tritongemm.primitives.gluon.descriptors import descriptor
 
     results = []
     wide = grouped_ws.DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)  # C staged in two halves
@@ -536,12 +535,12 @@ def _compile_grouped_ws() -> list[dict]:
         offs = torch.empty(G, dtype=torch.int32)
         tile_n = config.BLOCK_N // 2 if glu else config.BLOCK_N
         if k_major:
-            b_desc = _descriptor(torch.empty(G * rows, K, dtype=torch.bfloat16), (tile_n, config.BLOCK_K))
+            b_desc = descriptor(torch.empty(G * rows, K, dtype=torch.bfloat16), (tile_n, config.BLOCK_K))
         else:
-            b_desc = _descriptor(torch.empty(G * K, N, dtype=torch.bfloat16), (config.BLOCK_K, tile_n))
+            b_desc = descriptor(torch.empty(G * K, N, dtype=torch.bfloat16), (config.BLOCK_K, tile_n))
         compiled = grouped_ws._grouped_ws_kernel.warmup(
-            _descriptor(a, (config.BLOCK_M, config.BLOCK_K)), b_desc,
-            _descriptor(c, (config.BLOCK_M, tile_n // pieces)), offs, c, c.stride(0), G, M, N,
+            descriptor(a, (config.BLOCK_M, config.BLOCK_K)), b_desc,
+            descriptor(c, (config.BLOCK_M, tile_n // pieces)), offs, c, c.stride(0), G, M, N,
             NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, GROUPS_POW2=triton.next_power_of_2(G + 1),
             C_PIECES=pieces,
             LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", B_K_MAJOR=k_major, num_warps=config.num_warps,
@@ -557,10 +556,10 @@ def _compile_grouped_ws() -> list[dict]:
 
 
 def _compile_grouped_k_ws() -> list[dict]:
-    from tritongemm.hopper import grouped_k_ws
-    from tritongemm.hopper.descriptors import make_descriptors
-    from tritongemm.hopper.schedulers import scheduler_for
-    from tritongemm.hopper.tma_warp_specialized import c_pieces, smem_bytes
+    from tritongemm.grouped import k_ws as grouped_k_ws
+    from tritongemm.ladder.tma_warp_specialized import c_pieces, smem_bytes
+    from tritongemm.primitives.gluon.descriptors import make_descriptors
+    from tritongemm.primitives.tiling.gluon import scheduler_for
 
     results = []
     G, M, N, K = 8, 1000, 1504, 4096
@@ -583,7 +582,7 @@ def _compile_grouped_k_ws() -> list[dict]:
 
 
 def test_the_grouped_rung_compiles_for_sm90():
-    """hopper/grouped_ws.py (grouped_mm's row groups, warp-specialized): TMA + mbarriers + WGMMA +
+    """grouped/ws.py (grouped_mm's row groups, warp-specialized): TMA + mbarriers + WGMMA +
     setmaxnreg, C out by TMA stores where a tile lies within its group and through 16-byte masked
     stores where it straddles the group's last row (no TMA store can stop there), A's and B's loads
     (and the up projection's for a gated pair), no spills, no serialized WGMMAs, the planned shared
@@ -603,9 +602,10 @@ def test_the_grouped_rung_compiles_for_sm90():
 def _compile_odd_width() -> list[dict]:
     """Rung 13's tiles with A and B in each layout, the big one with the whole fused epilogue, and
     fp8 operands with each recipe (fp8_odd_width.py: a bf16 or fp16 C)."""
-    from tritongemm.hopper import fp8_odd_width, odd_width
-    from tritongemm.hopper.descriptors import _descriptor, make_descriptors
-    from tritongemm.hopper.schedulers import scheduler_for
+    from tritongemm.fp8 import odd_width as fp8_odd_width
+    from tritongemm.ladder import odd_width
+    from tritongemm.primitives.gluon.descriptors import descriptor, make_descriptors
+    from tritongemm.primitives.tiling.gluon import scheduler_for
 
     results = []
     cases = [(config, False, b_k_major, None, None) for config in odd_width.TILES for b_k_major in (False, True)]
@@ -621,8 +621,8 @@ def _compile_odd_width() -> list[dict]:
         c = torch.empty(M, N, dtype=torch.bfloat16)
         if recipe:  # fp8_odd_width.plan's descriptors: the bf16 rungs' make_descriptors refuses fp8
             BM, BK = config.BLOCK_M, config.BLOCK_K
-            descs = (_descriptor(a, (BM, BK)), _descriptor(b.T, (main_n, BK)), _descriptor(c, (BM, main_n)),
-                     _descriptor(b.T, (tail_n, BK)), _descriptor(c, (BM, tail_n)))  # fmt: skip
+            descs = (descriptor(a, (BM, BK)), descriptor(b.T, (main_n, BK)), descriptor(c, (BM, main_n)),
+                     descriptor(b.T, (tail_n, BK)), descriptor(c, (BM, tail_n)))  # fmt: skip
             layouts = dict(A_M_MAJOR=False, B_K_MAJOR=True)
         else:
             desc = make_descriptors(a, b, c, config.BLOCK_M, main_n, config.BLOCK_K)
@@ -647,7 +647,7 @@ def _compile_odd_width() -> list[dict]:
 
 
 def test_the_odd_widths_compile_for_sm90():
-    """hopper/odd_width.py: TMA + mbarriers + WGMMA in pairs (the main part's and the tail's each
+    """ladder/odd_width.py: TMA + mbarriers + WGMMA in pairs (the main part's and the tail's each
     K-step), fp8's own WGMMA for fp8 operands (fp8_odd_width.py), no spills but the fused GELU's
     few bytes, MMAs not serialized, the planned shared memory."""
     for result in compile_kernel("odd_width"):
@@ -664,10 +664,12 @@ def _compile_arrival() -> list[dict]:
     """Rung 6 under distributed/gathered.py's scheduler (hopper/schedulers.arrival_scheduler), on
     both tiles it may take: q,k,v of Llama-3-70B over four GPUs, each chunk in two pieces, at an
     address of arrival words."""
-    from tritongemm.hopper import BIG_TILE, MID_TILE, pipeline, tma_persistent_pipelined
-    from tritongemm.hopper.descriptors import make_descriptors
-    from tritongemm.hopper.mma import WGMMA
-    from tritongemm.hopper.schedulers import arrival_scheduler
+    from tritongemm.dispatch.tiles import BIG_TILE, MID_TILE
+    from tritongemm.ladder import tma_persistent_pipelined
+    from tritongemm.primitives.gluon import pipeline
+    from tritongemm.primitives.gluon.descriptors import make_descriptors
+    from tritongemm.primitives.gluon.mma import WGMMA
+    from tritongemm.primitives.tiling.gluon import arrival_scheduler
 
     results = []
     for config in (BIG_TILE, MID_TILE):
@@ -699,7 +701,7 @@ def test_the_gathered_gemm_compiles_its_wait_for_arrivals_for_sm90():
 
 
 def test_the_offsets_check_compiles_its_device_assert_for_sm90():
-    """grouped_mm's one-launch check of offs on the GPU (grouped/kernels.py): debug=True compiles
+    """grouped_mm's one-launch check of offs on the GPU (grouped/tl.py): debug=True compiles
     tl.device_assert in, whose message a failed check prints (the interpreter skips it, and a
     Triton release that dropped it without debug would leave a bad offs unreported)."""
     (result,) = compile_kernel("offsets_check")
@@ -713,8 +715,8 @@ def test_the_offsets_check_compiles_its_device_assert_for_sm90():
 def _compile_expert_rows() -> list[dict]:
     """moe_decode's two launches at Mixtral's dimensions (bf16, weights (experts, out, in)), at
     the widest and narrowest column blocks its tile rule picks."""
-    from tritongemm.grouped.kernels import _expert_rows_kernel
     from tritongemm.grouped.moe_decode import TILE
+    from tritongemm.grouped.tl import _expert_rows_kernel
 
     experts, hidden, width, top_k = 8, 4096, 14336, 2
     gate_up = torch.empty(experts, 2 * width, hidden, dtype=torch.bfloat16).transpose(1, 2)
@@ -749,7 +751,7 @@ def test_the_moe_decode_kernel_reads_weights_in_16_byte_accesses():
 
 
 def test_the_glu_kernels_compile_to_16_byte_accesses():
-    """epilogue/glu.py's elementwise kernels, bound by memory: every load and store of a bf16 row
+    """primitives/glu.py's elementwise kernels, bound by memory: every load and store of a bf16 row
     with 16-byte alignment is one 16-byte access per thread (8 elements), and nothing spills."""
     results = compile_kernel("glu")
     assert len(results) == 6
@@ -841,7 +843,7 @@ SM100_KERNELS = ("tma_persistent_pipelined", "tma_warp_specialized")
 @pytest.mark.parametrize("kernel", SM100_KERNELS, ids=lambda kernel: f"sm100-{kernel}")
 def test_blackwell_kernel_compiles_for_sm100(kernel):
     """The same cases as on sm_90 (every default tile, B K-major, A M-major, ConSan's ring, fused
-    epilogues), compiled for sm_100a with hopper/tcgen05.py's MMA: TMA, mbarriers, tcgen05 MMAs
+    epilogues), compiled for sm_100a with primitives/gluon/tcgen05.py's MMA: TMA, mbarriers, tcgen05 MMAs
     into tensor memory committed to a barrier and the tile loaded out of it, no spills on a plain
     GEMM, the shared memory the plan counts. Compiled only: no Blackwell GPU has run them."""
     for result in compile_kernel(kernel, capability=100):
@@ -858,14 +860,14 @@ def test_blackwell_kernel_compiles_for_sm100(kernel):
 
 
 def _compile_racecheck_reproducer() -> list[int]:
-    """scripts/racecheck_warp_specialize.py's kernels compiled for sm_90: their shared bytes."""
+    """scripts/probes/reliability/racecheck_warp_specialize.py's kernels compiled for sm_90: their shared bytes."""
     import importlib.util
 
     from triton.runtime.driver import driver
 
     driver.set_active(_Sm90Target())
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                        "racecheck_warp_specialize.py")  # fmt: skip
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "probes",
+                        "reliability", "racecheck_warp_specialize.py")  # fmt: skip
     spec = importlib.util.spec_from_file_location("racecheck_warp_specialize", path)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)

@@ -15,9 +15,9 @@ from cases import DEVICE, DTYPES, ON_GPU
 from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
+from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.grouped import reference_grouped_mm
-from tritongemm.grouped.kernels import offsets_in_order
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.grouped.tl import offsets_in_order
 
 
 def rand(*shape, dtype=torch.float32, seed=""):
@@ -110,7 +110,7 @@ def test_a_transposed_weights_gradient_is_laid_out_as_the_weight(glu):
     a64, w64 = a.detach().double().requires_grad_(), weight.detach().double().requires_grad_()
     out = _grouped_in_torch(a64, w64.transpose(1, 2), offs)
     if glu:
-        from tritongemm.epilogue import activate_torch
+        from tritongemm.core.epilogue import activate_torch
 
         gate, up = out.chunk(2, dim=-1)
         out = activate_torch(gate, glu) * up
@@ -181,7 +181,7 @@ OFFSETS = [([0, 3, 3, 7], 7, True), ([5], 5, True), ([2, 1], 5, False), ([1, 9],
 @pytest.mark.skipif(ON_GPU, reason="the interpreter's run of the check's condition (the GPU's own run asserts)")
 @pytest.mark.parametrize("offs, length, ok", OFFSETS, ids=str)
 def test_the_device_check_of_offs_reads_them_as_the_cpu_check_does(offs, length, ok):
-    """grouped/kernels.py `offsets_in_order`, the condition `_check_offsets_kernel` asserts on the
+    """grouped/tl.py `offsets_in_order`, the condition `_check_offsets_kernel` asserts on the
     GPU (the interpreter skips device_assert), block by block as the kernel walks them."""
     t = torch.tensor(offs, dtype=torch.int32)
     flags = torch.full((len(offs),), -1, dtype=torch.int32)
@@ -276,9 +276,9 @@ def test_bench_grouped_checks_times_and_writes(tmp_path):
 
 @pytest.mark.parametrize("group_size_m", [1, 2, 8])
 def test_the_schedule_twin_covers_every_tile_once_in_turn(group_size_m):
-    """grouped/schedule.py: each group's row tiles (partial ones, none for an empty group, the
+    """tools/grouped_schedule.py: each group's row tiles (partial ones, none for an empty group, the
     zero tail), once each, tile t to program t % programs, every program's steps in order."""
-    from tritongemm.grouped.schedule import schedule
+    from tritongemm.tools.grouped_schedule import schedule
 
     sizes, tail, N, BM, BN, P = [70, 0, 150, 20], 24, 256, 32, 64, 3
     tiles = schedule(sizes, tail, N, BM, BN, P, group_size_m)
@@ -299,7 +299,7 @@ def test_the_gated_pair_in_the_epilogue(glu):
     """b's columns [gate; up]: glu(a @ gate) * (a @ up) in one kernel, against the fp64 reference;
     with autograd recording, the pair kept from one grouped GEMM and gated apart (_GroupedPair),
     its output and gradients against torch's through the unfused ops."""
-    from tritongemm.epilogue import activate_torch
+    from tritongemm.core.epilogue import activate_torch
 
     sizes = (9, 0, 14)
     a, b, offs = rand(sum(sizes) + 3, 16, seed=glu), rand(3, 16, 2 * 12, seed=glu), ends(sizes)

@@ -1,4 +1,4 @@
-"""grouped_mm's K groups on the Hopper Gluon kernel (hopper/grouped_k_ws.py): on the CPU what it
+"""grouped_mm's K groups on the Hopper Gluon kernel (grouped/k_ws.py): on the CPU what it
 takes; on an sm_90 GPU every case against the fp64 reference, each in a process of its own (a
 wrong barrier phase hangs a warp-specialized kernel: test_warp_specialized.run_isolated fails it
 after a time limit)."""
@@ -8,7 +8,7 @@ import torch
 from cases import ON_HOPPER
 from test_warp_specialized import run_isolated
 
-from tritongemm.hopper import grouped_k_ws
+from tritongemm.grouped import k_ws as grouped_k_ws
 
 
 def test_it_takes_the_weight_gradients_layouts():
@@ -32,8 +32,8 @@ def _run_case(spec: dict) -> None:
     """One GPU case (in the child process): C against the fp64 reference, every group's (zeros for
     an empty one), from a C poisoned with NaN; with `poison_next`, the K rows of every other group
     hold NaN and inf, and the groups beside them must not see it."""
+    from tritongemm.core.reference import rel_error, tolerance
     from tritongemm.grouped.api import reference_grouped_mm
-    from tritongemm.reference import rel_error, tolerance
 
     dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
     sizes, M, N = spec["sizes"], spec["M"], spec["N"]
@@ -93,8 +93,8 @@ def test_grouped_mm_takes_it_for_the_weight_gradient(G, mean, a_m_major, taken, 
     kernel elsewhere (a row-major A here); right either way. And an MoE layer's backward, whose
     weight gradient is such a product, matches the fp64 reference's."""
     import tritongemm
+    from tritongemm.core.reference import rel_error, tolerance
     from tritongemm.grouped.api import reference_grouped_mm
-    from tritongemm.reference import rel_error, tolerance
 
     planned = []
     real_plan = grouped_k_ws.plan

@@ -1,4 +1,4 @@
-"""grouped_mm's row groups on the Hopper Gluon kernel (hopper/grouped_ws.py, entry point
+"""grouped_mm's row groups on the Hopper Gluon kernel (grouped/ws.py, entry point
 grouped.api.grouped_mm_ws): on the CPU what it takes and its shared memory; on an sm_90 GPU every
 case against the fp64 reference, each in a process of its own (a wrong barrier phase hangs a
 warp-specialized kernel: test_warp_specialized.run_isolated fails it after a time limit)."""
@@ -8,8 +8,8 @@ import torch
 from cases import ON_HOPPER
 from test_warp_specialized import run_isolated
 
-from tritongemm.hopper import grouped_ws
-from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES, check_wgmma_tile
+from tritongemm.grouped import ws as grouped_ws
+from tritongemm.primitives.gluon.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES, check_wgmma_tile
 
 
 def _operands(G, M, N, K, dtype=torch.bfloat16, device="cpu"):
@@ -72,8 +72,8 @@ def _run_case(spec: dict) -> None:
     """One GPU case (in the child process): C against the fp64 reference, rows past the last
     group zeros; `num_programs` gives each program several tiles. `n_major`: b is contiguous
     (G, K, N), the weights read untransposed."""
+    from tritongemm.core.reference import rel_error, tolerance
     from tritongemm.grouped.api import grouped_mm_ws, reference_grouped_mm
-    from tritongemm.reference import rel_error, tolerance
 
     dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
     sizes, tail, N, K, glu = spec["sizes"], spec["tail"], spec["N"], spec["K"], spec["glu"]
@@ -131,8 +131,8 @@ def test_grouped_mm_takes_it_for_large_groups(G, mean, N, taken, glu, n_major, m
     right either way. Not where C's rows miss 16 bytes (N = 260), which its TMA store needs, nor
     for a gated pair on N-major weights (b contiguous, as an MoE layer's input gradient reads them)."""
     import tritongemm
+    from tritongemm.core.reference import rel_error, tolerance
     from tritongemm.grouped.api import reference_grouped_mm
-    from tritongemm.reference import rel_error, tolerance
 
     planned = []
     real_plan = grouped_ws.plan

@@ -5,9 +5,11 @@ tested on an H100 by tests/gpu/test_hopper.py."""
 import pytest
 import torch
 
-from tritongemm import registry
-from tritongemm.config import MatmulConfig
-from tritongemm.hopper import (
+from tritongemm import dispatch
+from tritongemm.core import registry, tma
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.tma import empty_output, tma_out_unsupported_reason, tma_unsupported_reason
+from tritongemm.dispatch.tiles import (
     BIG_TILE,
     DEEP_RING_STAGES,
     H100_SMS,
@@ -16,18 +18,11 @@ from tritongemm.hopper import (
     TILES,
     TINY_TILE,
     choose_config,
-    default_config,
-    descriptors,
     persistent_pipelined_config,
 )
-from tritongemm.hopper.descriptors import (
-    empty_output,
-    make_descriptors,
-    tma_out_unsupported_reason,
-    tma_unsupported_reason,
-)
-from tritongemm.hopper.pipeline import barriers_per_slot, check_sequential_fits, plan_ring
-from tritongemm.hopper.schedulers import ChunkedScheduler, grouped_scheduler, scheduler_for
+from tritongemm.primitives.gluon.descriptors import make_descriptors
+from tritongemm.primitives.gluon.pipeline import barriers_per_slot, check_sequential_fits, plan_ring
+from tritongemm.primitives.tiling.gluon import ChunkedScheduler, grouped_scheduler, scheduler_for
 
 F16 = torch.float16
 
@@ -176,7 +171,7 @@ class _RecordingLaunch:
 
 
 def test_descriptor_launch_moves_the_tails_onto_the_same_b_and_c():
-    from tritongemm.hopper.descriptors import descriptor_launch
+    from tritongemm.primitives.gluon.descriptors import descriptor_launch
 
     compiled = _RecordingLaunch()
     descriptor_launch(compiled, ("a", "b", "c"))("A", "B", "C", 0, 0, 0)
@@ -311,10 +306,10 @@ def test_the_shared_tile_on_h100s_weighs_a_big_wave_as_measured_there(world, tok
 
 def test_rung_6_default_is_its_rules():
     info = registry.get("tma_persistent_pipelined")
-    config = info.default_config(torch.float16, 512, 4096, 4096, torch.device("cpu"))
+    config = dispatch.default_config(info, torch.float16, 512, 4096, 4096, torch.device("cpu"))
     assert config == persistent_pipelined_config(512, 4096, 4096, H100_SMS) != choose_config(512, 4096, H100_SMS)
     rung_5 = registry.get("tma_persistent")  # rungs 4 and 5 keep choose_config's
-    assert rung_5.default_config(torch.float16, 512, 4096, 4096, torch.device("cpu")) == MID_TILE
+    assert dispatch.default_config(rung_5, torch.float16, 512, 4096, 4096, torch.device("cpu")) == MID_TILE
 
 
 @pytest.mark.parametrize("config", [*TILES, *(t.with_(num_stages=s) for t, s in DEEP_RING_STAGES.items())],
@@ -325,12 +320,12 @@ def test_every_default_fits_every_kernel(config):
 
 
 def test_default_config_works_without_a_gpu():
-    config = default_config(torch.bfloat16, 8192, 8192, 8192, torch.device("cpu"))
+    config = dispatch.default_config(registry.get("tma_pipelined"), torch.bfloat16, 8192, 8192, 8192, "cpu")
     assert isinstance(config, MatmulConfig) and config == choose_config(8192, 8192, H100_SMS)
 
 
 def test_registered_rungs():
-    infos = {k.name: k for k in registry.all_kernels()}
+    infos = {k.name: k for k in registry.all_kernels("matmul")}
     for name, rung in (("tma_pipelined", 4), ("tma_persistent", 5), ("tma_persistent_pipelined", 6)):
         info = infos[name]
         assert info.rung == rung and not info.interpretable and info.min_capability == (9, 0)
@@ -354,12 +349,12 @@ def test_registered_rungs():
     ],
 )
 def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
-    from tritongemm.hopper.descriptors import plan_operands
+    from tritongemm.core.tma import plan_operands
 
     pa, pb, c = plan_operands(a, b, out, a.dtype)(a, b, out)
     assert tma_unsupported_reason(pa, pb, c) is None
     assert torch.equal(pa, a) and torch.equal(pb, b) and c.shape == (a.shape[0], b.shape[1])
-    assert (pa is a) == (descriptors._a_view(a)[2] is None)
+    assert (pa is a) == (tma.a_descriptor_view(a)[2] is None)
     assert (c is out) == (out is not None and tma_out_unsupported_reason(out) is None)
 
 
@@ -374,13 +369,13 @@ def test_prepare_copies_only_what_tma_cannot_take(a, b, out):
     ],
 )
 def test_prepare_pads_b_rows_to_128_bytes_for_large_m(M, b, padded):
-    from tritongemm.hopper.descriptors import plan_operands
+    from tritongemm.core.tma import plan_operands
 
     a = torch.zeros(M, b.shape[0], dtype=F16)
     pa, pb, c = plan_operands(a, b, None, a.dtype)(a, b, None)
     assert pa is a and (pb is not b) == padded and torch.equal(pb, b)
     if padded:  # in B's own layout (a K-major B's copy is K-major: a copy of whole rows, no transpose)
-        view, transposed, _ = descriptors._b_view(pb)
+        view, transposed, _ = tma.b_descriptor_view(pb)
         assert transposed == (b.stride(0) == 1) and view.stride(1) == 1 and view.stride(0) * 2 % 128 == 0
     assert tma_unsupported_reason(pa, pb, c) is None
 
@@ -398,7 +393,7 @@ def test_prepare_pads_b_rows_to_128_bytes_for_large_m(M, b, padded):
     ],
 )
 def test_row_aligned_copy_keeps_the_bits(t):
-    copy = descriptors._row_aligned_copy(t, 128)
+    copy = tma._row_aligned_copy(t, 128)
     assert copy.dtype == t.dtype and copy.shape == t.shape and torch.equal(copy, t)
     assert copy.stride(1) == 1 and copy.stride(0) * copy.element_size() % 128 == 0
 
@@ -406,13 +401,13 @@ def test_row_aligned_copy_keeps_the_bits(t):
 def test_row_aligned_copy_takes_the_widest_elements_it_can():
     t = torch.randn(7, 3000).half()
     target = torch.empty(7, 3008).half()[:, :3000]
-    assert [v.dtype for v in descriptors._widest_views(t, target)] == [torch.int64] * 2
+    assert [v.dtype for v in tma._widest_views(t, target)] == [torch.int64] * 2
     odd = torch.randn(7, 3001).half()[:, 1:]
-    assert descriptors._widest_views(odd, target)[0].dtype == torch.float16
+    assert tma._widest_views(odd, target)[0].dtype == torch.float16
 
 
 def test_prepare_keeps_good_operands_and_out():
-    from tritongemm.hopper.descriptors import plan_operands
+    from tritongemm.core.tma import plan_operands
 
     a, b, out = torch.zeros(8, 16, dtype=F16), torch.zeros(24, 16, dtype=F16).T, torch.zeros(8, 24, dtype=F16)
     assert plan_operands(a, b, out, a.dtype)(a, b, out) == (a, b, out)  # b as a K-major weight view: no copy
@@ -427,7 +422,7 @@ def test_prepare_keeps_good_operands_and_out():
     ],
 )
 def test_wgmma_tile_rules(change, message):
-    from tritongemm.hopper.pipeline import check_wgmma_tile
+    from tritongemm.primitives.gluon.pipeline import check_wgmma_tile
 
     with pytest.raises(ValueError, match=message):
         check_wgmma_tile("tma_pipelined", BIG_TILE.with_(**change))
@@ -444,17 +439,17 @@ def test_consan_gets_a_barrier_each_for_a_and_b(monkeypatch):
 
 
 def test_the_sanitizer_workload_builds_its_cases_for_every_kernel():
-    """scripts/sanitize_cases.py runs only on a GPU under compute-sanitizer, where a broken case
+    """scripts/ci/sanitize_cases.py runs only on a GPU under compute-sanitizer, where a broken case
     list costs a device call (a changed plan_operands signature once did): build every kernel's
     cases here (CPU tensors; nothing is launched)."""
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).parent.parent / "scripts" / "sanitize_cases.py"
+    path = pathlib.Path(__file__).parent.parent / "scripts" / "ci" / "sanitize_cases.py"
     spec = importlib.util.spec_from_file_location("sanitize_cases", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for info in registry.all_kernels():
+    for info in registry.all_kernels("matmul"):
         for quick in (True, False):
             cases = list(module.cases(info.name, info, quick))
             assert cases and all(len(case) == 4 for case in cases), info.name
@@ -469,7 +464,7 @@ def test_the_sanitizer_workload_builds_its_cases_for_every_kernel():
 @pytest.fixture
 def gpu_of(monkeypatch):
     """Make device_info answer for a GPU of the given capability (no GPU needed)."""
-    from tritongemm import device_info
+    from tritongemm.core import device_info
 
     def as_gpu(capability, sms=148):
         monkeypatch.setattr(device_info, "capability", lambda device: capability)
@@ -479,8 +474,8 @@ def gpu_of(monkeypatch):
 
 
 def test_each_gpu_gets_its_mma(gpu_of):
-    from tritongemm.hopper.mma import WGMMA, mma_for
-    from tritongemm.hopper.tcgen05 import TCGen05MMA
+    from tritongemm.primitives.gluon.mma import WGMMA, mma_for
+    from tritongemm.primitives.gluon.tcgen05 import TCGen05MMA
 
     cuda = torch.device("cuda")
     gpu_of((9, 0))
@@ -511,7 +506,7 @@ def test_the_rungs_that_take_tcgen05_run_on_blackwell_and_say_they_never_did(gpu
 def test_on_blackwell_the_ring_gives_way_to_a_whole_c_tile(gpu_of):
     """tcgen05's epilogue can't cut C into column pieces (pipeline.whole_c_config): the default
     configs there cut the ring instead, and the planners refuse a config that would need pieces."""
-    from tritongemm.hopper.pipeline import whole_c_config
+    from tritongemm.primitives.gluon.pipeline import whole_c_config
 
     assert whole_c_config(BIG_TILE, 2) == BIG_TILE.with_(num_stages=3)  # 3 x 48 KB + 64 KB
     assert whole_c_config(MID_TILE, 2) == MID_TILE  # 4 x 32 KB + 32 KB fit already
@@ -520,6 +515,6 @@ def test_on_blackwell_the_ring_gives_way_to_a_whole_c_tile(gpu_of):
     cuda = torch.device("cuda")
     info = registry.get("tma_persistent_pipelined")
     gpu_of((9, 0), sms=132)
-    assert info.default_config(torch.bfloat16, 8192, 8192, 8192, cuda) == BIG_TILE  # 4 slots, C in B's
+    assert dispatch.default_config(info, torch.bfloat16, 8192, 8192, 8192, cuda) == BIG_TILE  # 4 slots, C in B's
     gpu_of((10, 0))
-    assert info.default_config(torch.bfloat16, 8192, 8192, 8192, cuda) == BIG_TILE.with_(num_stages=3)
+    assert dispatch.default_config(info, torch.bfloat16, 8192, 8192, 8192, cuda) == BIG_TILE.with_(num_stages=3)

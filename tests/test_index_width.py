@@ -11,10 +11,10 @@ import triton.language as tl
 from cases import DEVICE, LADDER, Case, check_matmul
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.ladder import _host
-from tritongemm.ladder._tiles import tile_offsets
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl.tiles import tile_offsets
 
 SMALL = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
 

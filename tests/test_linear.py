@@ -18,10 +18,12 @@ import torch.nn.functional as F
 from cases import DEVICE, DTYPES, HOPPER, LADDER, ON_GPU, ON_HOPPER
 
 import tritongemm
-from tritongemm import fused
-from tritongemm.epilogue import ACTIVATIONS, activate_torch, reference_linear
-from tritongemm.plan import PlanCache, problem_key
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.epilogue import ACTIVATIONS, activate_torch, reference_linear
+from tritongemm.core.plans import PlanCache
+from tritongemm.core.reference import rel_error, tolerance
+from tritongemm.dense import linear as fused
+from tritongemm.dense.api import lookup
+from tritongemm.dense.plan import problem_key
 
 KERNELS = LADDER + (HOPPER if ON_HOPPER else ()) + ("auto",)
 TMA_DTYPES = (torch.float16, torch.bfloat16)
@@ -199,7 +201,7 @@ def test_bad_arguments_are_refused_before_any_launch(call, error, message):
 
 def test_the_epilogue_is_in_the_plan_key():
     """A plan is reused only for the same epilogue and the same layouts of its tensors."""
-    from tritongemm.epilogue import Epilogue, Fused
+    from tritongemm.core.epilogue import Epilogue, Fused
 
     x, w, b, r = inputs((6,), 8, 16, torch.float32, True, True)
 
@@ -223,10 +225,10 @@ def test_the_epilogue_is_in_the_plan_key():
 def test_plans_keep_no_epilogue_tensor_alive():
     cache = PlanCache()
     x, w, b, r = inputs((6,), 8, 16, torch.float32, True, True)
-    from tritongemm.epilogue import Epilogue, Fused
+    from tritongemm.core.epilogue import Epilogue, Fused
 
     fused = Fused(Epilogue("relu", 1.0, True, True), b, r, torch.float32)
-    cache.lookup(x, w.T, None, "grouped", None, fused).run(x, w.T, None, b, r)
+    lookup(x, w.T, None, "grouped", None, fused, cache=cache).run(x, w.T, None, b, r)
     refs = [weakref.ref(t) for t in (b, r)]
     del fused, b, r
     gc.collect()
@@ -327,7 +329,7 @@ def test_a_second_call_runs_its_planned_call_without_checks(grad, monkeypatch):
     """The hot path: a call like one seen before (every fact in fused.call_key) runs the
     LinearCall planned then, checking nothing again, with autograd or without; and computes
     what the first call did."""
-    from tritongemm import checks
+    from tritongemm.core import checks
 
     x, w, b, r = inputs((2, 3), 8, 16, torch.float32, True, True)
     w.requires_grad_(grad)
@@ -358,7 +360,7 @@ def test_a_call_whose_tensors_serve_as_they_are_launches_them_as_they_are():
     def planned(x, b, r):
         check(x, w, b, r, "gelu", 1.0)
         key = fused.call_key(x, w, b, r, "gelu", 1.0, None, "auto", None, False)
-        return tritongemm.plans.find_key(key)
+        return tritongemm.plans.find(key)
 
     assert planned(x, b, r).as_given
     assert not planned(x.transpose(0, 1), b, r.transpose(0, 1)).as_given  # folds to a copy

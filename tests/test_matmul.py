@@ -11,9 +11,9 @@ import torch
 from cases import DEVICE, DTYPES, HOPPER, LADDER, LAYOUTS, ON_GPU, ON_HOPPER, Case, check_matmul, make_operands
 
 import tritongemm
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 from tritongemm.ladder.grouped import LESSON_CONFIGS
-from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 # A small tile so that small shapes straddle tile edges: 16 rows, 32 columns, 16 deep.
 SMALL = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
@@ -138,4 +138,4 @@ def test_grouped_autotune():
 def test_auto_picks_by_shape_on_this_device(M, expected):
     # a transposed: no TMA kernel takes it, and a problem this small isn't worth a copy
     a, b = make_operands(Case(M, 40, 32, "tn"), torch.float16)
-    assert tritongemm.plans.lookup(a, b, None, "auto", None).kernel == expected
+    assert tritongemm.dense.api.lookup(a, b, None, "auto", None).kernel == expected

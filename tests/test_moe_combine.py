@@ -15,8 +15,8 @@ from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
 from tritongemm import ops
+from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.grouped import moe
-from tritongemm.reference import rel_error, tolerance
 
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 

@@ -15,10 +15,10 @@ from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
 from tritongemm import ops
-from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.grouped import moe_decode
 from tritongemm.grouped.moe_decode import experts_decode, serves
-from tritongemm.reference import rel_error, tolerance
 
 
 def rand(*shape, dtype=torch.float32, seed=""):

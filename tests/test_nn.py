@@ -12,9 +12,9 @@ import pytest
 import torch
 from cases import DEVICE, ON_GPU
 
-from tritongemm.epilogue import ACTIVATIONS, reference_linear
+from tritongemm.core.epilogue import ACTIVATIONS, reference_linear
+from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.nn import Linear, patch
-from tritongemm.reference import rel_error, tolerance
 
 DTYPE = torch.float32
 IN, OUT = 13, 7

@@ -13,7 +13,7 @@ import torch
 from cases import DEVICE, DTYPES
 
 import tritongemm
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 pytestmark = [
     # numpy, under the interpreter, warns about the very overflows these tests make on purpose
@@ -22,7 +22,7 @@ pytestmark = [
 ]
 
 NAN, INF = math.nan, math.inf
-AVAILABLE = [k for k in tritongemm.kernels(DEVICE) if k["available"]]
+AVAILABLE = [k for k in tritongemm.kernels(DEVICE, family="matmul") if k["available"]]
 PARAMS = [
     pytest.param(k["name"], dtype, id=f"{k['name']}-{str(dtype).removeprefix('torch.')}")
     for k in AVAILABLE

@@ -1,4 +1,4 @@
-"""Rung 13, odd widths (hopper/odd_width.py): which widths it takes and which tile it picks (CPU),
+"""Rung 13, odd widths (ladder/odd_width.py): which widths it takes and which tile it picks (CPU),
 and the two-part tile against the fp64 reference in every layout, with the fused epilogue and run
 to run bit for bit (GPU, sm_90). Its compile for sm_90 is in test_gluon_compile.py."""
 
@@ -7,11 +7,11 @@ import torch
 from cases import DEVICE, ON_HOPPER
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import reference_linear
-from tritongemm.hopper import odd_width
-from tritongemm.hopper.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import reference_linear
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.ladder import odd_width
+from tritongemm.primitives.gluon.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES
 
 
 def test_an_odd_width_is_a_power_of_two_and_a_smaller_one_beside_it():
@@ -64,7 +64,7 @@ def test_with_b_row_major_the_tail_is_64_columns_at_least():
 
 
 def _pays(M, N, K, b_k_major=True):
-    from tritongemm.hopper import persistent_pipelined_config
+    from tritongemm.dispatch.tiles import persistent_pipelined_config
 
     return odd_width.pays(M, N, K, 132, persistent_pipelined_config(M, N, K, 132), b_k_major)
 
@@ -96,7 +96,7 @@ def test_auto_passes_the_tile_of_b_s_layout():
     for layout in ("tn", "tt"):  # A M-major: not measured
         assert dispatch._odd_width_tile(*operands(layout), 132) is None, layout
     assert dispatch._odd_width_tile(*operands("nt"), None) is None  # no GPU
-    from tritongemm import device_info
+    from tritongemm.core import device_info
 
     with device_info.sparing_sms(1):  # the tensor-parallel ops' chunk GEMMs share the GPU
         assert dispatch._odd_width_tile(*operands("nt"), 131) is None
@@ -104,7 +104,7 @@ def test_auto_passes_the_tile_of_b_s_layout():
 
 def test_a_config_given_with_auto_keeps_rung_6_s_rules(monkeypatch):
     from tritongemm import dispatch
-    from tritongemm.config import MatmulConfig
+    from tritongemm.core.config import MatmulConfig
 
     monkeypatch.setattr(dispatch, "_sm_count", lambda device: 132)  # as on an H100, for meta tensors
     a = torch.empty(512, 8192, dtype=torch.bfloat16, device="meta")

@@ -17,11 +17,13 @@ import triton
 from cases import DEVICE, ON_GPU
 
 import tritongemm
-from tritongemm import device_info
-from tritongemm.config import MatmulConfig
-from tritongemm.fast_launch import compiled_launches, split_parameters
-from tritongemm.plan import PlanCache, problem_key
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core import device_info
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.plans import PlanCache
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.dense.api import lookup
+from tritongemm.dense.plan import problem_key
+from tritongemm.primitives.launch import compiled_launches, split_parameters
 
 SMALL = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
 F16, F32 = torch.float16, torch.float32
@@ -115,7 +117,7 @@ def test_device_is_in_the_key():
 
 
 def run(cache, a, b, out=None, kernel="grouped", config=SMALL):
-    return cache.lookup(a, b, out, kernel, config).run(a, b, out)
+    return lookup(a, b, out, kernel, config, cache=cache).run(a, b, out)
 
 
 def test_a_hit_computes_the_new_data():
@@ -172,7 +174,7 @@ def test_threads_share_the_cache():
             for i in range(4):
                 n = 8 * (1 + (seed + i) % 4)  # four geometries over three slots: hits, misses, evictions
                 a, b = rand(16, 24), rand(24, n)
-                plan = cache.lookup(a, b, None, "grouped", SMALL)
+                plan = lookup(a, b, None, "grouped", SMALL, cache=cache)
                 done.append((plan, a, b, plan.run(a, b, None) if ON_GPU else None))
         except Exception as exc:  # pragma: no cover - reported below
             errors.append(exc)
@@ -207,8 +209,7 @@ def test_bad_input_is_still_refused_after_a_good_call():
 
 def test_every_kernel_passes_runtime_arguments_first():
     """The direct launch appends the constexprs after the runtime arguments (fast_launch)."""
-    from tritongemm.hopper import tma_persistent, tma_persistent_pipelined, tma_pipelined
-    from tritongemm.ladder import grouped, naive, persistent
+    from tritongemm.ladder import grouped, naive, persistent, tma_persistent, tma_persistent_pipelined, tma_pipelined
 
     ladder = [naive._naive_kernel, grouped._grouped_kernel, persistent._persistent_kernel]
     epilogue = ["bias_ptr", "residual_ptr", "preact_ptr", "stride_rm", "stride_rn", "stride_pm", "alpha"]
@@ -223,7 +224,7 @@ def test_every_kernel_passes_runtime_arguments_first():
     for kernel in gluon:
         assert split_parameters(kernel)[0] == ["a_desc", "b_desc", "c_desc", *epilogue]  # descriptors.planned_launch's
     # Rung 9 then takes fp8's scale pointers: planned_launch's `trailing` (bf16), fp8_ws's scales.
-    from tritongemm.hopper.tma_warp_specialized import _tma_warp_specialized_kernel
+    from tritongemm.ladder.tma_warp_specialized import _tma_warp_specialized_kernel
 
     runtime = split_parameters(_tma_warp_specialized_kernel)[0]
     assert runtime == ["a_desc", "b_desc", "c_desc", *epilogue, "sa_ptr", "sb_ptr"]
@@ -238,7 +239,7 @@ def test_gpu_plans_launch_directly(kernel):
     a, b = rand(300, 200), rand(136, 200).T
     c = run(cache, a, b, kernel=kernel, config=None)
     assert rel_error(c, reference_matmul(a, b)) <= tolerance(F16, 200)
-    plan = cache.lookup(a, b, None, kernel, None)
+    plan = lookup(a, b, None, kernel, None, cache=cache)
     launches = compiled_launches(plan.launch)
     assert launches and all(launch.direct for launch in launches)
     if kernel.startswith("tma"):  # and the descriptors are encoded from the plan's fields
@@ -272,7 +273,7 @@ def test_gpu_tma_encodings_past_their_bound(monkeypatch):
     here): the kept ones are dropped and encoded again, and every call computes right."""
     if not _on_hopper():
         pytest.skip("needs an sm_90 GPU")
-    from tritongemm import fast_launch
+    from tritongemm.primitives import launch as fast_launch
 
     monkeypatch.setattr(fast_launch, "ENCODINGS_PER_OPERAND", 2)
     cache = PlanCache()
@@ -295,7 +296,8 @@ def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkey
     one: then the rules choose, as without a table."""
     from triton.runtime.errors import OutOfResources
 
-    from tritongemm import dispatch_table, plan
+    from tritongemm.dense import build as plan
+    from tritongemm.dispatch import table as dispatch_table
 
     choice = dispatch_table.Choice("grouped", SMALL, dispatch_table.TABLE + "test: measured elsewhere")
     monkeypatch.setattr(dispatch_table, "lookup", lambda a, b: choice)
@@ -309,7 +311,7 @@ def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkey
 
     monkeypatch.setattr(plan, "_compiled_plan", refuse_the_tables)
     a, b = rand(24, 40), rand(40, 16)
-    chosen = PlanCache().lookup(a, b, None, "auto", None)
+    chosen = lookup(a, b, None, "auto", None, cache=PlanCache())
     rules = tritongemm.dispatch.choose("auto", None, a, b, F16, use_table=False)[0].name
     assert built == [("grouped", SMALL), (rules, None)] and chosen.kernel == rules
     assert rel_error(chosen.run(a, b, None), reference_matmul(a, b)) <= tolerance(F16, 40)
@@ -319,29 +321,29 @@ def test_a_default_config_too_big_for_shared_memory_takes_fewer_stages(monkeypat
     """The defaults size shared memory for the operands; an fp32 output's epilogue can tip a
     persistent kernel over (H100: bf16 to fp32 at 512 x 28672 x 4096). The plan retries its
     default with fewer stages; a config the caller gave fails as asked."""
-    import dataclasses
-
     from triton.runtime.errors import OutOfResources
 
-    from tritongemm import registry
+    from tritongemm import dispatch
+    from tritongemm.core import registry
+    from tritongemm.ladder import grouped as grouped_rung
 
     grouped = registry.get("grouped")
+    real_plan = grouped_rung.plan
     tried = []
 
     def plan_in_little_memory(a, b, c, config, **epilogue):
         tried.append(config.num_stages)
         if config.num_stages > 2:
             raise OutOfResources(config.num_stages * 100_000, 232_448, "shared memory")
-        return grouped.plan(a, b, c, config, **epilogue)
+        return real_plan(a, b, c, config, **epilogue)
 
-    monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(grouped, plan=plan_in_little_memory))
+    monkeypatch.setattr(grouped_rung, "plan", plan_in_little_memory)
     a, b = (torch.randn(s, device=DEVICE) for s in ((33, 40), (40, 17)))
-    default = grouped.default_config(a.dtype, 33, 17, 40, a.device).with_(num_stages=4)
-    monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(
-        registry._KERNELS["grouped"], default_config=lambda *args: default))  # fmt: skip
+    default = dispatch.default_config(grouped, a.dtype, 33, 17, 40, a.device).with_(num_stages=4)
+    monkeypatch.setattr(dispatch, "default_config", lambda *args: default)
     cache = PlanCache()
-    plan = cache.lookup(a, b, None, "grouped", None)
+    plan = lookup(a, b, None, "grouped", None, cache=cache)
     assert tried == [4, 3, 2] and plan.config == default.with_(num_stages=2)
     torch.testing.assert_close(plan.run(a, b, None), a @ b, rtol=1e-4, atol=1e-4)
     with pytest.raises(OutOfResources):
-        cache.lookup(a, b, None, "grouped", default)
+        lookup(a, b, None, "grouped", default, cache=cache)

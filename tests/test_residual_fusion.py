@@ -12,7 +12,7 @@ import tritongemm
 from tritongemm.blocks import GatedMLP
 from tritongemm.blocks import residual as residual_module
 from tritongemm.blocks.residual import ResidualLinear, why_not_residuals
-from tritongemm.reference import rel_error
+from tritongemm.core.reference import rel_error
 
 transformers = pytest.importorskip("transformers")
 
@@ -39,10 +39,10 @@ def tiny_model(architecture: str) -> torch.nn.Module:
 
 
 class _residual_calls:
-    """Records, within a `with` block, whether each tritongemm.fused.linear call had a residual."""
+    """Records, within a `with` block, whether each tritongemm.dense.linear.linear call had a residual."""
 
     def __enter__(self):
-        import tritongemm.fused as fused_module
+        import tritongemm.dense.linear as fused_module
 
         self.calls, self._module, self._linear = [], fused_module, fused_module.linear
 

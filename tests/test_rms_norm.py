@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from tritongemm.blocks import RMSNorm, fuse_norms
 from tritongemm.blocks.fuse import why_not_norm
 from tritongemm.blocks.rms_norm import MAX_WIDTH, kernel_serves, rms_norm_reference
-from tritongemm.reference import rel_error
+from tritongemm.core.reference import rel_error
 
 FORMS = {"llama": (0.0, True), "gemma": (1.0, False), "offset_cast": (1.0, True), "fp32_weight": (0.0, False)}
 # Largest rel_error of an output rounded once or twice to the dtype (x̂, then the weight's product).

@@ -1,5 +1,5 @@
-"""Split-K: how K is partitioned (ladder/_split.py and rung 7's ring, CPU), the fixed-order
-reduction with the fused epilogue (CPU, interpreter), and rung 7 (hopper/split_k.py) against the
+"""Split-K: how K is partitioned (primitives/tl/split.py and rung 7's ring, CPU), the fixed-order
+reduction with the fused epilogue (CPU, interpreter), and rung 7 (ladder/split_k.py) against the
 fp64 reference, run to run bit for bit (GPU, sm_90). Rung 8's use of them: test_swap_ab.py."""
 
 import itertools
@@ -9,11 +9,12 @@ import torch
 from cases import DEVICE, ON_GPU, ON_HOPPER
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import Epilogue, reference_linear
-from tritongemm.hopper import SMALL_TILE, TILES, split_k
-from tritongemm.ladder import _split
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import Epilogue, reference_linear
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.dispatch.tiles import SMALL_TILE, TILES
+from tritongemm.ladder import split_k
+from tritongemm.primitives.tl import split as _split
 
 
 @pytest.mark.parametrize("config", TILES, ids=MatmulConfig.short)

@@ -1,4 +1,4 @@
-"""Rung 12, the split tail (hopper/split_tail.py): where C's rows are cut (CPU), and the two parts
+"""Rung 12, the split tail (ladder/split_tail.py): where C's rows are cut (CPU), and the two parts
 against the fp64 reference, with the fused epilogue and run to run bit for bit (GPU, sm_90)."""
 
 import itertools
@@ -8,9 +8,10 @@ import torch
 from cases import DEVICE, ON_HOPPER
 
 import tritongemm
-from tritongemm.epilogue import reference_linear
-from tritongemm.hopper import MID_TILE, SMALL_TILE, TILES, split_k, split_tail
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.epilogue import reference_linear
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.dispatch.tiles import MID_TILE, SMALL_TILE, TILES
+from tritongemm.ladder import split_k, split_tail
 
 
 def test_the_rows_past_whole_waves_are_split_in_two_where_they_are_less_than_half_a_wave():
@@ -67,7 +68,7 @@ def test_a_part_s_rows_come_from_the_data_pointer_of_whatever_tensor_is_given():
 
 
 def test_auto_takes_it_where_it_was_measured_ahead_and_not_where_it_was_behind():
-    from tritongemm.hopper import persistent_pipelined_config
+    from tritongemm.dispatch.tiles import persistent_pipelined_config
 
     def pays(M, N, K):
         return split_tail.pays(M, N, K, 132, persistent_pipelined_config(M, N, K, 132))
@@ -81,7 +82,8 @@ def test_auto_takes_it_where_it_was_measured_ahead_and_not_where_it_was_behind()
 
 
 def test_auto_leaves_it_out_beside_other_streams_kernels_and_for_an_m_major_a():
-    from tritongemm import device_info, dispatch
+    from tritongemm import dispatch
+    from tritongemm.core import device_info
 
     a = torch.empty(2048, 8192, dtype=torch.bfloat16, device="meta")  # meta: shapes and strides only
     b = torch.empty(2560, 8192, dtype=torch.bfloat16, device="meta").T

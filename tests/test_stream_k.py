@@ -8,9 +8,9 @@ import pytest
 import torch
 from cases import DEVICE, DTYPES, ON_GPU, Case, fused_linear_error, make_operands
 
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 from tritongemm.ladder import stream_k
-from tritongemm.reference import reference_matmul, rel_error, tolerance
 
 TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2, num_warps=4, num_stages=1)
 if ON_GPU:
@@ -83,8 +83,8 @@ def test_the_same_bits_every_run():
 
 
 def test_it_stays_out_of_auto_until_measured():
-    from tritongemm import registry
     from tritongemm.bench.measure import runnable_kernels
+    from tritongemm.core import registry
 
     assert registry.get("stream_k").experimental
     assert "stream_k" not in runnable_kernels(torch.float32, "cpu")

@@ -7,8 +7,10 @@ import torch
 from cases import DTYPES, ON_GPU, Case, check_matmul, fused_linear_error, make_operands
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.ladder import _host, _split, swap_ab
+from tritongemm.core.config import MatmulConfig
+from tritongemm.ladder import swap_ab
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl import split as _split
 
 # CPU: tiles small enough for the interpreter; split_k 0 lets the plan split for its 4 "SMs".
 CPU_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=1, num_warps=4, num_stages=1)

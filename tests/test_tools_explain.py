@@ -10,10 +10,11 @@ import pytest
 import torch
 from cases import DEVICE
 
-from tritongemm import tile_order
 from tritongemm.cli import main
-from tritongemm.config import MatmulConfig
-from tritongemm.ladder import _host, grouped, naive, persistent
+from tritongemm.core.config import MatmulConfig
+from tritongemm.ladder import grouped, naive, persistent
+from tritongemm.primitives import tiling as tile_order
+from tritongemm.primitives.tl import host as _host
 from tritongemm.tools import explain, launch
 
 LAUNCHERS = {"naive": naive.launch, "grouped": grouped.launch, "persistent": persistent.launch}

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from tritongemm.cli import main
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
 from tritongemm.tools import l2, launch
 
 TILE = 16 * 16 * 2  # bytes of one 16-row panel slice at K = 16, 2-byte elements

@@ -9,7 +9,7 @@ import pytest
 
 from tritongemm.bench.report import COLUMNS
 from tritongemm.cli import main
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
 from tritongemm.tools import predict
 from tritongemm.tools.predict import DEFAULTS, Constants, KernelConstants
 

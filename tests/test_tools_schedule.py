@@ -4,9 +4,9 @@ picture's numbers (which must be tile_order's, the mapping the kernels are teste
 import numpy as np
 import pytest
 
-from tritongemm import tile_order
 from tritongemm.cli import main
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.primitives import tiling as tile_order
 from tritongemm.tools import launch, schedule
 
 # (kernel, scheduler) -> the tile_order ordering it follows

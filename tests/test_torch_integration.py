@@ -11,8 +11,8 @@ import torch
 from cases import DEVICE, ON_GPU
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 DTYPES = (torch.float16, torch.bfloat16) if ON_GPU else (torch.float32,)
 BACKEND = "inductor" if ON_GPU else "aot_eager"
@@ -47,17 +47,19 @@ def test_nd_a(shape, dtype):
 def test_nd_folds_without_a_copy():
     a, b = rand(2, 7, 24), rand(24, 40)
     seen = []
-    real = tritongemm.plans.lookup
+    from tritongemm.dense import api
+
+    real = api.lookup
 
     def spy(x, *args):
         seen.append(x)
         return real(x, *args)
 
-    tritongemm.plans.lookup, saved = spy, real
+    api.lookup, saved = spy, real
     try:
         tritongemm.matmul(a, b, kernel=KERNEL)
     finally:
-        tritongemm.plans.lookup = saved
+        api.lookup = saved
     assert seen[0].data_ptr() == a.data_ptr() and seen[0].shape == (14, 24)
 
 
@@ -336,13 +338,13 @@ def test_a_static_graph_keeps_its_plans_at_their_sites(monkeypatch):
     its GPU one on a GPU."""
     from torch._inductor.utils import run_and_get_code
 
-    from tritongemm import fused
-    from tritongemm.plan import PLANS
+    from tritongemm import inductor
+    from tritongemm.dense import linear as fused
 
     planned = []
-    real_call, real_lookup = fused.planned_call, PLANS.lookup
+    real_call, real_lookup = fused.planned_call, inductor.lookup
     monkeypatch.setattr(fused, "planned_call", lambda *a: planned.append("linear") or real_call(*a))
-    monkeypatch.setattr(PLANS, "lookup", lambda *a: planned.append("mm") or real_lookup(*a))
+    monkeypatch.setattr(inductor, "lookup", lambda *a: planned.append("mm") or real_lookup(*a))
     compiled = torch.compile(site_fn, backend="inductor", fullgraph=True, dynamic=False)
     args = site_args()
     outputs, (code,) = run_and_get_code(compiled, *args)

@@ -1,5 +1,5 @@
 """`tritongemm tune` and `tritongemm explain-choice` on the CPU: the interpreter's smoke problems,
-a table written, read back and resumed (tune.py, dispatch_table.py). On a GPU the same commands
+a table written, read back and resumed (dispatch/tune.py, dispatch/table.py). On a GPU the same commands
 time the real candidates; what they find is for results/ and the shipped table, not for tests."""
 
 import json
@@ -7,8 +7,11 @@ import json
 import pytest
 import torch
 
-from tritongemm import cli, dispatch_table, registry, tune
+from tritongemm import cli, dispatch
 from tritongemm.bench.suites import Problem
+from tritongemm.core import registry
+from tritongemm.dispatch import table as dispatch_table
+from tritongemm.dispatch import tune
 
 pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="tunes the CPU smoke problems")
 
@@ -19,7 +22,7 @@ def test_tune_writes_a_table_and_resumes_it(tmp_path, capsys):
     table = json.loads(path.read_text())
     assert table["format"] == dispatch_table.FORMAT and table["device"] == "cpu (Triton interpreter)"
     assert {(e["layout"], e["m"], e["n"], e["k"]) for e in table["entries"]} == {("nn", 16, 16, 16), ("nt", 64, 32, 32)}
-    interpreted = [k.name for k in registry.all_kernels() if k.interpretable and not k.experimental]
+    interpreted = [k.name for k in registry.all_kernels("matmul") if k.interpretable and not k.experimental]
     for entry in table["entries"]:
         assert entry["kernel"] in interpreted and entry["correct"] == entry["tried"] == len(interpreted)
         assert entry["ms"] > 0 and entry["cublas_ms"] > 0
@@ -46,9 +49,9 @@ def test_explain_choice(capsys):
 
 
 def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
-    from tritongemm import device_info
-    from tritongemm.hopper import TILES
-    from tritongemm.registry import get
+    from tritongemm.core import device_info
+    from tritongemm.core.registry import get
+    from tritongemm.dispatch.tiles import TILES
 
     monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3", 50 << 20))
     gpu = torch.device("cuda", 0)  # what the kernels' default configs ask of it is answered above
@@ -56,7 +59,7 @@ def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
     hopper = tune.candidates("tma_persistent_pipelined", problem, gpu)
     assert set(hopper) == set(TILES) and len(hopper) == len(TILES)  # the default is one of the tiles
     ladder = tune.candidates("grouped", problem, gpu)
-    assert ladder[0] == get("grouped").default_config(torch.bfloat16, 4096, 4096, 4096, gpu)
+    assert ladder[0] == dispatch.default_config(get("grouped"), torch.bfloat16, 4096, 4096, 4096, gpu)
     assert len(set(ladder)) == len(ladder) >= 6
     assert len(tune.candidates("naive", problem, gpu)) == 1
     assert len({p.dtype for p in tune.default_problems()}) == 2 and len(tune.default_problems()) > 50
@@ -64,7 +67,7 @@ def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
 
 
 def test_skinny_problems_try_swap_ab_s_tiles_and_the_others_defaults(monkeypatch):
-    from tritongemm import device_info
+    from tritongemm.core import device_info
 
     monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3", 50 << 20))
     gpu = torch.device("cuda", 0)
@@ -79,8 +82,8 @@ def test_skinny_problems_try_swap_ab_s_tiles_and_the_others_defaults(monkeypatch
 
 
 def test_deep_rings_are_tried_where_tiles_are_few(monkeypatch):
-    from tritongemm import device_info
-    from tritongemm.hopper import DEEP_RING_TILES, TILES
+    from tritongemm.core import device_info
+    from tritongemm.dispatch.tiles import DEEP_RING_TILES, TILES
 
     monkeypatch.setattr(device_info, "_properties", lambda index: ((9, 0), 132, "NVIDIA H100 80GB HBM3", 50 << 20))
     gpu = torch.device("cuda", 0)
@@ -112,11 +115,11 @@ def test_max_m_and_the_rows_log(tmp_path, capsys):
 def test_an_experimental_kernel_is_left_out_of_the_default_lists(monkeypatch):
     import dataclasses
 
-    from tritongemm import registry
     from tritongemm.bench.measure import runnable_kernels
+    from tritongemm.core import registry
 
     grouped = registry.get("grouped")
-    monkeypatch.setitem(registry._KERNELS, "grouped", dataclasses.replace(grouped, experimental=True))
+    monkeypatch.setitem(registry._BY_KEY, ("matmul", "grouped"), dataclasses.replace(grouped, experimental=True))
     assert "grouped" not in runnable_kernels(torch.float32, "cpu")  # tune's and the benchmarks' default
     assert runnable_kernels(torch.float32, "cpu", ["grouped"]) == ["grouped"]  # named, it runs
 

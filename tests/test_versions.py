@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tritongemm import versions
+from tritongemm.core import versions
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Rung 9, the warp-specialized kernel (hopper/tma_warp_specialized.py): its host side on the CPU
+"""Rung 9, the warp-specialized kernel (ladder/tma_warp_specialized.py): its host side on the CPU
 (config checks, shared-memory budget, grid, meta-parameters, registration), and on an sm_90 GPU
 matmul and linear against the fp64 reference.
 
@@ -16,9 +16,10 @@ import torch
 import triton
 from cases import ON_HOPPER, Case, check_matmul, make_operands
 
-from tritongemm import device_info, registry
-from tritongemm.config import MatmulConfig
-from tritongemm.hopper import (
+from tritongemm import dispatch
+from tritongemm.core import device_info, registry
+from tritongemm.core.config import MatmulConfig
+from tritongemm.dispatch.tiles import (
     BIG_TILE,
     MID_TILE,
     PING_PONG_TILES,
@@ -28,8 +29,8 @@ from tritongemm.hopper import (
     WARP_SPECIALIZED_BIG_TILE,
     WARP_SPECIALIZED_TILES,
 )
-from tritongemm.hopper import tma_warp_specialized as ws
-from tritongemm.hopper.pipeline import H100_SHARED_MEMORY_BYTES
+from tritongemm.ladder import tma_warp_specialized as ws
+from tritongemm.primitives.gluon.pipeline import H100_SHARED_MEMORY_BYTES
 
 KERNEL = "tma_warp_specialized"
 PING_PONG = "tma_ping_pong"  # rung 11: the same kernel, two consumers on alternate tiles
@@ -132,29 +133,25 @@ def test_registered_as_an_experimental_rung():
     assert info.dtypes == (torch.float16, torch.bfloat16) and not info.any_out_dtype
     # sm_90 with WGMMA; sm_100 and sm_103 with tcgen05 (compiled for, never run: docs/blackwell.md)
     assert info.capability_range() == "sm_90 to sm_103" and not info.available_on(torch.device("cpu"))
-    assert (info.unsupported_reason, info.plan_operands, info.aligned_copy_fits) == (
-        tma.unsupported_reason,
-        tma.plan_operands,
-        tma.aligned_copy_fits,
-    )
+    assert info.tma and tma.tma  # TMA's operand rules and aligned copies (core/tma.py), as rung 6's
     for M, N in ((8192, 8192), (1024, 1024), (256, 1024), (1, 1)):
-        config = info.default_config(torch.float16, M, N, 4096, torch.device("cpu"))
+        config = dispatch.default_config(info, torch.float16, M, N, 4096, torch.device("cpu"))
         assert config in WARP_SPECIALIZED_TILES
     # Two MMA warpgroups where the 128 x 256 tiles fill the SMs, one below that.
-    assert info.default_config(torch.float16, 8192, 8192, 4096, torch.device("cpu")) == TWO_WARPGROUPS
-    assert info.default_config(torch.float16, 1024, 2048, 4096, torch.device("cpu")) == MID_TILE
-    assert info.default_config(torch.float16, 256, 1024, 4096, torch.device("cpu")) == TINY_TILE
+    assert dispatch.default_config(info, torch.float16, 8192, 8192, 4096, torch.device("cpu")) == TWO_WARPGROUPS
+    assert dispatch.default_config(info, torch.float16, 1024, 2048, 4096, torch.device("cpu")) == MID_TILE
+    assert dispatch.default_config(info, torch.float16, 256, 1024, 4096, torch.device("cpu")) == TINY_TILE
     assert set(WARP_SPECIALIZED_TILES[1:]) <= set(TILES)
 
 
 def test_short_k_defaults_take_a_deeper_ring_with_c_in_halves():
     cpu = torch.device("cpu")
     rung9, rung11 = registry.get(KERNEL), registry.get(PING_PONG)
-    assert rung9.default_config(torch.bfloat16, 8192, 8192, 512, cpu) == BIG_TILE  # 4 slots
-    assert rung9.default_config(torch.bfloat16, 8192, 8192, 513, cpu) == TWO_WARPGROUPS  # 3 slots
-    assert rung9.default_config(torch.bfloat16, 256, 1024, 512, cpu) == TINY_TILE  # small tiles as they were
-    assert rung11.default_config(torch.bfloat16, 8192, 8192, 2048, cpu) == MID_TILE.with_(num_stages=6)
-    assert rung11.default_config(torch.bfloat16, 8192, 8192, 4096, cpu) == MID_TILE
+    assert dispatch.default_config(rung9, torch.bfloat16, 8192, 8192, 512, cpu) == BIG_TILE  # 4 slots
+    assert dispatch.default_config(rung9, torch.bfloat16, 8192, 8192, 513, cpu) == TWO_WARPGROUPS  # 3 slots
+    assert dispatch.default_config(rung9, torch.bfloat16, 256, 1024, 512, cpu) == TINY_TILE  # small tiles as they were
+    assert dispatch.default_config(rung11, torch.bfloat16, 8192, 8192, 2048, cpu) == MID_TILE.with_(num_stages=6)
+    assert dispatch.default_config(rung11, torch.bfloat16, 8192, 8192, 4096, cpu) == MID_TILE
     assert ws.c_pieces(BIG_TILE, 2) == 2 and ws.c_pieces(MID_TILE.with_(num_stages=6), 2, consumers=2) == 2
     ws.check_config(MID_TILE.with_(num_stages=6), 2, consumers=2)
 
@@ -216,8 +213,8 @@ def _case_spec(case: Case, dtype: torch.dtype, **extra) -> dict:
 
 def _run_case(spec: dict) -> None:
     """One GPU case (in the child process): raises on a wrong result."""
-    from tritongemm.epilogue import reference_linear
-    from tritongemm.reference import reference_matmul, rel_error, tolerance
+    from tritongemm.core.epilogue import reference_linear
+    from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
     dtype = getattr(torch, spec["dtype"].removeprefix("torch."))
     config = MatmulConfig.parse(spec["config"]) if spec["config"] else None
@@ -297,7 +294,7 @@ def test_ping_pong_is_registered_with_one_warpgroup_tiles(planned):
     info = registry.get(PING_PONG)
     assert info.rung == 11 and info.experimental and not info.any_out_dtype
     for M, N in ((8192, 8192), (1024, 1024), (256, 1024), (1, 1)):
-        assert info.default_config(torch.float16, M, N, 4096, torch.device("cpu")) in PING_PONG_TILES
+        assert dispatch.default_config(info, torch.float16, M, N, 4096, torch.device("cpu")) in PING_PONG_TILES
     assert all(config.num_warps == 4 for config in PING_PONG_TILES)
     for config in PING_PONG_TILES:  # the ring and two C tiles fit
         ws.check_config(config, 2, consumers=2)

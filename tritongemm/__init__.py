@@ -10,18 +10,19 @@ pipelines, all behind one API.
     >>> y = tritongemm.linear(a, w, activation="gelu")  # F.gelu(F.linear(a, w)), one kernel
 """
 
-from tritongemm import versions
+from tritongemm.core import versions
 
 versions.check()
 
 from tritongemm import nn, ops  # noqa: E402, F401  ops registers torch.ops.tritongemm.*
-from tritongemm.api import kernels, matmul  # noqa: E402
-from tritongemm.config import MatmulConfig  # noqa: E402
+from tritongemm.core.config import MatmulConfig  # noqa: E402
+from tritongemm.core.plans import PLANS as plans  # noqa: E402
+from tritongemm.core.registry import kernels  # noqa: E402
+from tritongemm.dense.api import matmul  # noqa: E402
+from tritongemm.dense.linear import linear  # noqa: E402
 from tritongemm.fp8 import quantize_fp8, scaled_mm  # noqa: E402
-from tritongemm.fused import linear  # noqa: E402
 from tritongemm.grouped import bmm, grouped_mm  # noqa: E402
 from tritongemm.nn import patch  # noqa: E402
-from tritongemm.plan import PLANS as plans  # noqa: E402
 
 __all__ = ["matmul", "linear", "scaled_mm", "quantize_fp8", "grouped_mm", "bmm", "nn", "patch", "kernels",
            "MatmulConfig", "plans"]  # fmt: skip

@@ -123,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     tools.add_commands(commands)
-    from tritongemm import tune
+    from tritongemm.dispatch import tune
 
     tune.add_commands(commands)
     return parser
@@ -209,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in tools.COMMANDS:
         return tools.run(args)
     if args.command in ("tune", "explain-choice"):
-        from tritongemm import tune
+        from tritongemm.dispatch import tune
 
         return tune.run(args)
     if args.markdown:
@@ -357,8 +357,8 @@ def tile_size(text: str) -> int:
 
 def tile_width(text: str) -> int:
     """A tile's BLOCK_N: a power of two >= 16, or an odd width (two powers of two side by side,
-    hopper/odd_width.py: 96, 160, 192, ...), as MatmulConfig takes them."""
-    from tritongemm.config import MatmulConfig
+    ladder/odd_width.py: 96, 160, 192, ...), as MatmulConfig takes them."""
+    from tritongemm.core.config import MatmulConfig
 
     value = _int(text, 16)
     try:
@@ -419,14 +419,14 @@ def dtypes(text: str) -> tuple[str, ...]:
 
 def kernel_names(text: str) -> tuple[str, ...]:
     """Kernels of the ladder; "auto" too, which the overhead suite times."""
-    from tritongemm import registry
+    from tritongemm.core import registry
 
-    return names([k.name for k in registry.all_kernels()] + ["auto"])(text)
+    return names([k.name for k in registry.all_kernels("matmul")] + ["auto"])(text)
 
 
 def config_labels(text: str) -> tuple:
     """MatmulConfig labels (MatmulConfig.short()) separated by ';'."""
-    from tritongemm.config import MatmulConfig
+    from tritongemm.core.config import MatmulConfig
 
     try:
         return tuple(MatmulConfig.parse(label) for label in text.split(";") if label.strip())
@@ -452,25 +452,36 @@ def existing_dir(text: str) -> str:
 
 
 def _print_kernels(as_json: bool) -> None:
+    """Every kernel, family by family, within KERNELS_WIDTH columns: its name (and rung), what it
+    needs and whether it runs here; under it its idea, dtypes and why it does not run here.
+    --json: tritongemm.kernels() as it is."""
+    import textwrap
+
     import tritongemm
 
     kernels = tritongemm.kernels()
     if as_json:
         print(json.dumps(kernels, indent=1))
         return
-    head = ["kernel (rung)", "idea", "needs", "GPU dtypes", "interpreter dtypes", "available here"]
-    rows = [
-        [
-            f"{k['name']} ({k['rung']})",
-            ("experimental (in auto only by a measured rule): " if k["experimental"] else "") + k["idea"],
-            k["gpu"] + (", or the interpreter" if k["interpreter"] else ""),
-            ", ".join(k["dtypes"]),
-            ", ".join(k["interpreter_dtypes"]) or "-",
-            "yes" if k["available"] else f"no: {k['unavailable']}",
-        ]
-        for k in kernels
-    ]
-    _print_table(f"The ladder, bottom to top. Here: {_here()}", head, rows)
+
+    def block(text: str, indent: int) -> str:
+        return textwrap.fill(text, KERNELS_WIDTH, initial_indent=" " * indent, subsequent_indent=" " * indent)
+
+    print(block(f"tritongemm's kernels, family by family (matmul's ladder bottom to top). Here: {_here()}.", 0))
+    for family in dict.fromkeys(k["family"] for k in kernels):
+        print(f"\n{family}")
+        for k in (k for k in kernels if k["family"] == family):
+            name = k["name"] + (f" ({k['rung']})" if k["rung"] else "")
+            needs = k["gpu"].split(" (")[0] + (", or the interpreter" if k["interpreter"] else "")
+            print(f"  {name:<30} {needs:<40} here: {'yes' if k['available'] else 'no'}")
+            experimental = "experimental (in auto only by a measured rule): " if k["experimental"] else ""
+            print(block(f"{experimental}{k['idea']} [{', '.join(k['dtypes'])}]", 6))
+            if not k["available"]:
+                print(block(f"not here: {k['unavailable']}", 6))
+
+
+# `tritongemm kernels` fits a terminal of this many columns (and a log read in one).
+KERNELS_WIDTH = 100
 
 
 def _on_gpu() -> bool:
@@ -488,7 +499,7 @@ def _gpus() -> int:
 def _here() -> str:
     import torch
 
-    from tritongemm.registry import sm_name
+    from tritongemm.core.registry import sm_name
 
     if torch.cuda.is_available():
         return f"{torch.cuda.get_device_name()} ({sm_name(torch.cuda.get_device_capability())})"

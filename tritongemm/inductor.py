@@ -17,7 +17,7 @@ graph's inputs to the ones traced), so the plan its first run finds serves each 
 tensors are 16-byte aligned as the first run's were: the per-call look-up (the problem's key,
 the plan cache's lock) and the output's allocation leave the hot path. On the H100 machine a
 compiled decode-sized linear cost about 4.5 us of host time more than `torch.compile`'s cuBLAS
-call before, and about 4-7 us less after (scripts/compiled_host.py).
+call before, and about 4-7 us less after (scripts/probes/host/compiled_host.py).
 
 A compiled graph records no autograd (AOTAutograd differentiates the operator when it traces,
 with its registered backward), so the implementation is all a call needs. Inductor's IR is
@@ -33,8 +33,11 @@ import warnings
 
 import torch
 
-from tritongemm import device_info, fused, ops
-from tritongemm.plan import PLANS
+from tritongemm import ops
+from tritongemm.core import device_info
+from tritongemm.core.plans import PLANS
+from tritongemm.dense import linear as fused
+from tritongemm.dense.api import lookup
 
 _LOCK = threading.Lock()
 _installed: bool | None = None  # None: not tried yet; False: this Inductor refused
@@ -137,7 +140,7 @@ def _mm_site(args, out):
     if a.dim() != 2 or not _keepable(out, (a, b)):
         return None
     with torch.no_grad():  # as ops._mm: the operator's own autograd differentiates it
-        plan = PLANS.lookup(a, b, out, kernel_name, ops._config(config))
+        plan = lookup(a, b, out, kernel_name, ops._config(config))
     if plan.kernel == "zeros":  # an empty problem
         return None
     return lambda args, out: plan.run(args[0], args[1], out)

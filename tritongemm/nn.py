@@ -18,12 +18,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tritongemm import api, fused
 from tritongemm.blocks.gated_mlp import GatedMLP  # noqa: F401  tritongemm.nn.GatedMLP
 from tritongemm.blocks.rms_norm import RMSNorm  # tritongemm.nn.RMSNorm
-from tritongemm.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
-from tritongemm.checks import _dtype_name
-from tritongemm.epilogue import ACTIVATIONS
+from tritongemm.core import registry
+from tritongemm.core.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
+from tritongemm.core.checks import _dtype_name
+from tritongemm.core.epilogue import ACTIVATIONS
+from tritongemm.dense import linear as fused
 from tritongemm.fp8.linear import Fp8Linear, SharedQuantization, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
 
@@ -278,15 +279,15 @@ def _patch_experts(model: torch.nn.Module, served, fp8: str | None) -> str | Non
 
 def _served_dtypes(kernel: str):
     """device -> (the dtypes `kernel`, or any kernel for "auto", computes there, or why none runs
-    there), from `tritongemm.kernels(device)`; each device asked once."""
-    names = [k["name"] for k in api.kernels()]
+    there), from the registry's `matmul` kernels; each device asked once."""
+    names = [k["name"] for k in registry.kernels(family="matmul")]
     if kernel != "auto" and kernel not in names:
         raise ValueError(f"patch: expected kernel to be 'auto' or one of {names}, but got {kernel!r}")
     cache: dict[torch.device, tuple[set[str], str | None]] = {}
 
     def lookup(device: torch.device) -> tuple[set[str], str | None]:
         if device not in cache:
-            infos = [k for k in api.kernels(device) if kernel in ("auto", k["name"])]
+            infos = [k for k in registry.kernels(device, family="matmul") if kernel in ("auto", k["name"])]
             running = [k for k in infos if k["available"]]
             # On the CPU, the interpreter's dtypes: it computes bf16 wrongly, so CPU bf16 is refused.
             key = "interpreter_dtypes" if device.type == "cpu" else "dtypes"

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm import api, checks, fused, registry
-from tritongemm.config import MatmulConfig
+from tritongemm.core import checks, registry
+from tritongemm.core.config import MatmulConfig
+from tritongemm.dense import api
+from tritongemm.dense import linear as fused
 
 # ----------------------------------------------------------------------------------------------
 # The operator
@@ -152,7 +154,7 @@ def traced_matmul(a, b, out, kernel, config) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------------------------
-# linear: the GEMM with its fused epilogue (fused.py), as an operator of its own
+# linear: the GEMM with its fused epilogue (dense/linear.py), as an operator of its own
 # ----------------------------------------------------------------------------------------------
 
 

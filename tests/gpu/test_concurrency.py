@@ -11,11 +11,13 @@ import pytest
 import torch
 
 import tritongemm
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 ON_GPU = torch.cuda.is_available()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU")]
-AVAILABLE = [k for k in (tritongemm.kernels() if ON_GPU else []) if k["available"] and not k["experimental"]]
+AVAILABLE = [
+    k for k in (tritongemm.kernels(family="matmul") if ON_GPU else []) if k["available"] and not k["experimental"]
+]
 KERNELS = [k["name"] for k in AVAILABLE]
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 PARAMS = [

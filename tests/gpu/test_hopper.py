@@ -1,5 +1,5 @@
 """The Hopper Gluon kernels (rungs 4-6) against the fp64 reference, and their schedulers against
-tile_order.py. Needs an sm_90 GPU; run with ``pytest tests/gpu/test_hopper.py -n 8`` (compiling
+primitives/tiling/__init__.py. Needs an sm_90 GPU; run with ``pytest tests/gpu/test_hopper.py -n 8`` (compiling
 ~300 kernel variants dominates the time).
 
 The launchers are called directly (not through `tritongemm.matmul`), so every config reaches the
@@ -15,11 +15,12 @@ import torch
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from tritongemm import tile_order
-from tritongemm.config import MatmulConfig
-from tritongemm.hopper import DEEP_RING_STAGES, TILES, tma_persistent, tma_persistent_pipelined, tma_pipelined
-from tritongemm.hopper.schedulers import scheduler_for
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.dispatch.tiles import DEEP_RING_STAGES, TILES
+from tritongemm.ladder import tma_persistent, tma_persistent_pipelined, tma_pipelined
+from tritongemm.primitives import tiling as tile_order
+from tritongemm.primitives.tiling.gluon import scheduler_for
 
 _IS_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 pytestmark = [
@@ -267,4 +268,4 @@ def test_auto_copies_misaligned_operands_only_for_a_large_problem(dtype, M, expe
     out = torch.full((M, 1030), float("nan"), device="cuda", dtype=dtype)
     tritongemm.matmul(a, b, out=out)
     assert rel_error(out, reference_matmul(a, b)) <= tolerance(dtype, 1000)
-    assert tritongemm.plans.lookup(a, b, out, "auto", None).kernel == expected
+    assert tritongemm.dense.api.lookup(a, b, out, "auto", None).kernel == expected

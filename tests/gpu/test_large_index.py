@@ -15,8 +15,8 @@ import pytest
 import torch
 
 import tritongemm
-from tritongemm.config import MatmulConfig
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 ON_GPU = torch.cuda.is_available()
 pytestmark = [
@@ -25,7 +25,9 @@ pytestmark = [
     pytest.mark.skipif(not ON_GPU, reason="needs a CUDA GPU with tens of GiB of memory"),
 ]
 KERNELS = ["auto"] + [
-    k["name"] for k in (tritongemm.kernels() if ON_GPU else []) if k["available"] and not k["experimental"]
+    k["name"]
+    for k in (tritongemm.kernels(family="matmul") if ON_GPU else [])
+    if k["available"] and not k["experimental"]
 ]
 F16 = torch.float16
 

@@ -146,7 +146,7 @@ def _checked_plan(suite, shapes, dtypes, kernels, layout, timing, on_gpu) -> _Pl
 
 
 def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
-    from tritongemm import registry
+    from tritongemm.core import registry
 
     if suite is not None and suite not in SUITES:
         raise ValueError(f"bench: unknown suite {suite!r}; expected one of {sorted(SUITES)}")
@@ -155,7 +155,7 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
     unknown = [d for d in dtypes or () if d not in DTYPES]
     if unknown:
         raise ValueError(f"bench: --dtypes: expected names from {', '.join(DTYPES)}, but got {unknown[0]!r}")
-    names = ["auto", *(k.name for k in registry.all_kernels())] if kernels else []
+    names = ["auto", *(k.name for k in registry.all_kernels("matmul"))] if kernels else []
     unknown = [k for k in kernels or () if k not in names]
     if unknown:
         raise ValueError(f"bench: --kernels: expected names from {', '.join(names)}, but got {unknown[0]!r}")
@@ -178,7 +178,7 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
 
 def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
     """The interpreter's plan: the given shapes if small enough, else the smoke test; no bf16."""
-    from tritongemm import registry
+    from tritongemm.core import registry
 
     wall_clock = "Times are CPU wall-clock and say nothing about GPU speed."
     if dtypes and "bfloat16" in dtypes:
@@ -211,14 +211,14 @@ def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
 
 def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     """cuBLAS first, then each kernel (x each config of a sweep) that runs this problem here."""
-    from tritongemm import registry
+    from tritongemm.core import registry
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
     providers = [("cublas", "torch.matmul", provider(torch.matmul, eager))]
     for kernel, config in itertools.product(runnable, plan.configs or (None,)):
         label = config.short() if config else _auto_choice(problem, device) if kernel == "auto" else None
-        label = label or f"default {_config_label(registry.get(kernel).default_config, problem, device)}"
+        label = label or f"default {_config_label(registry.get(kernel), problem, device)}"
         providers.append((kernel, label, provider(matmul, eager, kernel=kernel, config=config)))
     return providers
 
@@ -234,14 +234,16 @@ def _auto_choice(problem: Problem, device) -> str:
     b = unfilled_operand(problem.K, problem.N, problem.layout[1] == "t", dtype, device)
     info, config, _ = dispatch.choose("auto", None, a, b, dtype)
     if config is None:
-        return f"{info.name} {_config_label(info.default_config, problem, device)}"
+        return f"{info.name} {_config_label(info, problem, device)}"
     return f"{info.name} {config.short() if hasattr(config, 'short') else config}"
 
 
-def _config_label(default_config, problem: Problem, device) -> str:
+def _config_label(info, problem: Problem, device) -> str:
     """The config a kernel's default resolves to for the problem, as a row's config column names it
     (a bare "default" would name different configs as the defaults change)."""
-    config = default_config(getattr(torch, problem.dtype), problem.M, problem.N, problem.K, device)
+    from tritongemm import dispatch
+
+    config = dispatch.default_config(info, getattr(torch, problem.dtype), problem.M, problem.N, problem.K, device)
     return config.short() if hasattr(config, "short") else str(config)
 
 

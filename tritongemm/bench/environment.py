@@ -8,7 +8,7 @@ import subprocess
 
 import torch
 
-from tritongemm.registry import sm_name
+from tritongemm.core.registry import sm_name
 
 
 def _nvidia_smi(fields: str) -> list[str]:

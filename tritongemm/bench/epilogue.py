@@ -248,8 +248,8 @@ def measure_epilogue(
     also compiles and autotunes, untimed); the correct ones are timed in `rounds` interleaved
     rounds per timing (ours, unfused, compiled, ours, ...), each keeping its median. `providers`
     and `timers` (timing -> measure.Timer) replace the defaults, for tests."""
-    from tritongemm.epilogue import reference_linear
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.core.epilogue import reference_linear
+    from tritongemm.core.reference import rel_error, tolerance
 
     epilogue = EPILOGUES[problem.epilogue]
     on_gpu = torch.device(device).type == "cuda"

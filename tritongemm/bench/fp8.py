@@ -116,7 +116,7 @@ def torch_block_scales(a, b, scale_a, scale_b, reference: torch.Tensor, bound: f
     of them is wrong. So each layout is tried and the first whose product passes the check is
     timed; failing that, the first torch took (to be reported wrong); failing that, torch's first
     refusal is raised."""
-    from tritongemm.reference import rel_error
+    from tritongemm.core.reference import rel_error
 
     accepted, first = None, None
     for sa in (scale_a, _outer_major(scale_a)):
@@ -147,8 +147,8 @@ def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMING
                 providers: dict | None = None) -> list[Fp8Row]:  # fmt: skip
     """One row per (timing, provider): each checked first, the correct ones timed in `rounds`
     interleaved rounds. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the default, for tests."""
+    from tritongemm.core.reference import fp8_tolerance
     from tritongemm.fp8 import reference_scaled_mm
-    from tritongemm.reference import fp8_tolerance
 
     args = operands(problem, device)
     reference = reference_scaled_mm(*args, out_dtype=torch.float64)

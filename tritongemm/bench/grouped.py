@@ -19,7 +19,7 @@ import torch
 
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 
-# tritongemm-ws: the Hopper Gluon kernel (hopper/grouped_ws.py, grouped.api.grouped_mm_ws), which
+# tritongemm-ws: the Hopper Gluon kernel (grouped/ws.py, grouped.api.grouped_mm_ws), which
 # grouped_mm does not take yet; an sm_90 GPU's rows only.
 PROVIDERS = ("tritongemm", "tritongemm-ws", "torch._grouped_mm", "torch.mm loop")
 BASELINE = "torch._grouped_mm"
@@ -117,8 +117,8 @@ def _providers(offs: torch.Tensor) -> dict:
 
 
 def measure_grouped(problem: GroupedProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):
+    from tritongemm.core.reference import tolerance
     from tritongemm.grouped import reference_grouped_mm
-    from tritongemm.reference import tolerance
 
     args = operands(problem, device)
     calls = {name: functools.partial(fn, *args) for name, fn in _providers(args[2]).items()}

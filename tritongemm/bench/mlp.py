@@ -148,7 +148,7 @@ def _reference(problem: MlpProblem, x, gate, up, down) -> torch.Tensor:
 
 
 def measure_mlp(problem: MlpProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):
-    from tritongemm.reference import tolerance
+    from tritongemm.core.reference import tolerance
 
     operands = _operands(problem, device)
     calls = _providers(problem, *operands, on_gpu=device.type == "cuda")

@@ -770,8 +770,8 @@ def target_misses(rows: list[ModelRow]) -> list[str]:
 
 def plot_rows(rows: list[ModelRow], path: Path, title: str) -> Path:
     """One panel per model: for every setting, each provider's speed as a fraction of eager torch's."""
-    from tritongemm import figures
     from tritongemm.bench.plots import _ratio_bars
+    from tritongemm.tools import figures
 
     plt = figures.pyplot()
     models = list(dict.fromkeys(r.model for r in rows))

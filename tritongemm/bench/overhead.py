@@ -25,8 +25,8 @@ import torch.nn.functional as F
 
 from tritongemm.bench.measure import ROUNDS, describe_error, eager_timer, operand, runnable_kernels
 from tritongemm.bench.suites import Problem
-from tritongemm.epilogue import reference_linear
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.epilogue import reference_linear
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 # Each op's torch counterpart, the baseline its rows are timed against. Nothing that matmul and
 # linear read requires grad, so both sides take their inference path in grad mode; nn.Linear's
@@ -188,11 +188,11 @@ def measure_overhead(
 ) -> list[OverheadRow]:
     """One row per tritongemm kernel that runs `case` on `device` (None: every one, and "auto"),
     the op's torch counterpart timed beside it."""
-    from tritongemm import registry
+    from tritongemm.core import registry
 
     p = case.problem
     dtype = getattr(torch, p.dtype)
-    every = (k.name for k in registry.all_kernels() if k.name not in MULTI_LAUNCH and not k.experimental)
+    every = (k.name for k in registry.all_kernels("matmul") if k.name not in MULTI_LAUNCH and not k.experimental)
     asked = kernels or ("auto", *every)
     rungs = [k for k in asked if k != "auto"]
     names = [k for k in asked if k == "auto"] + (runnable_kernels(dtype, device, rungs) if rungs else [])

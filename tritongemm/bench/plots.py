@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from tritongemm import figures
 from tritongemm.bench.measure import Row
+from tritongemm.tools import figures
 
 
 def plot_k_sweep(rows: list[Row], path: Path, title: str) -> Path:

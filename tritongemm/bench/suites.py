@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
 
 LAYOUTS = ("nn", "nt", "tn", "tt")  # n: operand stored as its shape says; t: a transposed view
 
@@ -162,7 +162,7 @@ SUITES = {
         ),
         Suite(
             "auto-transposed",
-            "the auto suite's tn and tt rows alone (to re-measure them; scripts/auto_targets.py merges)",
+            "the auto suite's tn and tt rows alone (to re-measure them; scripts/ci/auto_targets.py merges)",
             AUTO_TRANSPOSED_PROBLEMS,
             kernels=("auto",),
         ),

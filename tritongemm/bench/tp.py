@@ -169,7 +169,7 @@ def _worker(rank: int, world: int, tmp: str, timings: tuple, profile: bool) -> N
 def spawn_on_gpus(worker, *args) -> int:
     """worker(rank, world, tmp, *args) in one process per GPU of this machine (two at least), with
     NVLink multicast kept off and `tmp` a directory they share (`join_gpu_group`'s store): for
-    probes of the ops beside this suite (scripts/tp_*.py). Returns the number of GPUs."""
+    probes of the ops beside this suite (scripts/probes/tp/). Returns the number of GPUs."""
     world = torch.cuda.device_count()
     if world < 2:
         raise SystemExit(f"needs 2 or more CUDA GPUs, this machine has {world}")
@@ -253,7 +253,7 @@ def _problem(layer, m: int, rank: int, world: int, device):
 
 def _measure(layer, m: int, rank: int, world: int, device, timings) -> list[TpRow]:
     from tritongemm.bench.measure import describe_error
-    from tritongemm.reference import rel_error, tolerance
+    from tritongemm.core.reference import rel_error, tolerance
 
     name, op, _, K = layer
     (n, k), reference, calls = _problem(layer, m, rank, world, device)

@@ -16,7 +16,7 @@ from tritongemm.blocks.gated_mlp import GatedMLP
 from tritongemm.blocks.qkv import NAMES as QKV_NAMES
 from tritongemm.blocks.qkv import QKVProjection
 from tritongemm.blocks.rms_norm import RMSNorm, kernel_serves, rms_norm_reference
-from tritongemm.epilogue import GLU_ACTIVATIONS, activation_of
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activation_of
 
 # transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
 GATED_MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP",

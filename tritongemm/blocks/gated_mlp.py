@@ -24,10 +24,11 @@ import math
 
 import torch
 
-from tritongemm import fused, ops
-from tritongemm.api import matmul
+from tritongemm import ops
 from tritongemm.blocks.gated_pair import GATED_RUNGS, gated_pair
-from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.dense import linear as fused
+from tritongemm.dense.api import matmul
 
 
 class GatedMLP(torch.nn.Module):
@@ -108,7 +109,7 @@ class GatedMLP(torch.nn.Module):
 class _GatedPair(torch.autograd.Function):
     """h = act(x @ gate.T) * (x @ up.T), the weight [gate; up] (2I, H), when autograd records:
     the pair [g | u] (M, 2I) is one GEMM and is kept for the backward, h one elementwise kernel
-    (epilogue/glu.py); the backward is one more of those for d[g | u], then two dense GEMMs,
+    (primitives/glu.py); the backward is one more of those for d[g | u], then two dense GEMMs,
     d[g | u] @ W for dx and d[g | u]^T @ x for dW (a transposed A: the weight-gradient layout,
     `tn`). Keeping the pair costs what torch's unfused block keeps (g, u and act(g)); recomputing
     it, as this did before, cost a third GEMM: forward + backward at 2048 tokens of Llama-3-8B
@@ -116,7 +117,7 @@ class _GatedPair(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rows, weight, activation, kernel):
-        from tritongemm.epilogue.glu import glu_forward  # imports Triton: not at tritongemm's import
+        from tritongemm.primitives.glu import glu_forward  # imports Triton: not at tritongemm's import
 
         pair = matmul(rows, weight.t(), kernel=kernel)
         ctx.save_for_backward(rows, weight, pair)
@@ -126,7 +127,7 @@ class _GatedPair(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        from tritongemm.epilogue.glu import glu_backward
+        from tritongemm.primitives.glu import glu_backward
 
         rows, weight, pair = ctx.saved_tensors
         d_pair = glu_backward(grad, pair, ctx.activation, rows.dtype)

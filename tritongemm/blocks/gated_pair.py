@@ -5,8 +5,8 @@ The kernels that compute it:
   * rungs 6 and 9 (`tma_persistent_pipelined`, `tma_warp_specialized`; Hopper, 16-bit operands
     TMA can read in place): each tile's B slot holds the gate's rows above the up projection's
     (pipeline.issue_loads), one WGMMA yields both halves side by side, and the epilogue stores
-    act(gate) * up (epilogue/kernels.py `gated_gl`);
-  * grouped_mm's row-group kernel over one group (grouped/kernels.py, `tl`: any GPU, the
+    act(gate) * up (primitives/epilogue.py `gated_gl`);
+  * grouped_mm's row-group kernel over one group (grouped/tl.py, `tl`: any GPU, the
     interpreter), two accumulators per tile.
 "auto" takes the one measured fastest for M rows (`_auto_kernel`).
 
@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.plan import PLANS, _allow_tf32, tensor_facts
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import allow_tf32, tensor_facts
 
 GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
 KERNELS = ("auto", *GATED_RUNGS)
@@ -46,20 +47,16 @@ def planned_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kern
     `writes_into`, else allocates h itself (a rung whose stores need rows padded to 16 bytes, an
     empty problem) and takes no out."""
     # float32's plan reads torch's TF32 switch (ladder/_host.input_precision): the key holds it.
-    tf32 = rows.dtype == torch.float32 and _allow_tf32()
+    tf32 = rows.dtype == torch.float32 and allow_tf32()
     key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight), tf32)
-    planned = PLANS.find_key(key)
-    if planned is None:
-        planned = _plan(rows, weight, activation, kernel)
-        PLANS.remember(key, planned)
-    return planned
+    return planned(key, lambda: _plan(rows, weight, activation, kernel))
 
 
 def check_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str) -> None:
     """What a gated pair needs of its arguments, each refusal naming them: rows (M, H) and a
     weight [gate; up] (2I, H) of one dtype and device. Checked when a problem's plan is built, and
     by the operator's fake (ops.gated_pair) before a graph is traced."""
-    from tritongemm.epilogue import GLU_ACTIVATIONS
+    from tritongemm.core.epilogue import GLU_ACTIVATIONS
 
     if activation not in GLU_ACTIVATIONS:
         raise ValueError(f"gated_pair: expected activation to be one of {GLU_ACTIVATIONS}, but got {activation!r}")
@@ -89,8 +86,8 @@ def _plan(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str
 def _auto_kernel(rows: torch.Tensor, weight: torch.Tensor) -> str:
     """A gated rung for M rows where the H100 measured one faster and it can read the operands in
     place (an sm_90 GPU, 16-bit operands, TMA's alignment); otherwise "auto", the row-group kernel."""
-    from tritongemm import device_info
-    from tritongemm.hopper.descriptors import empty_output, tma_unsupported_reason
+    from tritongemm.core import device_info
+    from tritongemm.core.tma import empty_output, tma_unsupported_reason
 
     M = rows.shape[0]
     if M < RUNG6_FROM_ROWS or rows.device.type != "cuda" or device_info.capability(rows.device) != (9, 0):
@@ -102,10 +99,10 @@ def _auto_kernel(rows: torch.Tensor, weight: torch.Tensor) -> str:
 
 
 def _rung_plan(kernel: str, rows: torch.Tensor, weight: torch.Tensor, activation: str):
-    from tritongemm import checks, registry
-    from tritongemm.hopper import gated_config
-    from tritongemm.hopper.descriptors import empty_output
-    from tritongemm.ladder._host import sm_count
+    from tritongemm.core import checks, registry
+    from tritongemm.core.tma import empty_output
+    from tritongemm.dispatch.tiles import gated_config
+    from tritongemm.primitives.tl.host import sm_count
 
     info = registry.get(kernel)
     checks.check_device(info, rows.device)

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tritongemm import fused
+from tritongemm.dense import linear as fused
 
 NAMES = ("q_proj", "k_proj", "v_proj")
 

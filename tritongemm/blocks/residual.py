@@ -39,8 +39,8 @@ import types
 
 import torch
 
-from tritongemm import fused
 from tritongemm.blocks.gated_mlp import GatedMLP
+from tritongemm.dense import linear as fused
 from tritongemm.nn import Linear  # not imported by blocks/__init__, which nn imports
 
 # transformers' pre-norm decoder layer forward, the self_attn call's arguments aside.

@@ -4,7 +4,7 @@ Eager transformers normalizes with eight torch kernels (x to fp32, its square, t
 epsilon, rsqrt, the scaling, the cast back, the weight), each a pass over an fp32 copy of x, and
 autograd runs about a dozen more backward. A decoder layer has two norms before its GEMMs, and
 the model one after them. On the H100 (2-layer Llama-3-8B shape, 2048 tokens,
-scripts/model_profile.py) the five norms took ~0.6 ms of a 4.3 ms prefill and ~2 ms of a 14 ms
+scripts/probes/model/model_profile.py) the five norms took ~0.6 ms of a 4.3 ms prefill and ~2 ms of a 14 ms
 training step, more than the GEMM fusions of this package win; torch.compile's Inductor fuses
 them into one kernel each, which is most of what it gains over eager.
 
@@ -26,6 +26,8 @@ itself, so a compiled model keeps what the compiler does best; so do tensors no 
 from __future__ import annotations
 
 import torch
+
+from tritongemm.core import device_info
 
 MAX_WIDTH = 32768  # a row in registers: past this it would spill (Llama-3-405B's hidden size is 16384)
 KERNEL_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -82,9 +84,7 @@ def kernel_serves(x: torch.Tensor, weight: torch.Tensor) -> bool:
         return x.dtype in KERNEL_DTYPES
     if x.device.type != "cpu" or x.dtype not in INTERPRETER_DTYPES:
         return False
-    from tritongemm.blocks.rms_norm_kernels import INTERPRETED
-
-    return INTERPRETED
+    return device_info.interpreter_active()
 
 
 class RMSNorm(torch.nn.Module):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from triton.runtime.interpreter import InterpretedFunction
 
-from tritongemm.fp8.kernels import _round_to_fp8
-from tritongemm.plan import PLANS, tensor_facts
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import tensor_facts
+from tritongemm.fp8.tl import _round_to_fp8
 
 ROW_ELEMENTS = 4096  # elements a program holds at once: rows of 128 (Qwen3's q/k norms) go 32 a program
 
@@ -50,7 +50,7 @@ def _rms_norm_forward_kernel(
     if KEEP_RSTD:
         tl.store(rstd_ptr + rows, rstd, mask=rows < M)
     if QUANT != "none":
-        # quantize_fp8's arithmetic on the rows as stored (fp8/kernels.py), while they are in
+        # quantize_fp8's arithmetic on the rows as stored (fp8/tl.py), while they are in
         # registers: the program holds whole rows, so a row's or a 1 x 128 block's absmax is here.
         y = y.to(tl.float32)  # padding columns are 0: no absmax, no store
         if QUANT == "row":
@@ -96,10 +96,6 @@ def _rms_norm_backward_kernel(
     tl.store(dw_ptr + pid * N + cols, tl.sum(dw, axis=0), mask=cols < N)
 
 
-# Whether Triton decorated these kernels for its CPU interpreter (TRITON_INTERPRET=1 at their import).
-INTERPRETED = isinstance(_rms_norm_forward_kernel, InterpretedFunction)
-
-
 # ----------------------------------------------------------------------------------------------
 # Launchers: compiled once per problem (the plan key holds every fact they read)
 # ----------------------------------------------------------------------------------------------
@@ -115,8 +111,8 @@ def _blocks(N: int) -> tuple[int, int, int]:
 def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=None):
     """`call(x, weight) -> (y, rstd)`, or with `quantize` ("row" or "block") `-> (y, q, scale)`:
     y's e4m3 copy and scales as `quantize_fp8(y, quantize)` gives them."""
-    from tritongemm.fast_launch import compile_launch
     from tritongemm.fp8.recipes import fp8_format, fp8_max
+    from tritongemm.primitives.launch import compile_launch
 
     M, N = x.shape
     if quantize not in (None, "row", "block") or (quantize == "block" and N % 128):
@@ -156,8 +152,8 @@ def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=Non
 
 
 def _backward_plan(dy, x, weight, rstd, offset, cast):
-    from tritongemm import device_info
-    from tritongemm.fast_launch import compile_launch
+    from tritongemm.core import device_info
+    from tritongemm.primitives.launch import compile_launch
 
     M, N = x.shape
     if M == 0:
@@ -198,18 +194,12 @@ def norm_forward_quantized(x, weight, eps, offset, cast, recipe):
 def _planned_forward(x, weight, eps, offset, cast, keep_rstd, quantize):
     y_dtype = torch.promote_types(x.dtype, weight.dtype) if cast else x.dtype
     key = ("rms_norm", eps, offset, cast, keep_rstd, quantize, y_dtype, tensor_facts(x), tensor_facts(weight))
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize)
-        PLANS.remember(key, call)
+    call = planned(key, lambda: _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize))
     return call(x, weight)
 
 
 def norm_backward(dy, x, weight, rstd, offset, cast):
     """(dx, dw) from dy and the forward's rows and rstd."""
     key = ("rms_norm_backward", offset, cast, tensor_facts(dy), tensor_facts(x), tensor_facts(weight))
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _backward_plan(dy, x, weight, rstd, offset, cast)
-        PLANS.remember(key, call)
+    call = planned(key, lambda: _backward_plan(dy, x, weight, rstd, offset, cast))
     return call(dy, x, weight, rstd)

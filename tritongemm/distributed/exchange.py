@@ -449,7 +449,7 @@ def _workspace(group, device: torch.device, nbytes: int) -> _Workspace:
 
 # Each group's arrival words on each device, in symmetric memory (a peer that pushes a chunk sets
 # its words here: pushed.py), made once and kept, as the buffers are (a kernel that
-# waits on them has their address compiled in: hopper/schedulers.py).
+# waits on them has their address compiled in: primitives/tiling/gluon.py).
 _ARRIVALS: dict[tuple[str, int], _Arrivals] = {}
 
 

@@ -8,7 +8,7 @@ chunk, on two streams taken in turn, whose thread blocks share the SMs as they f
 under TORCH_SYMM_MEM_ENABLE_NATIVE_ASYNC_TP, at 2049-4096 rows, one GEMM, `_async_input_mm`,
 whose blocks wait inside the kernel for the rows they read.)
 
-This one is rung 6 (hopper/tma_persistent_pipelined.py) over every chunk but this rank's own,
+This one is rung 6 (ladder/tma_persistent_pipelined.py) over every chunk but this rank's own,
 with a scheduler that hands out the tiles in the order the chunks land and waits, before it
 hands one out, for its chunk's arrival word (hopper/schedulers.arrival_scheduler). The stream
 that copies a chunk in sets its word after the copy (exchange.py, a stream memory operation: no
@@ -26,7 +26,7 @@ programs fill its last wave, so the tile's speed is what counts, not how many wa
 (four H100s, q,k,v at 16384 tokens: 1.51x the sequential path against 1.43x with `auto`'s 128 x
 128 tiles for 4096 x 2560 x 8192). The own chunk is not folded into this GEMM: its rows would
 have to be copied into the gathered A first, and its tiles wait for that copy (1.35x against
-1.44x in another run; results/h100x4/probes/tp-own-tiles.md).
+1.44x in another run; results/h100x4/probes/tp/tp-own-tiles.md).
 
 No deadlock: the kernel is queued after the first chunk's landing, which comes after the side
 streams' barrier (the one kernel the transfers wait on, on the SM the GEMMs leave free), and what
@@ -47,13 +47,15 @@ from typing import NamedTuple
 
 import torch
 
-from tritongemm import device_info
+from tritongemm.core import device_info
+from tritongemm.core.epilogue import Epilogue, Fused
+from tritongemm.core.plans import planned
+from tritongemm.core.tma import tma_unsupported_reason
+from tritongemm.dense.plan import problem_key
+from tritongemm.dispatch.tiles import persistent_pipelined_config
 from tritongemm.distributed.exchange import MAX_PIECES, announces_arrivals
-from tritongemm.epilogue import Epilogue, Fused
-from tritongemm.hopper import persistent_pipelined_config, tma_persistent_pipelined
-from tritongemm.hopper.descriptors import tma_unsupported_reason
-from tritongemm.hopper.schedulers import arrival_scheduler
-from tritongemm.plan import PLANS, problem_key
+from tritongemm.ladder import tma_persistent_pipelined
+from tritongemm.primitives.tiling.gluon import arrival_scheduler
 
 KERNEL = "tma_persistent_pipelined"
 # Both GEMMs' tile is rung 6's rule on all M rows, as for one GEMM: they share the SMs as one would
@@ -66,7 +68,7 @@ KERNEL = "tma_persistent_pipelined"
 # BIG 3% faster (h100x4/probes/tp-shared-tile.csv) on the tile counts where four H200s ran MID
 # faster; a weight of 1.65, fitted to the H100s, lost 11% and 6% on the H200s. So the weight is the
 # GPU's: on H100s 1.65 (SHARED_TILE_BIG_WAVE_COST), which also picks what two H100s ran fastest,
-# BIG at 2048 and 4096 tokens (11% and 20% over MID; results/h100x2/probes/tp-shared-tile.csv),
+# BIG at 2048 and 4096 tokens (11% and 20% over MID; results/h100x2/probes/tp/tp-shared-tile.csv),
 # and keeps MID on four H100s at 2048 (11-16% faster there).
 SHARED_TILE_BIG_WAVE_COST = {"NVIDIA H100 80GB HBM3": 1.65}  # by device_info.name; else rung 6's own
 
@@ -74,7 +76,7 @@ SHARED_TILE_BIG_WAVE_COST = {"NVIDIA H100 80GB HBM3": 1.65}  # by device_info.na
 # the GEMM starts on a chunk once its first piece has landed, and once the last chunk's last piece
 # lands only that piece's tiles are left, not the chunk's. (In one piece, four H100s, q,k,v at 8192
 # tokens: the last of three 94 us copies landed 174 us before the GEMM's end, its 160 tiles two
-# waves on 131 SMs.) Measured with scripts/tp_probe.py's pieces-* variants, kernel-only
+# waves on 131 SMs.) Measured with scripts/probes/tp/tp_probe.py's pieces-* variants, kernel-only
 # (results/h100x4/probes/tp-pieces-*.csv, h100x2/probes/tp-pieces-*.csv):
 # - four H100s, q,k,v (B 42 MB, in L2): pieces of 80 tiles won, 6%, 1% and 4% at 4096, 8192 and
 #   16384 tokens over one piece (6.6%, 1.1%, 4.4% in a second run); pieces of 40 tiles lost, 10%,
@@ -109,10 +111,7 @@ def plan(gathered: torch.Tensor, b: torch.Tensor, c: torch.Tensor, bias, activat
     plain = bias is None and activation is None
     fused = None if plain else Fused(Epilogue(activation, 1.0, bias is not None), bias, None, c.dtype)
     key = ("gathered", problem_key(gathered, b, c, KERNEL, None, fused), rank, words.data_ptr())
-    launches = PLANS.find_key(key)
-    if launches is None:
-        launches = _build(gathered, b, c, fused, rank, words) or _UNPLANNED
-        PLANS.remember(key, launches)
+    launches = planned(key, lambda: _build(gathered, b, c, fused, rank, words) or _UNPLANNED)
     return None if launches is _UNPLANNED else launches
 
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from tritongemm.dense.linear import linear
 from tritongemm.distributed.ops import all_gather_matmul, matmul_reduce_scatter
-from tritongemm.fused import linear
 
 
 class _ParallelLinear(torch.nn.Module):

@@ -25,8 +25,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from tritongemm import checks, device_info
-from tritongemm.api import matmul
+from tritongemm.core import checks, device_info
+from tritongemm.core.epilogue import ACTIVATIONS, Epilogue, Fused
+from tritongemm.dense.api import lookup, matmul
+from tritongemm.dense.linear import _requires_grad, linear
 from tritongemm.distributed import gathered as gathered_gemm
 from tritongemm.distributed import pushed as pushed_gather
 from tritongemm.distributed import pushed_scatter
@@ -39,9 +41,6 @@ from tritongemm.distributed.exchange import (
     reduce_scatter_tensor,
 )
 from tritongemm.distributed.reduce import reduce_partials
-from tritongemm.epilogue import ACTIVATIONS, Epilogue, Fused
-from tritongemm.fused import _requires_grad, linear
-from tritongemm.plan import PLANS
 
 REDUCE_OPS = ("sum", "avg")
 
@@ -290,26 +289,26 @@ def _gemm_into(a, b, out, bias, activation) -> None:
         out.copy_(linear(a, b.T, bias, activation=activation))
     else:
         fused = Fused(Epilogue(activation, 1.0, bias is not None), bias, None, out.dtype)
-        PLANS.lookup(a, b, out, "auto", None, fused).run(a, b, out, bias, None, None)
+        lookup(a, b, out, "auto", None, fused).run(a, b, out, bias, None, None)
 
 
 # Whether all_gather_rows may run the gathered chunks as one GEMM that waits for them in the
-# kernel (gathered.py) where it can: on by default; scripts/tp_probe.py turns it off to compare.
+# kernel (gathered.py) where it can: on by default; scripts/probes/tp/tp_probe.py turns it off to compare.
 WHOLE_GATHERED_GEMM = True
 # Whether that GEMM's chunks are pushed (each rank copies its shard into its peers' memory) rather
 # than pulled (each publishes its shard in its own buffer, which its peers copy from) where the
 # gathered A is not kept: publishing is a copy on the SMs, which held back the own chunk's GEMM
-# (docs/tensor-parallel.md). On by default; scripts/tp_probe.py turns it off to compare.
+# (docs/tensor-parallel.md). On by default; scripts/probes/tp/tp_probe.py turns it off to compare.
 PUSH_GATHER = True
 # Whether a reduce-scatter's partial products are pushed (each rank copies them into their
 # receivers' memory as soon as each is computed) rather than pulled (each receiver copies them from
 # its senders' buffers after a barrier of every rank, a step at a time): pushed_scatter.py. On by
-# default; scripts/tp_probe.py turns it off to compare.
+# default; scripts/probes/tp/tp_probe.py turns it off to compare.
 PUSH_SCATTER = True
 # Whether this rank's own chunk's GEMM then runs on that GEMM's tiles rather than on `auto`'s for
 # its shape: the other chunks' GEMM fills its last wave, so what counts is the tile's speed, not
-# how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp-own-tiles.csv,
-# docs/tensor-parallel.md). On by default; scripts/tp_probe.py turns it off to compare.
+# how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp/tp-own-tiles.csv,
+# docs/tensor-parallel.md). On by default; scripts/probes/tp/tp_probe.py turns it off to compare.
 OWN_CHUNK_ON_SHARED_TILES = True
 
 
@@ -335,7 +334,7 @@ def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
     its own (exchange.py `SymmetricExchanges.landed`): where one is at most two waves of 128 x 256
     tiles on the SMs the ops plan for. A threshold on a fixed tile, not on the one `auto` runs
     (128 x 128 at 2048 x 2560, say): it is what was measured, on four H100s, every all-gather of
-    bench tp (scripts/tp_probe.py, docs/tensor-parallel.md)."""
+    bench tp (scripts/probes/tp/tp_probe.py, docs/tensor-parallel.md)."""
     if device.type != "cuda":
         return False
     tiles = -(-m // 128) * -(-n // 256)

@@ -6,7 +6,7 @@ peer's symmetric buffer, a copy engine's copy, then sets the peer's arrival word
 over the other chunks (gathered.py) reads them in this rank's buffer, where they land, waiting for
 each piece's word in the kernel. No rank first copies its shard into its own buffer: that copy,
 within one GPU, the driver runs on the SMs, where it held back the own chunk's GEMM queued beside
-it (results/h100/probes/dtod-copy-takes-sms.txt; docs/tensor-parallel.md, "Pushed, not pulled").
+it (results/h100/probes/tp/dtod-copy-takes-sms.txt; docs/tensor-parallel.md, "Pushed, not pulled").
 
 Per call, on three streams (exchange.py's):
 - compute: this rank's own shard's GEMM;
@@ -20,17 +20,18 @@ No barrier at the end: nothing reads a pusher's buffer.
 
 Everything a call does not change is made when the plan is (`PushedGather`): the two GEMMs'
 launches, the views of the peers' slots and words, the streams. A call is its launches and a few
-tensor views, where the general path made about 300 Python calls (scripts/tp_host.py).
+tensor views, where the general path made about 300 Python calls (scripts/probes/tp/tp_host.py).
 """
 
 from __future__ import annotations
 
 import torch
 
-from tritongemm import device_info
+from tritongemm.core import device_info
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import tensor_facts
 from tritongemm.distributed import exchange
 from tritongemm.distributed import gathered as gathered_gemm
-from tritongemm.plan import PLANS, tensor_facts
 
 
 def plan_for(a2: torch.Tensor, b: torch.Tensor, bias, activation, group):
@@ -49,10 +50,7 @@ def plan_for(a2: torch.Tensor, b: torch.Tensor, bias, activation, group):
 def plan_once(key: tuple, build):
     """What `build()` makes for `key`, made once and kept in PLANS, a refusal (None) too, so that a
     geometry a pushed path can't run is not planned again: both pushed ops' plan_for."""
-    held = PLANS.find_key(key)
-    if held is None:
-        held = build() or _UNPLANNED
-        PLANS.remember(key, held)
+    held = planned(key, lambda: build() or _UNPLANNED)
     return None if held is _UNPLANNED else held
 
 

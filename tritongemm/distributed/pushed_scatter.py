@@ -20,7 +20,7 @@ GEMM, only for the partials it sums; the call has one barrier, at its start.
 
 Everything a call does not change is made with the plan (`PushedScatter`): the GEMMs' plans, the
 views of the peers' slots and words, the sum's compiled launch. The host's time a call of o's
-reduce-scatter at 2048 tokens on four H200s (scripts/tp_host.py): 275 us, the general path's 622
+reduce-scatter at 2048 tokens on four H200s (scripts/probes/tp/tp_host.py): 275 us, the general path's 622
 (docs/tensor-parallel.md, "Partials pushed too").
 """
 
@@ -30,10 +30,11 @@ import functools
 
 import torch
 
-from tritongemm import device_info
+from tritongemm.core import device_info
+from tritongemm.core.problem import tensor_facts
+from tritongemm.dense.api import lookup
 from tritongemm.distributed import exchange, pushed
 from tritongemm.distributed.reduce import planned_reduce
-from tritongemm.plan import PLANS, tensor_facts
 
 
 def plan_for(a2: torch.Tensor, b: torch.Tensor, alpha: float, bias, activation, residual2, group):
@@ -72,7 +73,7 @@ class PushedScatter:
         landing = a2.new_empty((world, m, N))  # a stand-in for this rank's slots, to plan on
         # The steps' GEMMs leave an SM for the side stream's barrier, which runs beside the first.
         with device_info.sparing_sms(1):
-            plan = functools.partial(PLANS.lookup, kernel="auto", config=None)
+            plan = functools.partial(lookup, kernel="auto", config=None)
             self.step_gemms = [plan(self._rows(a2, to), b, box) for to, box in zip(self.to, outbox)]
             self.own_gemm = plan(self._rows(a2, rank), b, landing[rank])
         self.reduce = planned_reduce(landing, alpha=alpha, bias=bias, activation=activation, residual=residual2)

@@ -1,6 +1,6 @@
 """`quantize_fp8` and `scaled_mm`: the fp8 family's public calls, checked before anything launches.
 
-The hot path is linear's (fused.py): the first call for a problem checks it, chooses and compiles,
+The hot path is linear's (dense/linear.py): the first call for a problem checks it, chooses and compiles,
 and keeps a function that only allocates and launches (fast_launch) in plan.PLANS, under a key of
 every fact those steps read; a later call with that key runs it, checking nothing again.
 """
@@ -13,19 +13,20 @@ import math
 
 import torch
 
-from tritongemm import device_info
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import Epilogue
+from tritongemm.core import device_info
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import Epilogue
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import tensor_facts
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
-from tritongemm.plan import PLANS, tensor_facts
 
-# - "fp8_grouped": the `triton.language` rung (fp8/kernels.py), every input;
+# - "fp8_grouped": the `triton.language` rung (fp8/tl.py), every input;
 # - "fp8_swap_ab": the same kernel computing C.T's tiles, the tokens on the MMA's narrow side
 #   (decode sizes; every recipe);
-# - "fp8_tma": the Gluon rung (hopper/fp8_tma.py), Hopper and TMA-aligned operands;
-# - its warp-specialized persistent successors: "fp8_ws" (hopper/fp8_ws.py) for tensor- and
-#   row-wise scales, "fp8_block" (hopper/fp8_block.py) for block scales;
-# - "fp8_odd_width" (hopper/fp8_odd_width.py): tensor- and row-wise scales on 96- to 192-column
+# - "fp8_tma": the Gluon rung (fp8/tma.py), Hopper and TMA-aligned operands;
+# - its warp-specialized persistent successors: "fp8_ws" (fp8/ws.py) for tensor- and
+#   row-wise scales, "fp8_block" (fp8/block.py) for block scales;
+# - "fp8_odd_width" (fp8/odd_width.py): tensor- and row-wise scales on 96- to 192-column
 #   tiles, for decode-sized M whose tiles would leave SMs idle.
 # "auto" chooses among them (_auto).
 KERNELS = ("auto", "fp8_grouped", "fp8_swap_ab", "fp8_tma", "fp8_ws", "fp8_block", "fp8_odd_width")
@@ -59,11 +60,7 @@ def quantize_fp8(x: torch.Tensor, recipe: str = "row", *, block: tuple[int, int]
     value. A call like one seen before (every fact in its key) runs the launches planned then.
     """
     key = _quantize_key(x, recipe, block, dtype)
-    call = None if key is None else PLANS.find_key(key)
-    if call is None:
-        call = plan_quantize(x, recipe, block, dtype)
-        if key is not None:
-            PLANS.remember(key, call)
+    call = planned(key, lambda: plan_quantize(x, recipe, block, dtype))
     return call(x)
 
 
@@ -71,8 +68,8 @@ def plan_quantize(x, recipe, block=None, dtype=torch.float8_e4m3fn):
     """`call(x) -> (x_fp8, scale)` for tensors like x (every fact of `tensor_facts`), checked and
     compiled once."""
     group = check_quantize(x, recipe, block, dtype)
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.fp8.kernels import _absmax_kernel, _quantize_kernel
+    from tritongemm.fp8.tl import _absmax_kernel, _quantize_kernel
+    from tritongemm.primitives.launch import compile_launch
 
     *lead, K = x.shape
     R = math.prod(lead)
@@ -178,11 +175,10 @@ def scaled_mm(
             `tl` rung.
     """
     key = _scaled_mm_key(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
-    call = None if key is None else PLANS.find_key(key)
-    if call is None:
-        call = plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
-        if key is not None:
-            PLANS.remember(key, call)
+    call = planned(
+        key,
+        lambda: plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config),
+    )
     return call(a, b, scale_a, scale_b, bias, residual)
 
 
@@ -216,7 +212,10 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     config = _config(config, recipe, M, N, K, a.device, kernel)
     fixed = spec.fixed_args(residual)
     if kernel in GLUON_KERNELS:
-        from tritongemm.hopper import fp8_block, fp8_odd_width, fp8_tma, fp8_ws
+        from tritongemm.fp8 import block as fp8_block
+        from tritongemm.fp8 import odd_width as fp8_odd_width
+        from tritongemm.fp8 import tma as fp8_tma
+        from tritongemm.fp8 import ws as fp8_ws
 
         # The rungs index row scales as contiguous vectors: other layouts are copied per call.
         sa_given, sb_given = scale_a.is_contiguous(), scale_b.is_contiguous()
@@ -237,10 +236,10 @@ def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
             return c
 
         return tma_call
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.fp8.kernels import _scaled_mm_kernel
-    from tritongemm.ladder._host import alignment_hints
+    from tritongemm.fp8.tl import _scaled_mm_kernel
     from tritongemm.ladder.swap_ab import transposed_alignment
+    from tritongemm.primitives.launch import compile_launch
+    from tritongemm.primitives.tl.host import alignment_hints
 
     if recipe == "block":
         sa_strides, sb_strides = scale_a.stride(), scale_b.stride()  # (along M, along K), (along N, along K)
@@ -272,15 +271,16 @@ def _empty_scaled_mm(M, N, out_dtype, activation, a, b, scale_a, scale_b, bias, 
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)
     if c.numel() == 0:
         return c
-    from tritongemm.epilogue import activate_torch
+    from tritongemm.core.epilogue import activate_torch
 
     z = c.new_zeros((M, N), dtype=torch.float32) + (0.0 if bias is None else bias.float())
     return c.copy_(activate_torch(z, activation) + (0.0 if residual is None else residual.float()))
 
 
 def _scaled_mm_key(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config):
-    """scaled_mm's plan key: each tensor's facts (plan.tensor_facts), every other argument as it
-    is; None where one can't be hashed, or where alpha is a bool (True == 1 in a key, but the
+    """scaled_mm's plan key: each tensor's facts (problem.tensor_facts), every other argument as it
+    is; None where a tensor's facts can't be read (an unhashable argument the cache's look-up
+    finds), or where alpha is a bool (True == 1 in a key, but the
     checks refuse alpha=True: they then say so). Spelled out, not a loop over the arguments: that
     loop was half of the key's 3.5 us on this repository's CPU machine, on every call."""
     if type(alpha) is bool:
@@ -288,7 +288,6 @@ def _scaled_mm_key(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     try:
         key = ("scaled_mm", kernel, config, activation, alpha, out_dtype, tensor_facts(a), tensor_facts(b),
                tensor_facts(scale_a), tensor_facts(scale_b), tensor_facts(bias), tensor_facts(residual))  # fmt: skip
-        hash(key)
     except (AttributeError, RuntimeError, TypeError):
         return None
     return key
@@ -300,14 +299,13 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
         return None
     try:
         key = ("quantize_fp8", recipe, block, dtype, tensor_facts(x))
-        hash(key)
     except (AttributeError, RuntimeError, TypeError):
         return None
     return key
 
 
-# "auto"'s tiles, from scripts/fp8_configs.py (results/h100/probes/fp8-configs.csv, the H100;
-# results/h200/probes/fp8-ws-configs-large.csv and -small.csv, an H200):
+# "auto"'s tiles, from scripts/probes/fp8/fp8_configs.py (results/h100/probes/fp8/fp8-configs.csv, the H100;
+# results/h200/probes/fp8/fp8-ws-configs-large.csv and -small.csv, an H200):
 # - M > 64, where TMA takes the call on Hopper: the warp-specialized persistent rungs, fp8_ws for
 #   tensor- and row-wise scales and fp8_block for block scales, on the largest of their tiles
 #   (TILES, largest first) that gives at least half the SMs a tile (_filling_tile).
@@ -317,13 +315,13 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
 #   - M <= 128, tensor- and row-wise: of fp8_ws's 64 x 128 and 64 x 64 (256 deep) and
 #     fp8_odd_width's 64 x 96, the tile that fills its waves best (_wave_filling_tile). A decode
 #     step streams the weight, and an SM without a tile is bandwidth lost. On the H100
-#     (probes/fp8-odd-m128.csv, tensor-wise): 128 x 6144 x 4096 takes 64 x 96 (128 tiles) at
+#     (probes/fp8/fp8-odd-m128.csv, tensor-wise): 128 x 6144 x 4096 takes 64 x 96 (128 tiles) at
 #     1.05x torch's where 64 x 128 (96 tiles) ran 0.92-0.95x; 128 x 28672 x 4096 64 x 64 (7 waves
 #     97% full) at 0.99x where the earlier rule's 128 x 256 (112 tiles) ran 0.94x; 64 x 64 at
 #     N = 4096 as before. Row-wise the same tiles win (1.47-1.50x at 6144 against 1.29x).
-#     bench fp8 then gave tensor-wise 0.999 geomean at M <= 128 (probes/fp8-bench-m128-odd-width.csv,
+#     bench fp8 then gave tensor-wise 0.999 geomean at M <= 128 (probes/fp8/fp8-bench-m128-odd-width.csv,
 #     kernel-only) where results/h100/fp8.csv had 0.966. Where that tile is 64 x 64 in one wave
-#     on a K of at most 4096, rung 4 runs it (_decode_tile; probes/fp8-m128-rung4.txt, H100):
+#     on a K of at most 4096, rung 4 runs it (_decode_tile; probes/fp8/fp8-m128-rung4.txt, H100):
 #     128 x 4096 x 4096 at 1.13x torch's tensor-wise (two runs: 6.02 and 6.10 us) where fp8_ws
 #     ran 0.98x, 2.08x against 1.78x row-wise; at K = 14336 0.91x against fp8_ws's 0.99x.
 #   - M = 128 before that rule, the H200: the rule's tiles were the probe's best ws tile on each
@@ -332,16 +330,16 @@ def _quantize_key(x, recipe, block, dtype) -> tuple | None:
 #     tiles before gave 0.51-0.86x. Filling every SM instead (the rule before, for block scales)
 #     took 64 x 64 at N = 6144, 192 tiles for 132 SMs: 0.67x. At 128 x 4096 x 4096 the `tl` rung's
 #     64 x 64 x 256 tile ran faster still (1.05x against the rule's 0.91x); fp8_ws's 64-row tiles
-#     now step 256 of K too (H100, probes/fp8-ws-deep-m128.csv: 0.98x there, 0.85x 128 deep).
+#     now step 256 of K too (H100, probes/fp8/fp8-ws-deep-m128.csv: 0.98x there, 0.85x 128 deep).
 # - M <= 16 on Hopper, tensor- and row-wise scales: fp8_swap_ab's 16 tokens x 64 weight rows x 512
-#   (results/h100/probes/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
+#   (results/h100/probes/fp8/fp8-swap-m16.csv, the H100): tensor-wise 0.92-1.04x torch's where the `tl`
 #   rung's 64 x 32 tile gave 0.73-0.99x, row-wise 1.07-2.59x where 1.08-2.35x. Narrower, 16 x 32
 #   (twice the programs at 4096 weight rows), ran 0.53-0.80x at N = 4096 and 6144 against 0.92-1.05x
-#   (probes/fp8-swap-m16-narrow.csv): 16 x 4096 x 4096 stays at ~0.92x, half the SMs pulling its weight.
+#   (probes/fp8/fp8-swap-m16-narrow.csv): 16 x 4096 x 4096 stays at ~0.92x, half the SMs pulling its weight.
 # - Block scales at M <= 16 on Hopper, K <= _SWAP_BLOCK_MAX_K: fp8_swap_ab's tile (_SWAP_BLOCK_TILE).
 # - Else block scales at M <= 64 on Hopper, weights of _BLOCK_GLUON_FROM_WEIGHT elements or more:
 #   fp8_block's 64-row tiles, the larger of the two that gives half the SMs a tile
-#   (results/h100/probes/fp8-block-small-partitions.csv and fp8-block-m16-rule.csv, M = 16):
+#   (results/h100/probes/fp8/fp8-block-small-partitions.csv and fp8-block-m16-rule.csv, M = 16):
 #   1.00-1.13x torch's at 16 x 28672 x 4096 (64 x 128) and 0.91-0.93x at 16 x 4096 x 14336
 #   (64 x 64), where the `tl` rung gave 0.82-0.89x and 0.69-0.77x; on the smaller weights the
 #   `tl` rung stays ahead (1.00x against 0.95-0.97x at 6144 x 4096, 1.28x against 1.07-1.13x at
@@ -360,17 +358,17 @@ _TL_MAX_M = 64
 _SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=512, GROUP_SIZE_M=8, num_warps=4, num_stages=3)
 _SWAP_MAX_M = 16
 # Not split along K. Split among S programs a tile where K >= 2N, as bf16's swap_ab does
-# (results/h100/probes/fp8-swap-split.txt, .csv, .patch; H100, tensor- and row-wise): kernel-only
+# (results/h100/probes/fp8/fp8-swap-split.txt, .csv, .patch; H100, tensor- and row-wise): kernel-only
 # 0-8% faster at 1-16 x 4096 x 14336 and x 3584 x 18944 (16 x 8192 x 28672 has tiles enough not
 # to split). But eagerly 0.73-1.03x the unsplit tile, tensor-wise 0.73-0.93x: the second launch and
 # the workspace's allocation cost up to 11 us a call, more than the split saves on a 24-30 us kernel.
 # Under block scales the swapped tile steps one 128-wide K block at a time (promotion), 8 slots
 # deep: 80 KB in flight, within an Ada SM's 100 KB. `auto` takes it for block scales at M <= 16 on
-# Hopper, K up to _SWAP_BLOCK_MAX_K (scripts/fp8_configs.py --swap --recipes block, M = 16):
-# - the H100 (results/h100/probes/fp8-swap-block-m16.csv): 1.47x torch's block-wise at 6144 x 4096,
+# Hopper, K up to _SWAP_BLOCK_MAX_K (scripts/probes/fp8/fp8_configs.py --swap --recipes block, M = 16):
+# - the H100 (results/h100/probes/fp8/fp8-swap-block-m16.csv): 1.47x torch's block-wise at 6144 x 4096,
 #   1.51x at 4096 x 4096, 1.07x at 28672 x 4096, where the rule before gave 0.99x, 1.28x and 1.02x
 #   (results/h100/fp8.csv);
-# - an H200 (results/h200/probes/fp8-swap-block-m16.csv, the rule before beside it): 1.52x, 1.56x
+# - an H200 (results/h200/probes/fp8/fp8-swap-block-m16.csv, the rule before beside it): 1.52x, 1.56x
 #   and 1.03x, where it gave 0.99x, 1.28x and 0.90x.
 # At K = 14336 it ran 0.92x (H100) and 0.81x (H200), where fp8_block's 64 x 64 tile, which stays,
 # ran 0.96x and 0.89x: its 64 programs' steps take as long as at K = 4096, torch's do not.
@@ -394,7 +392,9 @@ def _auto(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
         return "fp8_swap_ab", _SWAP_BLOCK_TILE if recipe == "block" else _SWAP_TILE
     large_block_weight = recipe == "block" and N * a.shape[1] >= _BLOCK_GLUON_FROM_WEIGHT
     if hopper and (M > _TL_MAX_M or large_block_weight):
-        from tritongemm.hopper import fp8_block, fp8_tma, fp8_ws
+        from tritongemm.fp8 import block as fp8_block
+        from tritongemm.fp8 import tma as fp8_tma
+        from tritongemm.fp8 import ws as fp8_ws
 
         if fp8_tma.unsupported_reason(a, b, c, recipe) is None:
             sms = device_info.sm_count(a.device)
@@ -429,8 +429,9 @@ def _wave_filling_tile(M: int, N: int, sms: int) -> tuple[str, MatmulConfig]:
     """(kernel, tile) at decode sizes: of fp8_ws's two 64-row tiles and fp8_odd_width's 64 x 96,
     the one whose tiles fill their waves of the SMs best (odd_width.wave_fill), the larger where
     two fill as well."""
-    from tritongemm.hopper import fp8_odd_width, fp8_ws
-    from tritongemm.hopper.odd_width import wave_fill
+    from tritongemm.fp8 import odd_width as fp8_odd_width
+    from tritongemm.fp8 import ws as fp8_ws
+    from tritongemm.ladder.odd_width import wave_fill
 
     candidates = [("fp8_ws", t) for t in fp8_ws.TILES if t.BLOCK_M == 64] + [
         ("fp8_odd_width", fp8_odd_width.DEFAULT_CONFIG)
@@ -446,11 +447,11 @@ def _filling_tile(tiles: tuple[MatmulConfig, ...], M: int, N: int, sms: int) -> 
 def _config(config, recipe: str, M: int, N: int, K: int, device: torch.device, kernel: str) -> MatmulConfig:
     """The tile: the caller's (or _auto's), checked, or the kernel's default."""
     if config is None and kernel == "fp8_tma":
-        from tritongemm.hopper.fp8_tma import default_config
+        from tritongemm.fp8.tma import default_config
 
         return default_config(recipe)
     if config is None and kernel in ("fp8_block", "fp8_ws", "fp8_odd_width"):  # each its module's DEFAULT_CONFIG
-        return importlib.import_module(f"tritongemm.hopper.{kernel}").DEFAULT_CONFIG
+        return importlib.import_module(f"tritongemm.fp8.{kernel.removeprefix('fp8_')}").DEFAULT_CONFIG
     if config is None and kernel == "fp8_swap_ab" and device.type == "cuda":  # 256 deep: 60 KB of ring for an Ada SM
         if recipe == "block":
             return _SWAP_BLOCK_TILE

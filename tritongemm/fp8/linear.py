@@ -19,10 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
-from tritongemm.epilogue import ACTIVATIONS
+from tritongemm.core.epilogue import ACTIVATIONS
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import tensor_facts
 from tritongemm.fp8.api import plan_quantize, plan_scaled_mm, quantize_fp8, scaled_mm
 from tritongemm.fp8.recipes import RECIPES, SCALE_BLOCK
-from tritongemm.plan import PLANS, tensor_facts
 
 # The dtypes an Fp8Linear takes in and gives back (its output is in the input's dtype).
 IO_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -83,13 +84,10 @@ class Fp8Linear(torch.nn.Module):
         # The hot path: one plan per input geometry (every fact the plan reads is in the key),
         # the quantization's and the GEMM's planned calls composed, checked once. Calling the
         # public quantize_fp8 and scaled_mm instead took 47 us of host time a call on the H100
-        # machine at 1 x 4096 -> 4096, where nn.Linear takes 19 (scripts/fp8_host_probe.py).
+        # machine at 1 x 4096 -> 4096, where nn.Linear takes 19 (scripts/probes/fp8/fp8_host_probe.py).
         key = ("Fp8Linear", self.recipe, self.activation, quantized is None, tensor_facts(x), tensor_facts(weight),
                tensor_facts(scale), tensor_facts(bias))  # fmt: skip
-        call = PLANS.find_key(key)
-        if call is None:
-            call = self._plan(x, weight, scale, bias, quantized)
-            PLANS.remember(key, call)
+        call = planned(key, lambda: self._plan(x, weight, scale, bias, quantized))
         return call(x, weight, scale, bias, quantized)
 
     def _plan(self, x, weight, scale, bias, quantized):

@@ -1,5 +1,5 @@
 """fp8 scaling recipes: what a scale covers, how a call's scales say which recipe it uses, and the
-torch references of quantization and of the scaled GEMM. No Triton here (see epilogue/__init__.py
+torch references of quantization and of the scaled GEMM. No Triton here (see core/epilogue.py
 for why).
 
 A scale is a dequantization factor, as in `torch._scaled_mm`: the value an fp8 element stands for
@@ -20,8 +20,8 @@ import math
 
 import torch
 
-from tritongemm.checks import _check_dense, _dtype_name
-from tritongemm.epilogue import ACTIVATIONS, reference_linear
+from tritongemm.core.checks import _check_dense, _dtype_name
+from tritongemm.core.epilogue import ACTIVATIONS, reference_linear
 
 RECIPES = ("tensor", "row", "block")
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)  # what Hopper's fp8 MMA takes, in any pairing

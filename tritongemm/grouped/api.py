@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
-from tritongemm.epilogue import GLU_ACTIVATIONS, activate_torch
-from tritongemm.plan import PLANS, _allow_tf32, tensor_facts
+from tritongemm.core.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import allow_tf32, tensor_facts
 
-# The GPU's tiles, by the groups' mean size (rows / groups), from scripts/grouped_configs.py on
-# the H100 (results/h100/probes/grouped-configs.csv): a decode step gives each expert a few rows,
+# The GPU's tiles, by the groups' mean size (rows / groups), from scripts/probes/grouped/grouped_configs.py on
+# the H100 (results/h100/probes/grouped/grouped-configs.csv): a decode step gives each expert a few rows,
 # and a 32-row tile streaming 128 of K a step reads the weights fastest (1.06-1.67x
 # torch._grouped_mm where the first 64 x 64 x 32 tile gave 0.2-0.6x); MoE prefill gives them
 # hundreds, and the widest tile that fits wins (0.91-1.16x, where 128 x 128 gave 0.78-1.06x).
@@ -32,12 +33,12 @@ _LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
 # A dense gated pair of at most DECODE_PAIR_ROWS rows (decode: one group, the weight streamed once)
 # takes 32 output columns a tile, so its many tiles fill the programs' rounds evenly. The small
 # tile's 128 columns left the last round mostly idle: Qwen2-7B's 18944 make 148 tiles for 132
-# programs. On the H100 at 1 and 16 rows (bf16, results/h100/probes/decode-pair-tiles-2e40889.txt
+# programs. On the H100 at 1 and 16 rows (bf16, results/h100/probes/blocks/decode-pair-tiles-2e40889.txt
 # and -a34a049.txt): Qwen2-7B's pair 93.5-96.4 us (2.8-2.9 TB/s of weight) against 115-119 (2.3),
 # cuBLAS's ungated pair GEMM 98-102; Llama-3-8B's 82.1-84.3 against 84.6-87.4, cuBLAS 81.6-82.8.
 # 16 x 16 tiles streamed slower (2.3 TB/s), 64 wide ones as fast on Llama and slower on Qwen2.
 # The MLP block's forward went to 1.06-1.13x torch's unfused block, from 0.93-1.03x
-# (probes/mlp-decode-a34a049.csv and results/h100/mlp.csv since a11ffab, against efef208's).
+# (probes/blocks/mlp-decode-a34a049.csv and results/h100/mlp.csv since a11ffab, against efef208's).
 DECODE_PAIR_ROWS = 16
 _DECODE_PAIR_TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
 _CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
@@ -59,7 +60,7 @@ def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) 
     """grouped_mm, where `offs_from_counts` says offs is the running sum of non-negative group
     sizes that add up to a's length (moe.py's, from histc), so sorted and in range by
     construction: its values are not checked again. That check is about 8 small kernels, a
-    quarter of the experts' host time in a decode step (scripts/decode_probe.py on the H100)."""
+    quarter of the experts' host time in a decode step (scripts/probes/model/decode_probe.py on the H100)."""
     form = check_grouped(a, b, offs, out_dtype)
     if glu is not None and (glu not in GLU_ACTIVATIONS or form != "m" or b.shape[2] % 2):
         raise ValueError(
@@ -192,15 +193,15 @@ def _check_offsets_on_device(offs: torch.Tensor, length: int) -> None:
     kernel is specialized, so one binary serves every offs)."""
     length = min(length, 2**31 - 1)  # int32 offsets: a larger length admits every end they can hold
     key = ("grouped_mm offsets check", offs.device.index)
-    launch = PLANS.find_key(key)
-    if launch is None:
-        from tritongemm.fast_launch import compile_launch
-        from tritongemm.grouped.kernels import OFFSETS_BLOCK, _check_offsets_kernel
+
+    def build():
+        from tritongemm.grouped.tl import OFFSETS_BLOCK, _check_offsets_kernel
+        from tritongemm.primitives.launch import compile_launch
 
         args = (offs, offs.shape[0], length)
-        launch = compile_launch(_check_offsets_kernel, (1,), args, dict(BLOCK=OFFSETS_BLOCK, num_warps=4), offs.device)
-        PLANS.remember(key, launch)
-    launch(offs, offs.shape[0], length)
+        return compile_launch(_check_offsets_kernel, (1,), args, dict(BLOCK=OFFSETS_BLOCK, num_warps=4), offs.device)
+
+    planned(key, build)(offs, offs.shape[0], length)
 
 
 class _GroupedMM(torch.autograd.Function):
@@ -222,14 +223,14 @@ class _GroupedMM(torch.autograd.Function):
 
 class _GroupedPair(torch.autograd.Function):
     """Eager autograd for a gated pair (row groups): the pair [g | u] as one grouped GEMM, kept
-    for the backward, and gated by one elementwise kernel (epilogue/glu.py); the backward is one
+    for the backward, and gated by one elementwise kernel (primitives/glu.py); the backward is one
     more such kernel for d[g | u], then the plain form's gradients. Recomputing the pair instead
     (the fused kernel never writes it) cost a third grouped GEMM in fp32 and seven torch kernels,
     as GatedMLP measured it (docs/blocks.md)."""
 
     @staticmethod
     def forward(ctx, a, b, offs, out_dtype, glu):
-        from tritongemm.epilogue.glu import glu_forward
+        from tritongemm.primitives.glu import glu_forward
 
         pair = _launch(a, b, offs, out_dtype, "m")
         ctx.save_for_backward(a, b, offs, pair)
@@ -239,7 +240,7 @@ class _GroupedPair(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        from tritongemm.epilogue.glu import glu_backward
+        from tritongemm.primitives.glu import glu_backward
 
         a, b, offs, pair = ctx.saved_tensors
         d_pair = glu_backward(grad, pair, ctx.glu, a.dtype)
@@ -295,7 +296,7 @@ def _is_transposed(b: torch.Tensor) -> bool:
 
 def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) -> torch.Tensor:
     """d[gate; up] of y = act(gate) * up, in fp32, from the pair's product."""
-    from tritongemm.epilogue import activation_backward
+    from tritongemm.core.epilogue import activation_backward
 
     gate, up = gate_up.chunk(2, dim=-1)
     grad = grad.float()
@@ -324,14 +325,11 @@ def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
     """The kernel of `form` on checked operands (kernels.py), into a new output. The hot path: a
     plan per problem (every fact `_plan` reads in its key), built and compiled once, kept in
     plan.PLANS with linear's (bounded, thread-safe); later calls allocate and launch. `tile`
-    replaces _tile's choice, unplanned (scripts/grouped_configs.py sweeps it)."""
+    replaces _tile's choice, unplanned (scripts/probes/grouped/grouped_configs.py sweeps it)."""
     if tile is not None:
         return _plan(a, b, offs, out_dtype, form, glu, tile)(a, b, offs)
-    key = ("grouped_mm", form, glu, out_dtype, tensor_facts(a), tensor_facts(b), tensor_facts(offs), _allow_tf32())
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _plan(a, b, offs, out_dtype, form, glu, None)
-        PLANS.remember(key, call)
+    key = ("grouped_mm", form, glu, out_dtype, tensor_facts(a), tensor_facts(b), tensor_facts(offs), allow_tf32())
+    call = planned(key, lambda: _plan(a, b, offs, out_dtype, form, glu, None))
     return call(a, b, offs)
 
 
@@ -339,9 +337,9 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
     """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled.
     `whole` (row groups, b of one group): offs is None and not read, the one group all of a's rows
     (`dense_pair_plan`)."""
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.grouped.kernels import _groups_along_k_kernel, _groups_along_m_kernel
-    from tritongemm.ladder._host import input_precision, sm_count
+    from tritongemm.grouped.tl import _groups_along_k_kernel, _groups_along_m_kernel
+    from tritongemm.primitives.launch import compile_launch
+    from tritongemm.primitives.tl.host import input_precision, sm_count
 
     on_cpu = a.device.type == "cpu"
     chosen = tile
@@ -372,11 +370,11 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
             torch.zeros(shape, dtype=out_dtype, device=a.device) if out is None else out.zero_()
         )
     if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
-        from tritongemm.hopper import grouped_ws
+        from tritongemm.grouped import ws as grouped_ws
 
         return _gluon_plan(grouped_ws.plan, a, b, offs, shape, glu=glu)
     if form == "k" and chosen is None and _takes_k_ws(a, b, out_dtype, G):
-        from tritongemm.hopper import grouped_k_ws
+        from tritongemm.grouped import k_ws as grouped_k_ws
 
         return _gluon_plan(grouped_k_ws.plan, a, b, offs, shape)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
@@ -390,15 +388,15 @@ def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
     return call
 
 
-# Mean rows per group from which the warp-specialized Gluon kernel (hopper/grouped_ws.py) serves
-# plain row groups. On the H100 (scripts/grouped_configs.py --ws, probes/grouped-ws-configs-wide.csv)
-# it ran 1.03-1.19x torch._grouped_mm at 128-768 rows a group (the three MoE layers at 2048 and 8192
-# tokens) where the `tl` kernel gave 0.93-1.17x. At 2048 rows a group the two runs disagree: timed
-# alone, 0.94x against the `tl` kernel's 1.02x; in `bench grouped`'s sustained run, under the power
-# cap, 0.99x against 0.92x (the `tl` kernel issues twice the instructions: docs/grouped.md). A gated
-# pair (`--glu --ws`, probes/grouped-ws-glu.csv): 1.25-1.42x torch's two-step pair at 128-2048 rows a
-# group, the `tl` kernel's pair 1.08-1.36x. Below 128 the `tl` kernel's small tile was not measured
-# against it.
+# Mean rows per group from which the warp-specialized Gluon kernel (grouped/ws.py) serves plain row
+# groups. On the H100 (scripts/probes/grouped/grouped_configs.py --ws, probes/grouped/grouped-ws-
+# configs-wide.csv) it ran 1.03-1.19x torch._grouped_mm at 128-768 rows a group (the three MoE
+# layers at 2048 and 8192 tokens) where the `tl` kernel gave 0.93-1.17x. At 2048 rows a group the
+# two runs disagree: timed alone, 0.94x against the `tl` kernel's 1.02x; in `bench grouped`'s
+# sustained run, under the power cap, 0.99x against 0.92x (the `tl` kernel issues twice the
+# instructions: docs/grouped.md). A gated pair (`--glu --ws`, probes/grouped/grouped-ws-glu.csv):
+# 1.25-1.42x torch's two-step pair at 128-2048 rows a group, the `tl` kernel's pair 1.08-1.36x.
+# Below 128 the `tl` kernel's small tile was not measured against it.
 WS_FROM_MEAN_ROWS = 128
 
 
@@ -406,7 +404,7 @@ def _takes_ws(a, b, out_dtype, glu) -> bool:
     """Whether grouped_ws serves these row groups, plain or a gated pair (a checked, non-empty
     problem): a's dtype out, WS_FROM_MEAN_ROWS, an sm_90 GPU, operands it reads in place
     (grouped_ws.unsupported_reason) and output rows on 16 bytes (its TMA store)."""
-    from tritongemm import device_info
+    from tritongemm.core import device_info
 
     if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] == 0:
         return False
@@ -414,14 +412,14 @@ def _takes_ws(a, b, out_dtype, glu) -> bool:
         return False
     if b.shape[2] // (2 if glu else 1) * a.element_size() % 16:  # C's rows, which it stores by TMA
         return False
-    from tritongemm.hopper import grouped_ws
+    from tritongemm.grouped import ws as grouped_ws
 
     return grouped_ws.unsupported_reason(a, b, glu) is None
 
 
 def _gluon_plan(plan, a, b, offs, shape, **options):
     """`call(a, b, offs) -> c` (shape, a's dtype) on a Gluon grouped kernel, `plan(a, b, offs, c,
-    **options)` (hopper/grouped_ws.py or grouped_k_ws.py), for operands like these."""
+    **options)` (grouped/ws.py or grouped_k_ws.py), for operands like these."""
     launch = plan(a, b, offs, torch.empty(shape, dtype=a.dtype, device=a.device), **options)
 
     def call(a, b, offs):
@@ -432,9 +430,9 @@ def _gluon_plan(plan, a, b, offs, shape, **options):
     return call
 
 
-# Mean rows per group (along K) from which the K-group Gluon kernel (hopper/grouped_k_ws.py) serves
-# the weight gradient's layouts. On the H100 (scripts/grouped_configs.py --form k --ws,
-# results/h100/probes/grouped-k-ws-configs.csv) it ran 0.72-1.16x torch._grouped_mm at 128-2048
+# Mean rows per group (along K) from which the K-group Gluon kernel (grouped/k_ws.py) serves
+# the weight gradient's layouts. On the H100 (scripts/probes/grouped/grouped_configs.py --form k --ws,
+# results/h100/probes/grouped/grouped-k-ws-configs.csv) it ran 0.72-1.16x torch._grouped_mm at 128-2048
 # rows a group (the three MoE layers' weight gradients at 2048 and 8192 tokens) where the `tl`
 # kernel gave 0.60-0.89x. Below 128 it was not measured.
 K_WS_FROM_MEAN_ROWS = 128
@@ -444,13 +442,13 @@ def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
     """Whether grouped_k_ws serves these K groups (a checked, non-empty problem): a's dtype out,
     K_WS_FROM_MEAN_ROWS, an sm_90 GPU, and the weight gradient's layouts, which it reads in place
     (grouped_k_ws.unsupported_reason)."""
-    from tritongemm import device_info
+    from tritongemm.core import device_info
 
     if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] // groups < K_WS_FROM_MEAN_ROWS:
         return False
     if device_info.capability(a.device) != (9, 0):
         return False
-    from tritongemm.hopper import grouped_k_ws
+    from tritongemm.grouped import k_ws as grouped_k_ws
 
     return grouped_k_ws.unsupported_reason(a, b) is None
 
@@ -475,7 +473,7 @@ def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
 
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:
     """grouped_mm's row-group form (a 2-D, b (G, K, N) the transpose of contiguous (G, N, K)
-    weights) on the Hopper Gluon kernel (hopper/grouped_ws.py), planned once per geometry. Checked
+    weights) on the Hopper Gluon kernel (grouped/ws.py), planned once per geometry. Checked
     and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of WS_FROM_MEAN_ROWS
     rows or more on average, and this entry point for any (its tests, `bench grouped`). `glu`: b's N holds
     [gate; up] per group, as grouped_mm's."""
@@ -486,13 +484,13 @@ def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: 
     if 0 in (*a.shape, *b.shape):  # nothing for a descriptor to describe: the row-group kernel's zeros
         return direct(a, b, offs, None, glu)
     key = ("grouped_ws", glu, tensor_facts(a), tensor_facts(b), tensor_facts(offs))
-    call = PLANS.find_key(key)
-    if call is None:
-        from tritongemm.hopper import grouped_ws
 
-        call = _gluon_plan(grouped_ws.plan, a, b, offs, (a.shape[0], b.shape[2] // 2 if glu else b.shape[2]), glu=glu)
-        PLANS.remember(key, call)
-    return call(a, b, offs)
+    def build():
+        from tritongemm.grouped import ws as grouped_ws
+
+        return _gluon_plan(grouped_ws.plan, a, b, offs, (a.shape[0], b.shape[2] // 2 if glu else b.shape[2]), glu=glu)
+
+    return planned(key, build)(a, b, offs)
 
 
 def reference_grouped_mm(a, b, offs=None, out_dtype=None, glu=None) -> torch.Tensor:

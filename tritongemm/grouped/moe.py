@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.epilogue import GLU_ACTIVATIONS
+from tritongemm.core import device_info
+from tritongemm.core.epilogue import GLU_ACTIVATIONS
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import tensor_facts
 from tritongemm.grouped import moe_decode
 from tritongemm.grouped.api import grouped_mm_of_counts
-from tritongemm.plan import PLANS, tensor_facts
-from tritongemm.registry import interpreter_active
 
 NAME = "tritongemm"
 
@@ -78,7 +79,7 @@ def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
         return False
     if torch.is_grad_enabled() and (hidden_states.requires_grad or self.gate_up_proj.requires_grad):
         return False
-    return hidden_states.is_cuda or interpreter_active()
+    return hidden_states.is_cuda or device_info.interpreter_active()
 
 
 def _combined(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
@@ -99,13 +100,10 @@ _COMBINE_TOKENS, _COMBINE_COLUMNS = 4, 512
 def combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
     """out[t] = sum over j of top_k_weights[t, j] * rows[i], i the place of pair t * top_k + j in
     `order` (rows are the pairs sorted by expert: rows[i] is pair order[i]'s), accumulated in fp32
-    and returned (tokens, hidden) in rows' dtype: one kernel (grouped/kernels.py `_combine_kernel`)
+    and returned (tokens, hidden) in rows' dtype: one kernel (grouped/tl.py `_combine_kernel`)
     after the sort's inverse."""
     key = ("moe combine", tensor_facts(rows), tensor_facts(order), tensor_facts(top_k_weights))
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _plan_combine(rows, order, top_k_weights)
-        PLANS.remember(key, call)
+    call = planned(key, lambda: _plan_combine(rows, order, top_k_weights))
     return call(rows, order, top_k_weights)
 
 
@@ -113,8 +111,8 @@ def _plan_combine(rows, order, top_k_weights):
     """`call(rows, order, top_k_weights)` for tensors like these, checked and compiled once."""
     import triton
 
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.grouped.kernels import _combine_kernel
+    from tritongemm.grouped.tl import _combine_kernel
+    from tritongemm.primitives.launch import compile_launch
 
     check_combine(rows, order, top_k_weights)
     (pairs, hidden), (tokens, top_k) = rows.shape, top_k_weights.shape
@@ -169,14 +167,11 @@ def combine_grads(grad, rows, order, top_k_weights, needs) -> tuple:
     tensor subclass, or on a CPU without the interpreter: torch's ops (`combine_grads_torch`),
     which Inductor fuses."""
     plain = all(type(t) is torch.Tensor and not torch._is_functional_tensor(t) for t in (grad, rows))
-    if not plain or torch.compiler.is_compiling() or not (grad.is_cuda or interpreter_active()):
+    if not plain or torch.compiler.is_compiling() or not (grad.is_cuda or device_info.interpreter_active()):
         return combine_grads_torch(grad, rows, order, top_k_weights, needs)
     key = ("moe combine backward", tensor_facts(grad), tensor_facts(rows), tensor_facts(order),
            tensor_facts(top_k_weights))  # fmt: skip
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _plan_combine_backward(grad, rows, order, top_k_weights)
-        PLANS.remember(key, call)
+    call = planned(key, lambda: _plan_combine_backward(grad, rows, order, top_k_weights))
     d_rows, d_weights = call(grad, rows, order, top_k_weights)
     return (d_rows if needs[0] else None), None, (d_weights if needs[2] else None)
 
@@ -186,8 +181,8 @@ def _plan_combine_backward(grad, rows, order, top_k_weights):
     computed (a training step needs both), compiled once."""
     import triton
 
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.grouped.kernels import _combine_backward_kernel
+    from tritongemm.grouped.tl import _combine_backward_kernel
+    from tritongemm.primitives.launch import compile_launch
 
     (pairs, hidden), top_k = rows.shape, top_k_weights.shape[1]
     if pairs * hidden == 0:  # no rows, or rows of no columns: their weights' gradients are zeros
@@ -243,7 +238,7 @@ def _fusable_glu(self) -> str | None:
         return None
     if not getattr(self, "is_concatenated", True):
         return None
-    from tritongemm.epilogue import activation_of
+    from tritongemm.core.epilogue import activation_of
 
     act = activation_of(getattr(self, "act_fn", None))
     return act if act in GLU_ACTIVATIONS else None

@@ -4,7 +4,7 @@ The grouped path (moe.py) sorts the (token, expert) pairs by expert, gathers the
 order, counts each expert's rows, runs two grouped GEMMs, then weights and un-permutes the rows:
 about fifteen launches a layer. At one token they cost more host time than the GEMMs cost GPU
 time: in a Qwen3-MoE-shaped decode the experts took 0.52 ms of host time a call against 0.24 ms
-for transformers' own path (cProfile, `scripts/decode_probe.py qwen3-30b-moe`, on an H200).
+for transformers' own path (cProfile, `scripts/probes/model/decode_probe.py qwen3-30b-moe`, on an H200).
 
 Here the router's choice is read as it is. `_expert_rows_kernel` (kernels.py) runs each pair as
 one row times its expert's weights:
@@ -16,7 +16,7 @@ grouped path, whose histc drops it. Nothing is sorted and nothing synchronizes. 
 its own, so two tokens that share an expert read it twice: the path serves calls of at most
 PAIRS_PER_EXPERT pairs an expert, where the grouped path, which reads each expert once, takes over.
 
-Measured kernel-only on an H200 (`scripts/moe_decode_probe.py`, results/h200/probes/moe-decode-*):
+Measured kernel-only on an H200 (`scripts/probes/grouped/moe_decode_probe.py`, results/h200/probes/moe-decode-*):
 against the grouped path, Qwen3-MoE's layer (128 small experts, top 8) 2.3x at 1 token, 1.4x at
 4, about even at 16 (128 pairs); Mixtral's (8 large experts, top 2) 1.27x at 1 token, 1.16x at
 2, 0.78x at 4 (8 pairs: every expert read about twice). Half a pair an expert is the line between.
@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.plan import PLANS, tensor_facts
+from tritongemm.core.plans import planned
+from tritongemm.core.problem import tensor_facts
 
 PAIRS_PER_EXPERT = 0.5
 # A program's tile: BLOCK_N columns x BLOCK_K of K, TILE_ELEMENTS in all, so each thread has a
@@ -55,16 +56,13 @@ def planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str):
     once (plan.PLANS): ids and weights flat (tokens x top_k,), out (tokens, hidden) contiguous in
     x's dtype, allocated where not given."""
     key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, top_k_index, top_k_weights)))
-    call = PLANS.find_key(key)
-    if call is None:
-        call = _plan(x, gate_up, down, top_k_index, top_k_weights, glu)
-        PLANS.remember(key, call)
+    call = planned(key, lambda: _plan(x, gate_up, down, top_k_index, top_k_weights, glu))
     return call
 
 
 def _plan(x, gate_up, down, top_k_index, top_k_weights, glu: str):
-    from tritongemm.fast_launch import compile_launch
-    from tritongemm.grouped.kernels import _expert_rows_kernel
+    from tritongemm.grouped.tl import _expert_rows_kernel
+    from tritongemm.primitives.launch import compile_launch
 
     check(x, gate_up, down, top_k_index, top_k_weights, glu)
     (tokens, hidden), top_k = x.shape, top_k_index.shape[1]
@@ -103,7 +101,7 @@ def _block_n(rows: int, n: int, device: torch.device) -> int:
     programs: the weights stream at the GPU's bandwidth only when every SM has loads in flight."""
     if device.type != "cuda":
         return 16
-    from tritongemm.ladder._host import sm_count
+    from tritongemm.primitives.tl.host import sm_count
 
     for block_n in (32, 16):
         if rows * -(-n // block_n) >= TILE["WAVES"] * sm_count(device):
@@ -121,7 +119,7 @@ def check(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> None:
     (experts, hidden, 2 x width), down (experts, width, hidden), top_k_index of an integer dtype
     and top_k_weights (tokens, top_k); glu one of the gated activations. Checked once per problem,
     as the plan is built, and by the operator's fake (ops.moe_decode) before a graph is traced."""
-    from tritongemm.epilogue import GLU_ACTIVATIONS
+    from tritongemm.core.epilogue import GLU_ACTIVATIONS
 
     if glu not in GLU_ACTIVATIONS:
         raise ValueError(f"moe decode: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")

@@ -1,7 +1,6 @@
-"""The `triton.language` rungs of the ladder: naive -> grouped -> persistent, swap_ab for skinny
-problems and stream_k (experimental) for tile counts that leave the last wave half empty.
-
-Importing this package registers them with `tritongemm.registry`.
+"""The ladder's rungs, one module each: rungs 1-3, 8 and 10 in `triton.language` (naive ->
+grouped -> persistent, swap_ab for skinny problems, stream_k), rungs 4-7, 9 and 11-13 in Gluon
+(11 is rung 9's module with two consumers, 12 runs rungs 6 and 7 on two parts of C, 13 is rung
+6 on tiles of two parts). Each module reads top to bottom: configs, kernel, `plan`, `launch`;
+core/registry.py describes them, dispatch/ chooses among them.
 """
-
-from tritongemm.ladder import grouped, naive, persistent, stream_k, swap_ab  # noqa: F401

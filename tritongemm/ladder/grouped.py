@@ -15,12 +15,11 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import PLAIN, Epilogue
-from tritongemm.epilogue.kernels import apply_tl
-from tritongemm.ladder import _host
-from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
-from tritongemm.registry import KernelInfo, register
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import PLAIN, Epilogue
+from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
 
 
 # fmt: off
@@ -121,15 +120,3 @@ def _launch_autotuned(a, b, c, trace, spec: Epilogue = PLAIN, bias=None, residua
     meta = {**_host.common_constexprs(a, b, c), **spec.constexprs(), "TRACE": trace is not None}
     with _AUTOTUNE_LOCK:
         _autotuned_kernel[grid](*_host.gemm_args(a, b, c), trace_ptr, *epilogue_args, **meta)
-
-
-register(
-    KernelInfo(
-        name="grouped",
-        rung=2,
-        idea="1D grid in GROUP_SIZE_M-swizzled tile order, so programs in flight share A and B in L2",
-        launch=launch,
-        plan=plan,
-        **_host.COMMON,
-    )
-)

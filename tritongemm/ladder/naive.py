@@ -10,11 +10,10 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue.kernels import apply_tl
-from tritongemm.ladder import _host
-from tritongemm.ladder._tiles import dot_tile, record_tile, store_tile, tile_offsets
-from tritongemm.registry import KernelInfo, register
+from tritongemm.core.config import MatmulConfig
+from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl.tiles import dot_tile, record_tile, store_tile, tile_offsets
 
 
 # fmt: off
@@ -84,15 +83,3 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
     plan(a, b, c, config, trace)(a, b, c)
-
-
-register(
-    KernelInfo(
-        name="naive",
-        rung=1,
-        idea="2D grid, one output tile per program, masks on M, N and K",
-        launch=launch,
-        plan=plan,
-        **_host.COMMON,
-    )
-)

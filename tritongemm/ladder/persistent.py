@@ -13,11 +13,10 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue.kernels import apply_tl
-from tritongemm.ladder import _host
-from tritongemm.ladder._tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
-from tritongemm.registry import KernelInfo, register
+from tritongemm.core.config import MatmulConfig
+from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
 
 
 # fmt: off
@@ -91,15 +90,3 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, trace=None) -> None:
     plan(a, b, c, config, trace)(a, b, c)
-
-
-register(
-    KernelInfo(
-        name="persistent",
-        rung=3,
-        idea="one program per SM looping over tiles in grouped order, with contiguity hints",
-        launch=launch,
-        plan=plan,
-        **_host.COMMON,
-    )
-)

@@ -10,7 +10,7 @@ epilogue as any rung does, and at its ends pieces of at most two tiles. Those pi
 to the program's two workspace slots (0: the piece its range begins with, 1: the one it ends
 with), and a second kernel adds each split tile's pieces in the order of their programs, which is
 the order of K, applies the epilogue and stores it: the same bits on every run, as in split-K
-(ladder/_split.py), with no program waiting on another.
+(primitives/tl/split.py), with no program waiting on another.
 
 Which tiles are split, and which slots hold their pieces, follows from T, I and P alone
 (`segments`, the pure-Python plan that the tests compare with the kernel's results), so it is
@@ -28,14 +28,13 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import PLAIN, Epilogue
-from tritongemm.epilogue.kernels import apply_tl
-from tritongemm.fast_launch import compile_launch
-from tritongemm.ladder import _host
-from tritongemm.ladder._split import piece_alignment
-from tritongemm.ladder._tiles import dot_tile, grouped_tile, store_tile, tile_offsets
-from tritongemm.registry import KernelInfo, register
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import PLAIN, Epilogue
+from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.launch import compile_launch
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl.split import piece_alignment
+from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, store_tile, tile_offsets
 
 
 @triton.jit
@@ -241,16 +240,3 @@ def _with_fixup(a, b, c, constexprs: dict, P: int, split: list[int], epilogue: E
 
 def launch(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig) -> None:
     plan(a, b, c, config)(a, b, c)
-
-
-register(
-    KernelInfo(
-        name="stream_k",
-        rung=10,
-        idea="equal ranges of K-steps per program across tile boundaries; split tiles added in a fixed order",
-        launch=launch,
-        plan=plan,
-        experimental=True,
-        **_host.COMMON,
-    )
-)

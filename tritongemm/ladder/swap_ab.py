@@ -8,7 +8,7 @@ millions of elements. Every rung below puts M on the tile's rows: the tensor cor
 rung computes the transposed product C.T = W @ x.T instead: W's rows on the instruction's tall
 side, the tokens on its narrow side (BLOCK_M, as small as 16), so no row of the tile is padding
 and an N = 4096 weight makes 4096 / BLOCK_N tiles. When that is still fewer programs than SMs and
-K is long, each tile's K is split among S programs (ladder/_split.py; MatmulConfig.split_k): their
+K is long, each tile's K is split among S programs (primitives/tl/split.py; MatmulConfig.split_k): their
 fp32 partials are added in a fixed order, so results are the same bits run to run. The problem
 is memory-bound (W is read once, x is tiny): what counts is how many SMs stream W at once, which
 is what both ideas buy. Measured on the H100: docs/skinny.md.
@@ -23,14 +23,13 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.config import MatmulConfig
-from tritongemm.epilogue import PLAIN
-from tritongemm.epilogue.kernels import apply_tl
-from tritongemm.fast_launch import compile_launch
-from tritongemm.ladder import _host
-from tritongemm.ladder._split import piece_alignment, reduce_plan, split_plan
-from tritongemm.ladder._tiles import dot_tile, store_tile, tile_offsets
-from tritongemm.registry import KernelInfo, register
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import PLAIN
+from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.launch import compile_launch
+from tritongemm.primitives.tl import host as _host
+from tritongemm.primitives.tl.split import piece_alignment, reduce_plan, split_plan
+from tritongemm.primitives.tl.tiles import dot_tile, store_tile, tile_offsets
 
 
 # fmt: off
@@ -166,15 +165,3 @@ def tuning_configs(dtype: torch.dtype, M: int, N: int, K: int) -> tuple[MatmulCo
     if tokens > 16:
         configs += [base.with_(BLOCK_M=tokens // 2, split_k=1)]
     return tuple(configs)
-
-
-register(
-    KernelInfo(
-        name="swap_ab",
-        rung=8,
-        idea="skinny problems: the weight's rows on the MMA's tall side (C.T = W @ x.T), K split to fill the SMs",
-        launch=launch,
-        plan=plan,
-        **_host.COMMON | dict(default_config=default_config),  # its own tiles: tokens x weight rows
-    )
-)

@@ -6,7 +6,7 @@
   predict    a calibrated performance model that says which term bounds a GEMM  (predict.py)
 
 `launch.py` holds what they share (kernel -> tile ordering, programs per SM, waves; the H100's
-numbers) and `ncu.py` reads the Nsight Compute logs of scripts/ncu-l2.sh.
+numbers) and `ncu.py` reads the Nsight Compute logs of scripts/ci/ncu-l2.sh.
 Everything here runs on a CPU: no kernel is launched.
 """
 

@@ -7,7 +7,7 @@ in numpy with the real sizes and strides it shows the whole block. For one progr
 prints that rewrite and what it evaluates to: which elements of A and B it loads at each K step
 (offsets from the data pointer, in elements) and which elements of C it stores.
 
-It follows the kernels line for line (ladder/_tiles.py): `naive` and `grouped` mask rows, columns
+It follows the kernels line for line (primitives/tl/tiles.py): `naive` and `grouped` mask rows, columns
 and K; `persistent` clamps out-of-range rows and columns to 0 (a valid address, loaded but never
 stored) and masks K only. The TMA kernels compute no addresses: a TMA box load at [off_m, k]
 reads the same elements as the naive masks, zero-filling what falls outside the tensor.
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tritongemm import tile_order
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.primitives import tiling as tile_order
 from tritongemm.tools import launch as launch_mod
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongemm import figures
+from tritongemm.tools import figures
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import H100, ITEMSIZE, Launch
 
@@ -270,7 +270,7 @@ def add_parser(commands) -> None:
     p.add_argument("--sms", type=positive_int, default=H100.num_sms)
     p.add_argument("--l2-mb", type=positive_float, default=H100.l2_bytes / 2**20)
     p.add_argument("--plot", help="write the GROUP_SIZE_M plot here (PNG)")
-    ncu_help = "instead: predicted vs measured table from scripts/ncu-l2.sh logs"
+    ncu_help = "instead: predicted vs measured table from scripts/ci/ncu-l2.sh logs"
     p.add_argument("--ncu", metavar="DIR", type=existing_dir, help=ncu_help)
 
 

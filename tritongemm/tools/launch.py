@@ -1,6 +1,6 @@
 """How a kernel lays its programs over the GPU: tile ordering, program count, residency, waves.
 
-The shared ground of the tools. Which tile a program computes comes from `tritongemm.tile_order`
+The shared ground of the tools. Which tile a program computes comes from `tritongemm.primitives.tiling`
 (the functions the kernels are tested against); this module adds what the GPU does with the
 programs: how many run on one SM at once, and which tiles run at the same time ("a wave").
 
@@ -14,9 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
-from tritongemm import tile_order
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.dispatch import tiles
+from tritongemm.primitives import tiling as tile_order
 
 # Rungs 9 and 11 (warp-specialized) lay their tiles out as rung 6 does: one program per SM over the
 # same schedulers; ping-pong's two consumers take a program's tiles in turn, on one SM.
@@ -72,16 +74,10 @@ def ordering_of(kernel: str, scheduler: str = "grouped") -> str:
 
 def default_config(kernel: str, dtype: str, M: int, N: int, K: int, gpu: GPU = H100) -> MatmulConfig:
     """The config `matmul(kernel=...)` picks on `gpu` (what a benchmark row labelled "default" ran)."""
-    import torch
-
     if kernel in GLUON or kernel == "cublas":  # cuBLAS: modelled with the Gluon kernels' tile choice
-        from tritongemm import hopper
-
-        rule = hopper.RULES.get(kernel)
-        return rule(M, N, K, gpu.num_sms) if rule else hopper.choose_config(M, N, gpu.num_sms)
-    from tritongemm.config import default_config as ladder_default
-
-    return ladder_default(getattr(torch, dtype), M, N, K, num_sms=gpu.num_sms, interpret=False)
+        rule = tiles.RULES.get(kernel)
+        return rule(M, N, K, gpu.num_sms) if rule else tiles.choose_config(M, N, gpu.num_sms)
+    return tiles.ladder_config(getattr(torch, dtype), M, N, K, num_sms=gpu.num_sms, interpret=False)
 
 
 def programs_per_sm(kernel: str, config: MatmulConfig, itemsize: int, gpu: GPU = H100) -> int:

@@ -1,4 +1,4 @@
-"""Nsight Compute logs of scripts/ncu-l2.sh, set beside the L2 model: `tritongemm l2 --ncu DIR`.
+"""Nsight Compute logs of scripts/ci/ncu-l2.sh, set beside the L2 model: `tritongemm l2 --ncu DIR`.
 
 The script writes one `ncu --csv` log per run, named ncu-LABEL-MxNxK-DTYPE.csv, where LABEL is a
 kernel name, with "-chunked" for the persistent Gluon kernels under the chunked scheduler. Each

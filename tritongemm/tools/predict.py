@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
 from tritongemm.tools import l2
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import GPU, H100, ITEMSIZE

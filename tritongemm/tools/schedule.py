@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tritongemm import figures
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.tools import figures
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import Launch
 
