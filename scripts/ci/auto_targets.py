@@ -2,7 +2,7 @@
 timing, >= 1.0 kernel-only at M <= 128), from the auto suite's CSVs; a later CSV's rows replace
 an earlier one's for the same problem and timing (a re-measure of part of the suite):
 
-    python3 scripts/auto_targets.py results/h100/auto.csv results/h100/auto-m128.csv
+    python3 scripts/ci/auto_targets.py results/h100/auto.csv results/h100/probes/dense/auto-m128.csv
 
 With --write, the first CSV (its JSON and plot too) is rewritten with the newer rows in place
 (bench.report.write_remeasured), so that it holds the suite as it stands.

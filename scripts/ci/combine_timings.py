@@ -1,5 +1,5 @@
 """Merge a suite's kernel-only and eager results into one CSV with a timing column, and plot the
-ratio to cuBLAS against M: python3 scripts/combine_timings.py results/h100 auto
+ratio to cuBLAS against M: python3 scripts/ci/combine_timings.py results/h100 auto
 (reads auto.csv and auto-eager.csv from `bench auto` and `bench auto --timing eager`)."""
 
 import sys

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The pictures of docs/see-inside.md, on any machine (no GPU): bash scripts/docs-pictures.sh
+# The pictures of docs/see-inside.md, on any machine (no GPU): bash scripts/ci/docs-pictures.sh
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=.
 img=docs/img
 mkdir -p "$img"
@@ -16,7 +16,7 @@ h100="8192 8192 --block-m 128 --block-n 256 --group-size-m 8"
 python3 -m tritongemm schedule $h100 --kernel tma_pipelined --out "$img/schedule-h100-column-major.png"
 python3 -m tritongemm schedule $h100 --kernel grouped --out "$img/schedule-h100-grouped.png"
 python3 -m tritongemm l2 8192 8192 8192 --plot "$img/l2-8192.png"
-python3 -m tritongemm.grouped.schedule --out "$img/grouped-schedule.png"
+python3 -m tritongemm.tools.grouped_schedule --out "$img/grouped-schedule.png"
 # Odd widths (docs/stream-k.md): one GPU's q,k,v chunk in rung 6's 64 x 128 tiles, 1.2 waves run in
 # two, and in rung 13's 64 x 160, one (rung 13 walks its tiles in rung 6's order).
 python3 -m tritongemm schedule 512 2560 --kernel tma_persistent_pipelined --block-m 64 --block-n 128 --out "$img/waves-512x2560-64x128.png"

@@ -5,10 +5,10 @@
 # (each GPU case in a process of its own with a time limit), then, only if they pass,
 # compute-sanitizer and ConSan on them, then the K sweep and the llm suite's M >= 2048 rows
 # against rung 6 and cuBLAS. Logs and results in $OUT (or ./exp-logs). racecheck's reports for
-# rungs 9 and 11 are expected: scripts/racecheck_warp_specialize.py shows where they come from.
-# Usage: bash scripts/experimental-check.sh   (about 9 minutes; EXP_BENCH=0 skips the benchmarks)
+# rungs 9 and 11 are expected: scripts/probes/reliability/racecheck_warp_specialize.py shows where they come from.
+# Usage: bash scripts/ci/experimental-check.sh   (about 9 minutes; EXP_BENCH=0 skips the benchmarks)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-exp-logs}
 mkdir -p "$out"
@@ -29,13 +29,13 @@ grep -E "^(FAILED|ERROR)" "$out/tests.log" | head -20
 
 for tool in memcheck racecheck synccheck; do
   (PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 99 \
-     --print-limit 50 --log-file "$out/$tool.log" python3 scripts/sanitize_cases.py --kernel tma_warp_specialized \
+     --print-limit 50 --log-file "$out/$tool.log" python3 scripts/ci/sanitize_cases.py --kernel tma_warp_specialized \
      --kernel tma_ping_pong --kernel stream_k --quick >"$out/$tool.out" 2>&1; echo "exit $?" >>"$out/$tool.out") &
 done
 # ConSan takes 125-150 s for each warp-specialized rung's 8 launches (H100, 2026-11-23): one
 # process each, side by side, or the second would run past the limit.
 for kernel in tma_warp_specialized tma_ping_pong; do
-  (TRITON_INSTRUMENTATION_MODE=consan timeout 240 python3 scripts/sanitize_cases.py --consan --quick \
+  (TRITON_INSTRUMENTATION_MODE=consan timeout 240 python3 scripts/ci/sanitize_cases.py --consan --quick \
      --kernel "$kernel" >"$out/consan-$kernel.out" 2>&1; echo "exit $?" >>"$out/consan-$kernel.out") &
 done
 wait

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # One GPU check in one call of the device tool (its machine has torch, triton 3.6.0 and pytest,
 # and no network): versions, the GPU test command, the demo. Logs go to $OUT (or ./gpu-logs).
-# Usage: bash scripts/gpu-check.sh [pytest args...]   (default: the whole suite)
+# Usage: bash scripts/ci/gpu-check.sh [pytest args...]   (default: the whole suite)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-gpu-logs}
 mkdir -p "$out"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Measured L2 hit rates and DRAM reads (Nsight Compute) beside the L2 model of tritongemm/tools/l2.py.
-# Usage: bash scripts/ncu-l2.sh ["M,N,K M,N,K ..."]   (default: the three shapes below)
+# Usage: bash scripts/ci/ncu-l2.sh ["M,N,K M,N,K ..."]   (default: the three shapes below)
 # Each kernel runs once under ncu (bench --profile: checked, not timed); ncu profiles its first
 # launch from a cold L2 (it flushes the caches before each profiled kernel by default).
 # Logs: $OUT/ncu-l2/ncu-KERNEL-MxNxK-DTYPE.csv (ncu) and .log (the program). The table at the end
 # is `python3 -m tritongemm l2 --ncu $OUT/ncu-l2`, also saved there as l2-table.md.
 # DTYPE (default bfloat16) and METRICS override the defaults.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-ncu-logs}/ncu-l2
 mkdir -p "$out"

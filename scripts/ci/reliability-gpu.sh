@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Issue 6's GPU run in one call of the device tool: the reliability tests (non-finite values,
 # bad input, > 2**31 indexing, determinism, threads, streams, CUDA graphs), the fuzzer over every
-# kernel and dtype (FUZZ_EXAMPLES cases, default 2000), then scripts/sanitize.sh with what time
+# kernel and dtype (FUZZ_EXAMPLES cases, default 2000), then scripts/ci/sanitize.sh with what time
 # is left of BUDGET_S (default 420 s). Everything ends up in $OUT/reliability-logs.tar.gz (or
 # ./reliability-logs), with a summary at the end of the output.
-# Usage: bash scripts/reliability-gpu.sh [pytest|fuzz|sanitize ...]   (default: all three)
+# Usage: bash scripts/ci/reliability-gpu.sh [pytest|fuzz|sanitize ...]   (default: all three)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-reliability-logs}
 logs=$(mktemp -d)
@@ -51,7 +51,7 @@ fi
 
 if has sanitize && [ "$(left)" -gt 60 ]; then
   # Four tools share what is left.
-  OUT="$logs/sanitize" SANITIZE_TIMEOUT=$(($(left) / 4 - 5)) bash scripts/sanitize.sh
+  OUT="$logs/sanitize" SANITIZE_TIMEOUT=$(($(left) / 4 - 5)) bash scripts/ci/sanitize.sh
   echo "sanitize exit $?"
 fi
 

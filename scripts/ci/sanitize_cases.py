@@ -1,9 +1,9 @@
-"""The workload scripts/sanitize.sh runs under compute-sanitizer and Triton's ConSan: every kernel
+"""The workload scripts/ci/sanitize.sh runs under compute-sanitizer and Triton's ConSan: every kernel
 (or the ones named) on boundary shapes and layouts, each result checked against an fp64
 reference computed on the CPU (so that no cuBLAS kernel runs under the sanitizer). Prints one
 line per kernel and exits 1 on a wrong result.
 
-    PYTHONPATH=. python3 scripts/sanitize_cases.py [--kernel NAME ...] [--consan]
+    PYTHONPATH=. python3 scripts/ci/sanitize_cases.py [--kernel NAME ...] [--consan]
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import time
 import torch
 
 import tritongemm
-from tritongemm import registry
-from tritongemm.config import MatmulConfig
-from tritongemm.reference import fp8_tolerance, rel_error, tolerance
+from tritongemm.core import registry
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import fp8_tolerance, rel_error, tolerance
 
 # Without a GPU (a check of this script, not of the kernels) it runs under the interpreter.
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -38,7 +38,7 @@ def half_c_staging(kernel: str) -> tuple[MatmulConfig, ...]:
     (tma_warp_specialized.c_pieces): a buffer reused between the halves and from tile to tile.
     (Imported here, not at the top: hopper decorates the ladder's kernels, which must wait for
     TRITON_INTERPRET, set above without a GPU.)"""
-    from tritongemm import hopper
+    from tritongemm.dispatch import tiles as hopper
 
     configs = {
         "tma_warp_specialized": hopper.WARP_SPECIALIZED_SHORT_K_TILE,
@@ -88,7 +88,7 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
     dtypes = (torch.float16, torch.bfloat16) if gluon else (torch.float16, torch.float32)
     small = GLUON_SMALL if gluon else SMALL
     if kernel == "odd_width":  # its tiles only: 64 rows, 160 or 192 columns
-        from tritongemm.hopper import odd_width
+        from tritongemm.ladder import odd_width
 
         small = odd_width.TILES[-1]
     for dtype in dtypes[:1] if quick else dtypes:
@@ -110,7 +110,7 @@ def cases(kernel: str, info: registry.KernelInfo, quick: bool):
             yield a, b, GLUON_SMALL.with_(split_k=3), None
     if kernel in ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined"):
         # Rung 6's rules' deeper rings (tune tries them on all three), over a K of two rings and more.
-        from tritongemm.hopper import DEEP_RING_STAGES
+        from tritongemm.dispatch.tiles import DEEP_RING_STAGES
 
         a = operand(300, 1100, torch.float16, "nn", gen)
         b = operand(500, 1100, torch.float16, "nn", gen).T
@@ -224,7 +224,9 @@ def main() -> int:
         triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=DEVICE, dtype=torch.int8))
 
     # An experimental kernel (not yet run on a GPU; it might hang) only when named.
-    names = args.kernel or [k["name"] for k in tritongemm.kernels() if k["available"] and not k["experimental"]]
+    names = args.kernel or [
+        k["name"] for k in tritongemm.kernels(family="matmul") if k["available"] and not k["experimental"]
+    ]
     hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
     names += [] if args.kernel else [*(FP8_KERNELS if hopper else PORTABLE_FP8), GROUPED]
     failures = []

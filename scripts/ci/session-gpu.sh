@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # One device call, several stages, each under its own time limit (seconds), everything under
-# $OUT/logs.tar.gz: bash scripts/session-gpu.sh "pytest:240:tests/test_a.py tests/test_b.py" "bench:200:ksweep" ...
+# $OUT/logs.tar.gz: bash scripts/ci/session-gpu.sh "pytest:240:tests/test_a.py tests/test_b.py" "bench:200:ksweep" ...
 # A stage is KIND:SECONDS:ARGS; pytest runs ARGS with 16 workers, bench runs `tritongemm bench ARGS
 # --out-dir logs/results`, py runs `python3 ARGS`.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-gpu-logs}
 logs=$(mktemp -d)

@@ -2,12 +2,12 @@
 warp, the ring's slots, the MMA warpgroup and the TMA store do, step by step, from the kernel's
 protocol (a slot is refilled once the MMA that read it has retired; the MMA of a step starts when
 its slot is loaded and the previous MMA was issued; the epilogue follows a tile's last step).
-Durations are illustrative, not measured: python3 scripts/ws_timeline.py [out.png]
+Durations are illustrative, not measured: python3 scripts/ci/ws_timeline.py [out.png]
 """
 
 import sys
 
-from tritongemm import figures
+from tritongemm.tools import figures
 
 NUM_BUFFERS, STEPS_PER_TILE, TILES = 4, 6, 3
 LOAD, MMA, EPILOGUE, STORE = 3.0, 1.0, 2.5, 2.0  # time units

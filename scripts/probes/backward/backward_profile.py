@@ -3,7 +3,7 @@
 median) and profiled by kernel, then the two backward GEMMs alone (dX = dz @ w, dW = dz^T @ x)
 with what `auto` picks for each, against torch.matmul. bf16, on a GPU:
 
-    PYTHONPATH=. python3 scripts/backward_profile.py
+    PYTHONPATH=. python3 scripts/probes/backward/backward_profile.py
 """
 
 import functools

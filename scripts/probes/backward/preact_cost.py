@@ -1,7 +1,7 @@
 """Store or recompute the pre-activation for linear's backward (fused.PREACT, issue 13): the time
 of one forward + backward of `linear(x, w, b, activation="gelu")` with each, beside torch's
 F.gelu(F.linear(...)), and the memory the forward keeps for the backward. Gradients are checked
-against torch's first. Run on a GPU: PYTHONPATH=. python3 scripts/preact_cost.py [out.csv]
+against torch's first. Run on a GPU: PYTHONPATH=. python3 scripts/probes/backward/preact_cost.py [out.csv]
 (without one, a CPU smoke run of tiny fp32 shapes under the interpreter).
 """
 
@@ -18,9 +18,9 @@ if not torch.cuda.is_available():
 import torch.nn.functional as F  # noqa: E402
 
 import tritongemm  # noqa: E402
-from tritongemm import fused  # noqa: E402
 from tritongemm.bench.report import write_dicts  # noqa: E402
-from tritongemm.reference import rel_error  # noqa: E402
+from tritongemm.core.reference import rel_error  # noqa: E402
+from tritongemm.dense import linear as fused  # noqa: E402
 
 ON_GPU = torch.cuda.is_available()
 DEVICE, DTYPE = ("cuda", torch.bfloat16) if ON_GPU else ("cpu", torch.float32)

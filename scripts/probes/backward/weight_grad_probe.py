@@ -1,8 +1,8 @@
 """linear's weight gradient dW = dz^T @ x, whose A = dz^T is a transposed (M-major) operand: `auto`
 on it as is, on a row-major copy (the copy timed too) and torch.matmul, in the same run (bf16,
 do_bench medians, eager). It asks whether the transposed operand is why dW is slower than cuBLAS.
-Run on a GPU: PYTHONPATH=. python3 scripts/weight_grad_probe.py (the H100's answer, 2026-11-23:
-results/h100/weight-grad-probe.txt).
+Run on a GPU: PYTHONPATH=. python3 scripts/probes/backward/weight_grad_probe.py (the H100's answer, 2026-11-23:
+results/h100/probes/backward/weight-grad-probe.txt).
 """
 
 import functools

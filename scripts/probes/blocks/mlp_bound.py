@@ -15,7 +15,7 @@ buys on its own; above it, only faster GEMMs help. The forward row is an inferen
 `torch.compile` of the unfused block over the same GEMM total. Each GEMM alone multiplies the
 block's own intermediate values, and the providers take turns over ROUNDS rounds. On a GPU:
 
-    PYTHONPATH=. python3 scripts/mlp_bound.py [out.csv]
+    PYTHONPATH=. python3 scripts/probes/blocks/mlp_bound.py [out.csv]
 """
 
 import functools
@@ -25,13 +25,13 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from tritongemm import fused
-from tritongemm.api import matmul
 from tritongemm.bench.measure import gpu_timer
 from tritongemm.bench.mlp import MODELS, MlpProblem, _operands, _providers, _reference
 from tritongemm.bench.report import write_dicts
 from tritongemm.blocks.gated_pair import gated_pair
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.reference import rel_error, tolerance
+from tritongemm.dense import linear as fused
+from tritongemm.dense.api import matmul
 
 TOKENS = (2048, 8192)
 ROUNDS = 3  # each provider timed once a round, rounds interleaved: the board's clock drifts under its power cap

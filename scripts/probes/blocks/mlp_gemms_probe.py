@@ -3,7 +3,7 @@ operand views and layouts), `auto` against torch.matmul (cuBLAS) in the same run
 keeps `bench mlp`'s forward+backward rows under torch's, and what `auto` picks there. bf16,
 kernel-only (CUDA graph replay medians), Llama-3-8B's and Qwen2-7B's MLPs. On a GPU:
 
-    PYTHONPATH=. python3 scripts/mlp_gemms_probe.py [out.csv]
+    PYTHONPATH=. python3 scripts/probes/blocks/mlp_gemms_probe.py [out.csv]
 """
 
 import sys
@@ -14,7 +14,7 @@ import tritongemm
 from tritongemm import dispatch
 from tritongemm.bench.measure import gpu_timer
 from tritongemm.bench.report import write_dicts
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.reference import rel_error, tolerance
 
 MLPS = {"llama-3-8b": (4096, 14336), "qwen2-7b": (3584, 18944)}  # hidden, intermediate
 TOKENS = (2048, 8192)

@@ -6,7 +6,7 @@ layers have none) and compiles torch.compile's provider for every shape. Run it 
 one device call to compare an epilogue change by its ratio to torch (the ratios, not the times,
 compare across runs):
 
-    PYTHONPATH=. python3 scripts/residual_epilogue_probe.py
+    PYTHONPATH=. python3 scripts/probes/blocks/residual_epilogue_probe.py
 """
 
 import functools
@@ -17,8 +17,8 @@ import torch.nn.functional as F
 
 import tritongemm
 from tritongemm.bench.measure import gpu_timer
-from tritongemm.epilogue import reference_linear
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.epilogue import reference_linear
+from tritongemm.core.reference import rel_error, tolerance
 
 SHAPES = [(2048, 4096, 4096), (2048, 4096, 14336), (8192, 4096, 14336), (2048, 3584, 18944), (2048, 4000, 4096),
           (128, 4096, 4096)]  # fmt: skip

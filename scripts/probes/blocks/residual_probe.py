@@ -4,7 +4,7 @@ the fused model with its layers' own forwards back (`fused-adds`: the adds as to
 setting of `bench model` timed in interleaved rounds; then one decoder layer at a decode-sized
 input, host time and GPU time, fused against not. bf16, on a GPU:
 
-    PYTHONPATH=. python3 scripts/residual_probe.py llama-3-8b [--profile] [--layers-only] [--modules]
+    PYTHONPATH=. python3 scripts/probes/blocks/residual_probe.py llama-3-8b [--profile] [--layers-only] [--modules]
 """
 
 import cProfile

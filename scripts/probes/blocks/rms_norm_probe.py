@@ -5,7 +5,7 @@ first, then timed kernel-only (forward: CUDA graph replay; forward + backward: d
 leaves autograd's host time between kernels) and eager (back-to-back calls, host included),
 all in the same run. On a GPU, with transformers installed:
 
-    PYTHONPATH=. python3 scripts/rms_norm_probe.py [out.csv]
+    PYTHONPATH=. python3 scripts/probes/blocks/rms_norm_probe.py [out.csv]
 """
 
 import sys
@@ -17,7 +17,7 @@ from tritongemm.bench.measure import eager_timer, gpu_timer
 from tritongemm.bench.report import write_dicts
 from tritongemm.blocks import RMSNorm
 from tritongemm.blocks.rms_norm import rms_norm_reference
-from tritongemm.reference import rel_error
+from tritongemm.core.reference import rel_error
 
 CASES = [(1, 4096), (16, 4096), (2048, 4096), (8192, 4096), (2048 * 32, 128)]  # (rows, width)
 

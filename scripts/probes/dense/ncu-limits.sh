@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Nsight Compute beside cuBLAS on the rows where tritongemm trails it (scripts/probe_limits.py has the
+# Nsight Compute beside cuBLAS on the rows where tritongemm trails it (scripts/probes/dense/probe_limits.py has the
 # kernel names and clocks): L2, DRAM and SM throughput, the SM clock, bytes moved, for
 # one warm launch of each (ncu flushes the caches before it). Clocks float (--clock-control none),
 # as in the benchmarks.
-# Usage: bash scripts/ncu-limits.sh   ->  $OUT/ncu-limits/LABEL.csv, and a summary on stdout
+# Usage: bash scripts/probes/dense/ncu-limits.sh   ->  $OUT/ncu-limits/LABEL.csv, and a summary on stdout
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-ncu-logs}/ncu-limits
 mkdir -p "$out"

@@ -2,9 +2,9 @@
 # Nsight Compute on rung 13's tiles beside rung 6's, one shape: why its two-warpgroup tiles
 # (128 rows) ran slower than its one-warpgroup ones (64 rows) on the H100 (docs/stream-k.md). Every
 # section (--set full) of one warm launch each, clocks floating as in the benchmarks.
-# Usage: bash scripts/ncu-odd-width.sh [M,N,K]  ->  $OUT/ncu-odd-width/LABEL.csv, a summary on stdout
+# Usage: bash scripts/probes/dense/ncu-odd-width.sh [M,N,K]  ->  $OUT/ncu-odd-width/LABEL.csv, a summary on stdout
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-ncu-logs}/ncu-odd-width
 shape=${1:-2048,2560,8192}
@@ -13,8 +13,8 @@ mkdir -p "$out"
 cat > "$out/one.py" << 'PY'
 import sys
 import torch
-from tritongemm.config import MatmulConfig
-from tritongemm.hopper import odd_width, tma_persistent_pipelined
+from tritongemm.core.config import MatmulConfig
+from tritongemm.dispatch.tiles import odd_width, tma_persistent_pipelined
 M, N, K = (int(v) for v in sys.argv[1].split(","))
 bm, bn, warps, stages = (int(v) for v in sys.argv[2].split("x"))
 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)

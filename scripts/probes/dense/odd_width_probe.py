@@ -1,8 +1,9 @@
-"""Rung 13 (hopper/odd_width.py) against cuBLAS, `auto`, rung 6 and split_tail on few-wave shapes:
+"""Rung 13 (ladder/odd_width.py) against cuBLAS, `auto`, rung 6 and split_tail on few-wave shapes:
 each of its tiles and its own pick, checked against fp64 first, then timed in one run (CUDA-graph
 medians; `--eager` adds the call as a user makes it). CSV on stdout.
 
-Run on a GPU: PYTHONPATH=. python3 scripts/odd_width_probe.py [--eager] [--shapes 'M,N,K,nt;...'] > probe.csv
+Run on a GPU:
+    PYTHONPATH=. python3 scripts/probes/dense/odd_width_probe.py [--eager] [--shapes 'M,N,K,nt;...'] > probe.csv
 """
 
 import argparse
@@ -13,8 +14,8 @@ import torch
 
 import tritongemm
 from tritongemm.bench.measure import eager_timer, gpu_timer
-from tritongemm.hopper import odd_width
-from tritongemm.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.ladder import odd_width
 
 # (M, N, K, layout): one GPU's chunks of a four-GPU q,k,v (8192-wide model, 2560 columns each;
 # Llama-3-8B's 1536), the weak shapes of the 54-row suite, and a whole-wave control (8192^2).

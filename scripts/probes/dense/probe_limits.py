@@ -2,9 +2,9 @@
 name carries its tile, stages and thread-block cluster: nvjet_sm90_tst_320x128_64x3_1x2_... is
 320 x 128 tiles, BLOCK_K 64, 3 stages, clusters of 1 x 2 CTAs), and the SM clock and board power
 under a sustained load, with the TFLOP/s each clock cycle buys. Nsight Compute's view of the same
-launches is scripts/ncu-limits.sh.
+launches is scripts/probes/dense/ncu-limits.sh.
 
-Run on a GPU: PYTHONPATH=. python3 scripts/probe_limits.py OUT_DIR
+Run on a GPU: PYTHONPATH=. python3 scripts/probes/dense/probe_limits.py OUT_DIR
 writes OUT_DIR/cublas-kernels.csv and OUT_DIR/clocks.csv, and prints both.
 """
 

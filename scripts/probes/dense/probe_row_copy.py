@@ -1,11 +1,11 @@
-"""What B's copy into rows of whole 128-byte lines costs and buys (descriptors.PAD_B_MIN_M).
+"""What B's copy into rows of whole 128-byte lines costs and buys (tma.PAD_B_MIN_M).
 
 First the copy alone: torch's copy_ on the operand's own elements against
-descriptors._row_aligned_copy, which moves the same bytes as 8-byte elements. Then kernel="auto"
+tma._row_aligned_copy, which moves the same bytes as 8-byte elements. Then kernel="auto"
 on odd shapes with B's copy never taken (PAD_B_MIN_M = 10**9) and always (1), the copy inside the
 timed call: kernel-only (CUDA graphs), medians, cuBLAS in the same run, each result checked
-against the fp64 product. On a GPU: PYTHONPATH=. python3 scripts/probe_row_copy.py
-(results/h100/row-copy.txt).
+against the fp64 product. On a GPU: PYTHONPATH=. python3 scripts/probes/dense/probe_row_copy.py
+(results/h100/probes/dense/row-copy.txt).
 """
 
 import functools
@@ -15,7 +15,7 @@ import triton
 from triton.testing import do_bench, do_bench_cudagraph
 
 import tritongemm
-from tritongemm.hopper import descriptors
+from tritongemm.core import tma
 
 COPIES = ((7000, 3000), (1000, 5000), (2345, 4568))  # B's (K, N): rows of 6,000, 10,000, 9,136 bytes
 SHAPES = ((5000, 3000, 7000), (3000, 5000, 1000), (2048, 5000, 1000), (1536, 5000, 2000))
@@ -25,9 +25,9 @@ def time_copies() -> None:
     for rows, cols in COPIES:
         source = torch.randn(rows, cols, device="cuda", dtype=torch.float16)
         target = torch.empty(rows, -(-cols // 64) * 64, device="cuda", dtype=torch.float16)[:, :cols]
-        assert torch.equal(descriptors._row_aligned_copy(source, 128), source)
+        assert torch.equal(tma._row_aligned_copy(source, 128), source)
         plain = do_bench(functools.partial(target.copy_, source), warmup=25, rep=200, return_mode="median")
-        wide = do_bench(functools.partial(descriptors._row_aligned_copy, source, 128), warmup=25, rep=200,
+        wide = do_bench(functools.partial(tma._row_aligned_copy, source, 128), warmup=25, rep=200,
                         return_mode="median")  # fmt: skip
         moved = 2 * source.numel() * source.element_size()
         print(
@@ -45,7 +45,7 @@ def time_gemms(dtype: torch.dtype) -> None:
         cublas = do_bench_cudagraph(functools.partial(torch.matmul, a, b), rep=100, return_mode="median")
         timed = []
         for threshold in (10**9, 1):
-            descriptors.PAD_B_MIN_M = threshold
+            tma.PAD_B_MIN_M = threshold
             tritongemm.plans.clear()  # the copy is decided when a plan is built
             error = ((tritongemm.matmul(a, b).double() - reference).norm() / reference.norm()).item()
             ms = do_bench_cudagraph(functools.partial(tritongemm.matmul, a, b), rep=100, return_mode="median")
@@ -57,8 +57,8 @@ def time_gemms(dtype: torch.dtype) -> None:
 if __name__ == "__main__":
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}")
     torch.manual_seed(0)
-    saved = descriptors.PAD_B_MIN_M
+    saved = tma.PAD_B_MIN_M
     time_copies()
     for dtype in (torch.float16, torch.bfloat16):
         time_gemms(dtype)
-    descriptors.PAD_B_MIN_M = saved
+    tma.PAD_B_MIN_M = saved

@@ -14,7 +14,7 @@ shape whose every row is a multiple of 128 bytes (5120 x 3072 x 7168) runs conti
 If the padded rows close the gap and the copy costs less than it saves, an aligned copy for
 these strides belongs in dispatch's staging rule.
 
-Run on a GPU: PYTHONPATH=. python3 scripts/probe_row_stride.py [out.csv]
+Run on a GPU: PYTHONPATH=. python3 scripts/probes/dense/probe_row_stride.py [out.csv]
 """
 
 import csv
@@ -25,7 +25,7 @@ import torch
 import triton.testing
 
 import tritongemm
-from tritongemm.reference import rel_error, tolerance
+from tritongemm.core.reference import rel_error, tolerance
 
 SHAPES = ((5000, 3000, 7000), (3000, 5000, 1000), (777, 4096, 4096), (5120, 3072, 7168))
 KERNELS = ("tma_persistent_pipelined", "tma_pipelined")

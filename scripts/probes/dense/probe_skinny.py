@@ -1,9 +1,9 @@
-"""The probe that chose swap_ab's tiles (results/h100/probe-skinny.csv: H100, 2026-11-23, torch
+"""The probe that chose swap_ab's tiles (results/h100/probes/dense/probe-skinny.csv: H100, 2026-11-23, torch
 2.11.0+cu130, triton 3.6.0, tree 163070e, before rung 8 existed). Skinny GEMMs, M = 1 to 128
 tokens on Llama weights, bf16, kernel-only (CUDA-graph replays, median) against cuBLAS in the
 same run: "auto" as it was, the grouped kernel as is and on swapped operands (C.T = W @ x.T, the
 idea of rung 8), and split_k both ways, each with several configs; every result checked first.
-Run on a GPU: PYTHONPATH=. python3 scripts/probe_skinny.py [out.csv]
+Run on a GPU: PYTHONPATH=. python3 scripts/probes/dense/probe_skinny.py [out.csv]
 """
 
 import csv
@@ -15,7 +15,7 @@ import torch
 import triton.testing
 
 import tritongemm
-from tritongemm.config import MatmulConfig as C
+from tritongemm.core.config import MatmulConfig as C
 
 WEIGHTS = [(4096, 4096), (14336, 4096), (4096, 14336), (6144, 4096), (28672, 8192), (8192, 28672)]
 TOKENS = [1, 16, 64, 128]

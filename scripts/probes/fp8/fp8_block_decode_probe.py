@@ -1,10 +1,10 @@
 """Block-scaled fp8 at decode sizes: `auto` with its rule for M <= 64 on large weights (fp8_block's
 64-row Gluon tiles), `auto` without it (the `tl` rung), and torch's block-wise `_scaled_mm`, on
 Llama-3-8B's MLP weights, kernel-only (CUDA graph) and eager, in one run. The fp8-block model's
-decode ran slower with the rule (results/h100/probes/model-fp8-block-generate-*.csv); this asks
+decode ran slower with the rule (results/h100/probes/model/model-fp8-block-generate-*.csv); this asks
 at which M. CSV on stdout.
 
-    PYTHONPATH=. python3 scripts/fp8_block_decode_probe.py
+    PYTHONPATH=. python3 scripts/probes/fp8/fp8_block_decode_probe.py
 """
 
 import functools
@@ -13,8 +13,8 @@ import torch
 
 from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
 from tritongemm.bench.measure import eager_timer, gpu_timer
+from tritongemm.core.reference import fp8_tolerance, rel_error
 from tritongemm.fp8 import api, reference_scaled_mm
-from tritongemm.reference import fp8_tolerance, rel_error
 
 WEIGHTS = ((14336, 4096), (28672, 4096), (4096, 14336))  # (N, K): gate or up, both, down
 TOKENS = (1, 4, 16, 64)

@@ -3,9 +3,9 @@ tile) and torch's block-wise `_scaled_mm` over K = 1024-16384 at two (M, N), ker
 checked against the fp64 reference first, and fits t = a + b K per provider: `a` is the fixed part
 (the tiles' prologues and epilogues, the launch), `b` the main loop's cost per K.
 
-    PYTHONPATH=. python3 scripts/fp8_block_ksweep.py
+    PYTHONPATH=. python3 scripts/probes/fp8/fp8_block_ksweep.py
 
-On the H100 (results/h100/probes/fp8-block-ksweep.txt): our fixed part below cuBLAS's, our part per
+On the H100 (results/h100/probes/fp8/fp8-block-ksweep.txt): our fixed part below cuBLAS's, our part per
 K 2-4% above it, so the main loop's promotion, not the epilogue, is where block-wise trails.
 """
 
@@ -16,10 +16,10 @@ import torch
 
 from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
 from tritongemm.bench.measure import check_then_time
-from tritongemm.epilogue import PLAIN
+from tritongemm.core.epilogue import PLAIN
+from tritongemm.core.reference import fp8_tolerance
+from tritongemm.fp8 import block as fp8_block
 from tritongemm.fp8 import reference_scaled_mm
-from tritongemm.hopper import fp8_block
-from tritongemm.reference import fp8_tolerance
 
 SIZES = ((2048, 6144), (8192, 8192))
 KS = (1024, 2048, 4096, 8192, 16384)

@@ -2,11 +2,11 @@
 torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_then_time's "graph").
 Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
 
-    PYTHONPATH=. python3 scripts/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
+    PYTHONPATH=. python3 scripts/probes/fp8/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
         [--min-m 2048] [--max-m 128] [--split] [--partitions] [--odd] [--swap]
 
 --split times rung 7's split-K on fp8 beside the ws tiles (tensor-wise only). On the H100 at M = 128
-(results/h100/probes/fp8-split-k-m128.csv) it ran 0.61-0.86x torch's, below the ws tiles' 0.85-0.98x
+(results/h100/probes/fp8/fp8-split-k-m128.csv) it ran 0.61-0.86x torch's, below the ws tiles' 0.85-0.98x
 on every weight: the fp32 workspace's round trip and the second launch cost more than the idle SMs.
 """
 
@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
 
 
 def cfg(bm, bn, bk, warps, stages, group=8):
@@ -65,14 +65,14 @@ LARGE = {
     "ws 128x128x128 w8 s6": ("fp8_ws", cfg(128, 128, 128, 8, 6)),
     "pp 128x128x128 w4 s6": ("fp8_ws ping-pong", cfg(128, 128, 128, 4, 6)),
 }
-BLOCK = {  # hopper/fp8_block.py: block scales only; each half of BLOCK_N within a 128-wide scale block
+BLOCK = {  # fp8/block.py: block scales only; each half of BLOCK_N within a 128-wide scale block
     "block-ws 128x128 s5": ("fp8_block", cfg(128, 128, 128, 8, 5)),
     "block-ws 128x256 s4": ("fp8_block", cfg(128, 256, 128, 8, 4)),
     "block-ws 128x256 s3": ("fp8_block", cfg(128, 256, 128, 8, 3)),
     "block-ws 128x256 s4 g16": ("fp8_block", cfg(128, 256, 128, 8, 4, group=16)),
     "block-ws 128x256 s4 g4": ("fp8_block", cfg(128, 256, 128, 8, 4, group=4)),
 }
-# Rung 7's split-K (hopper/split_k.py) on fp8 operands, tensor-wise scales folded into its
+# Rung 7's split-K (ladder/split_k.py) on fp8 operands, tensor-wise scales folded into its
 # reduction's alpha (a probe only: the scales are read on the host): does splitting K beat the
 # ws tiles at decode sizes? "S0" is split_plan's count, enough programs to fill the SMs.
 SPLIT = {
@@ -83,13 +83,13 @@ SPLIT = {
 # fp8_block's two-warpgroup tiles with the warpgroups in one partition (as before 2026-11-26; the
 # partition's barriers then make both promote at once) or in two (the default). scale_a laid out
 # M-major (each K-step's column contiguous, as cuBLAS reads it) ran 0.94x torch's against 0.95x
-# row-major (results/h100/probes/fp8-block-partitions.csv): not kept.
+# row-major (results/h100/probes/fp8/fp8-block-partitions.csv): not kept.
 PARTITIONS = {
     f"block-ws 128x{n} s{stages} c{consumers}": ("fp8_block partitions", (cfg(128, n, 128, 8, stages), consumers))
     for n, stages in ((256, 4), (128, 5), (128, 6))
     for consumers in (1, 2)
 }
-# hopper/fp8_odd_width.py: one warpgroup's 64 rows by a power of two and a smaller one, so that a
+# fp8/odd_width.py: one warpgroup's 64 rows by a power of two and a smaller one, so that a
 # decode step's tiles fill a wave (64 x 96 cuts a 6144-row weight into 128 tiles at M = 128).
 ODD = {
     f"odd 64x{n}x{k} w4 s{stages}": ("fp8_odd_width", cfg(64, n, k, 4, stages))
@@ -111,7 +111,7 @@ SWAP = {
     )
 }
 # fp8_swap_ab under block scales: one 128-wide K block a step, so the ring's depth is its slots;
-# beside the `tl` rung's and fp8_block's tiles (results/h100/probes/fp8-swap-block-m16.csv: auto
+# beside the `tl` rung's and fp8_block's tiles (results/h100/probes/fp8/fp8-swap-block-m16.csv: auto
 # takes 16 x 64 x 128 s8 at M <= 16, K <= 4096).
 SWAP_BLOCK = {
     f"swap-block 16x{n}x128 w4 s{stages}": ("fp8_swap_ab", cfg(16, n, 128, 4, stages))
@@ -126,8 +126,8 @@ def main() -> None:
     from tritongemm import scaled_mm
     from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
     from tritongemm.bench.measure import check_then_time
+    from tritongemm.core.reference import fp8_tolerance
     from tritongemm.fp8 import reference_scaled_mm
-    from tritongemm.reference import fp8_tolerance
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
@@ -165,7 +165,7 @@ def main() -> None:
                 table = dict(BOTH, **(SMALL if M <= 128 else {}), **(LARGE if M >= 128 else {}))
                 if args.split:
                     table = dict(BOTH, **SPLIT, **{k: v for k, v in SMALL.items() if k.startswith("ws")})
-                if recipe == "block":  # the `tl` tiles ran at 130-250 TFLOP/s past M = 128 (probes/fp8-configs.csv)
+                if recipe == "block":  # the `tl` tiles ran at 130-250 TFLOP/s past M = 128 (probes/fp8/fp8-configs.csv)
                     small = {name: c for name, c in SMALL.items() if c[0] == "fp8_grouped"} if M <= 128 else {}
                     large = dict(**{"tma default": LARGE["tma default"]}, **BLOCK) if M >= 128 else {}
                     table = dict(BOTH, **small, **(BLOCK_SMALL if M <= 128 else {}), **large)
@@ -205,13 +205,13 @@ def main() -> None:
 
 def split_k_tensorwise(a, b, sa, sb, config):
     """Rung 7's split-K on fp8 operands with the tensor-wise scales as its reduction's alpha."""
-    from tritongemm.epilogue import Epilogue
-    from tritongemm.hopper import split_k
-    from tritongemm.hopper.descriptors import Descriptors, _descriptor
+    from tritongemm.core.epilogue import Epilogue
+    from tritongemm.ladder import split_k
+    from tritongemm.primitives.gluon.descriptors import Descriptors, descriptor
 
     def fp8_descriptors(a, b, c, BLOCK_M, BLOCK_N, BLOCK_K):  # make_descriptors' checks take 16-bit operands
-        return Descriptors(_descriptor(a, (BLOCK_M, BLOCK_K)), _descriptor(b.T, (BLOCK_N, BLOCK_K)),
-                           _descriptor(c, (BLOCK_M, BLOCK_N)), a_m_major=False, b_k_major=True)  # fmt: skip
+        return Descriptors(descriptor(a, (BLOCK_M, BLOCK_K)), descriptor(b.T, (BLOCK_N, BLOCK_K)),
+                           descriptor(c, (BLOCK_M, BLOCK_N)), a_m_major=False, b_k_major=True)  # fmt: skip
 
     split_k.make_descriptors = fp8_descriptors
     c = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
@@ -227,8 +227,8 @@ def split_k_tensorwise(a, b, sa, sb, config):
 
 def block_partitions(a, b, sa, sb, config, consumers):
     """scaled_mm on fp8_block's plan with `consumers` partitions."""
-    from tritongemm.epilogue import PLAIN
-    from tritongemm.hopper import fp8_block
+    from tritongemm.core.epilogue import PLAIN
+    from tritongemm.fp8 import block as fp8_block
 
     sa, sb = sa.contiguous(), sb.contiguous()
     c = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
@@ -244,8 +244,8 @@ def block_partitions(a, b, sa, sb, config, consumers):
 
 def ping_pong(a, b, sa, sb, recipe, config):
     """scaled_mm on fp8_ws's plan with two consumers (ping-pong), as a call like scaled_mm's."""
-    from tritongemm.epilogue import PLAIN
-    from tritongemm.hopper import fp8_ws
+    from tritongemm.core.epilogue import PLAIN
+    from tritongemm.fp8 import ws as fp8_ws
 
     c = torch.empty(a.shape[0], b.shape[1], dtype=torch.bfloat16, device=a.device)
     run = fp8_ws.plan(a, b, c, sa, sb.contiguous(), recipe, config, PLAIN, consumers=2)

@@ -5,7 +5,7 @@
     a 4096 x 4096 weight: the same 64 tiles and the same weight bytes each time.
 (b) M = 128: rung 4 (fp8_tma, one tile a program) beside auto's fp8_ws and fp8_odd_width tiles.
 
-    PYTHONPATH=. python3 scripts/fp8_decode_probe.py   (results/h100/probes/fp8-m128-rung4.txt)
+    PYTHONPATH=. python3 scripts/probes/fp8/fp8_decode_probe.py   (results/h100/probes/fp8/fp8-m128-rung4.txt)
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import triton
 
 from tritongemm import scaled_mm
 from tritongemm.bench.fp8 import Fp8Problem, operands
-from tritongemm.config import MatmulConfig
+from tritongemm.core.config import MatmulConfig
+from tritongemm.core.reference import fp8_tolerance, rel_error
 from tritongemm.fp8 import reference_scaled_mm
-from tritongemm.reference import fp8_tolerance, rel_error
 
 
 def cfg(bm, bn, bk, warps, stages):

@@ -5,7 +5,7 @@ issued back to back (median of 5 rounds); the GPU time is do_bench's. bf16; row-
 `--recipe block` or `tensor`. `scaled_mm` is also split into its plan key, the key and its look-up,
 and set beside `torch._scaled_mm` on the same operands (tensor- and row-wise). On a GPU:
 
-    PYTHONPATH=. python3 scripts/fp8_host_probe.py [--recipe block]
+    PYTHONPATH=. python3 scripts/probes/fp8/fp8_host_probe.py [--recipe block]
 """
 
 import argparse
@@ -15,10 +15,10 @@ import time
 import torch
 from triton.testing import do_bench
 
+from tritongemm.core.plans import PLANS
 from tritongemm.fp8 import quantize_fp8, scaled_mm
 from tritongemm.fp8.api import _quantize_key, _scaled_mm_key
 from tritongemm.fp8.linear import Fp8Linear
-from tritongemm.plan import PLANS
 
 SHAPES = (
     (1, 4096, 4096),
@@ -52,9 +52,9 @@ def probe(M: int, K: int, N: int, recipe: str) -> None:
     xq, sx = quantize_fp8(x, recipe)
     w_t, sw = fp8.weight_fp8.T, fp8.weight_scale
     scaled_mm(xq, w_t, sx, sw, out_dtype=torch.bfloat16)
-    quantize_call = PLANS.find_key(_quantize_key(x, recipe, None, torch.float8_e4m3fn))
+    quantize_call = PLANS.find(_quantize_key(x, recipe, None, torch.float8_e4m3fn))
     mm_facts = (xq, w_t, sx, sw, None, None, None, 1.0, torch.bfloat16, "auto", None)
-    mm_call = PLANS.find_key(_scaled_mm_key(*mm_facts))
+    mm_call = PLANS.find(_scaled_mm_key(*mm_facts))
     calls = {
         "nn.Linear bf16": lambda: linear(x),
         "Fp8Linear": lambda: fp8(x),
@@ -63,7 +63,7 @@ def probe(M: int, K: int, N: int, recipe: str) -> None:
         "quantize's plan, called": lambda: quantize_call(x),
         "scaled_mm's plan, called": lambda: mm_call(xq, w_t, sx, sw, None, None),
         "scaled_mm's key": lambda: _scaled_mm_key(*mm_facts),
-        "scaled_mm's key, found": lambda: PLANS.find_key(_scaled_mm_key(*mm_facts)),
+        "scaled_mm's key, found": lambda: PLANS.find(_scaled_mm_key(*mm_facts)),
     }
     if recipe != "block" and M >= 16:  # cuBLAS's fp8 GEMM wants M a multiple of 16
         calls["torch._scaled_mm"] = lambda: torch._scaled_mm(xq, w_t, sx, sw, out_dtype=torch.bfloat16)

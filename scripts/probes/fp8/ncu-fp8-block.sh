@@ -3,11 +3,11 @@
 # rung of the same tile (which has no promotion): every section (--set full) of one warm launch
 # each, clocks floating as in the benchmarks, so that tensor-pipe use, shared-memory traffic and
 # the warps' stall reasons can be set side by side. Prints cuBLAS's kernel name and a summary.
-# Usage: bash scripts/ncu-fp8-block.sh [M,N,K]  ->  $OUT/ncu-fp8-block/LABEL.csv
-#        bash scripts/ncu-fp8-block.sh [M,N,K] --stalls: instead, where the block rung's and cuBLAS's
-#        warps wait (stall reasons, hottest SASS lines: scripts/ncu_stalls.py)
+# Usage: bash scripts/probes/fp8/ncu-fp8-block.sh [M,N,K]  ->  $OUT/ncu-fp8-block/LABEL.csv
+#        bash scripts/probes/fp8/ncu-fp8-block.sh [M,N,K] --stalls: instead, where the block rung's and cuBLAS's
+#        warps wait (stall reasons, hottest SASS lines: scripts/probes/fp8/ncu_stalls.py)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../.."
 export PYTHONPATH=. PYTHONUNBUFFERED=1
 out=${OUT:-ncu-logs}/ncu-fp8-block
 shape=${1:-2048,6144,4096}
@@ -18,10 +18,10 @@ cat > "$out/one.py" << 'PY'
 import sys
 import torch
 from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
-from tritongemm.epilogue import PLAIN
+from tritongemm.kernels.epilogue import PLAIN
 from tritongemm.fp8 import reference_scaled_mm
-from tritongemm.hopper import fp8_block, fp8_ws
-from tritongemm.reference import fp8_tolerance
+from tritongemm.dispatch.tiles import fp8_block, fp8_ws
+from tritongemm.core.reference import fp8_tolerance
 M, N, K = (int(v) for v in sys.argv[1].split(","))
 which = sys.argv[2]
 recipe = "tensor" if which == "ws-tensor" else "block"
@@ -57,7 +57,7 @@ stalls() {  # stalls LABEL WHICH KERNEL_REGEX: warp-state sampling by SASS line
   ncu -i "$out/$1.ncu-rep" --page raw --csv > "$out/$1-raw.csv"
   ncu -i "$out/$1.ncu-rep" --page source --csv --print-source sass > "$out/$1-sass.csv"
   echo "== $1 ($shape)"
-  python3 scripts/ncu_stalls.py "$out/$1-raw.csv" "$out/$1-sass.csv" 30
+  python3 scripts/probes/fp8/ncu_stalls.py "$out/$1-raw.csv" "$out/$1-sass.csv" 30
 }
 
 if [ "$mode" = --stalls ]; then

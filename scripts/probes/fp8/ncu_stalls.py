@@ -1,9 +1,9 @@
 """Where a kernel's warps wait, from Nsight Compute's exports of one profiled launch: the share of
 each stall reason (`--page raw`), and the SASS instructions that gathered the most stall samples
-with their two main reasons (`--page source --print-source sass`). scripts/ncu-fp8-block.sh
+with their two main reasons (`--page source --print-source sass`). scripts/probes/fp8/ncu-fp8-block.sh
 --stalls writes the exports; this reads them.
 
-    python3 scripts/ncu_stalls.py RAW.csv SASS.csv [TOP]
+    python3 scripts/probes/fp8/ncu_stalls.py RAW.csv SASS.csv [TOP]
 """
 
 import csv

@@ -3,7 +3,7 @@ the same arithmetic in torch's ops (`combine_grads_torch`, what it ran before an
 torch.compile traces), on the training shapes of the MoE layers in `bench model`: kernel-only
 (do_bench, median) and eager (back-to-back calls, host included), checked against each other first.
 
-    PYTHONPATH=. python3 scripts/combine_backward_probe.py
+    PYTHONPATH=. python3 scripts/probes/grouped/combine_backward_probe.py
 """
 
 import functools
@@ -12,8 +12,8 @@ import torch
 from triton.testing import do_bench
 
 from tritongemm.bench.measure import eager_timer
+from tritongemm.core.reference import rel_error
 from tritongemm.grouped import moe
-from tritongemm.reference import rel_error
 
 SHAPES = ((2048, 2, 4096, "Mixtral"), (2048, 8, 2048, "Qwen3-MoE"), (8192, 8, 2048, "Qwen3-MoE"))  # tokens, top_k, H
 NEEDS = (True, False, True)

@@ -8,16 +8,17 @@ torch._grouped_mm on the same operands: the backward an MoE training step spends
 (experts, n, k) as stored, read untransposed: an N-major b), grouped_mm as it chooses (grouped_ws
 where K is whole K-steps) beside the `tl` kernel's tile it took before and torch._grouped_mm.
 
-`--ws`: the warp-specialized Gluon kernel (hopper/grouped_ws.py) on WS_CANDIDATES instead, beside
+`--ws`: the warp-specialized Gluon kernel (grouped/ws.py) on WS_CANDIDATES instead, beside
 grouped_mm as it chooses, on the problems of 2048 tokens and more (with `--form dx`, on the
 input gradient's N-major weights). With `--form k`, the K-group
-Gluon kernel (hopper/grouped_k_ws.py) on the same tiles, beside the `tl` kernel's tile.
+Gluon kernel (grouped/k_ws.py) on the same tiles, beside the `tl` kernel's tile.
 
 `--glu`: the gated pair (glu="silu", b's columns [gate; up]) on grouped_mm's own tile, beside
 torch._grouped_mm followed by torch's silu(gate) * up. (Its run of tree 3682407,
-probes/grouped-pair-loop-3682407.csv, also timed the kernel's former two walks over K.)
+probes/grouped/grouped-pair-loop-3682407.csv, also timed the kernel's former two walks over K.)
 
-    PYTHONPATH=. python3 scripts/grouped_configs.py --out grouped-configs.csv [--form k | dx] [--ws | --glu]
+    PYTHONPATH=. python3 scripts/probes/grouped/grouped_configs.py --out grouped-configs.csv \
+        [--form k | dx] [--ws | --glu]
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ WS_CANDIDATES = {  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages); the first is gr
     "ws 128x128x128 w8 s3": (128, 128, 128, 8, 3),
     # One MMA warpgroup on 64 rows, half the rows a ragged group's last tile can waste: no better
     # than 128 x 256 on any of the six layers, forward or input gradient (H100, 2026-11-27,
-    # probes/grouped-ws-64-row-tiles-*.csv). 64 x 256 doesn't compile (the masked store's row slices).
+    # probes/grouped/grouped-ws-64-row-tiles-*.csv). 64 x 256 doesn't compile (the masked store's row slices).
     "ws 64x128x64 w4 s6": (64, 128, 64, 4, 6),
     "ws 64x128x64 w4 s8": (64, 128, 64, 4, 8),
 }
@@ -72,8 +73,8 @@ def torch_pair(a, b, offs):
 
 def ws_call(a, b, offs, sizes):
     """grouped_ws on one tile, as a call of no arguments."""
-    from tritongemm.config import MatmulConfig
-    from tritongemm.hopper import grouped_ws
+    from tritongemm.core.config import MatmulConfig
+    from tritongemm.grouped import ws as grouped_ws
 
     bm, bn, bk, warps, stages = sizes
     config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=1, num_warps=warps, num_stages=stages)
@@ -90,8 +91,8 @@ def ws_call(a, b, offs, sizes):
 
 def k_ws_call(a, b, offs, sizes, module=None):
     """grouped_k_ws (or `module`, another tree's copy of it) on one tile, as a call of no arguments."""
-    from tritongemm.config import MatmulConfig
-    from tritongemm.hopper import grouped_k_ws
+    from tritongemm.core.config import MatmulConfig
+    from tritongemm.grouped import k_ws as grouped_k_ws
 
     bm, bn, bk, warps, stages = sizes
     config = MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=8, num_warps=warps, num_stages=stages)
@@ -109,9 +110,9 @@ def k_ws_call(a, b, offs, sizes, module=None):
 def main() -> None:
     from tritongemm.bench.grouped import SUITE, operands
     from tritongemm.bench.measure import check_then_time
+    from tritongemm.core.reference import tolerance
     from tritongemm.grouped import reference_grouped_mm
     from tritongemm.grouped.api import _launch, _tile
-    from tritongemm.reference import tolerance
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)

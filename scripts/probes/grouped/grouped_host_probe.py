@@ -3,7 +3,7 @@ of checks at a time, beside torch._grouped_mm: `eager_timer`'s wall clock (media
 interleaved rounds) of the public call, the call without the offsets check (moe.py's path), the
 unchecked implementation (`direct`), and the check alone. Run on a GPU:
 
-    PYTHONPATH=. python3 scripts/grouped_host_probe.py
+    PYTHONPATH=. python3 scripts/probes/grouped/grouped_host_probe.py
 """
 
 import functools

@@ -4,11 +4,11 @@ kernel-only, each checked against the fp64 reference first. Two sets of group en
 the router's (random sizes: a group's last K-step ends anywhere) and the same rounded to 16 rows
 (a WGMMA's K on 16-bit operands).
 
-    PYTHONPATH=. python3 scripts/grouped_k_ws_ab.py --base old/grouped_k_ws.py --out ab.csv
+    PYTHONPATH=. python3 scripts/probes/grouped/grouped_k_ws_ab.py --base old/grouped_k_ws.py --out ab.csv
 
-`--base` is a copy of hopper/grouped_k_ws.py from another tree (`git show REV:tritongemm/hopper/
+`--base` is a copy of grouped/k_ws.py from another tree (`git show REV:tritongemm/hopper/
 grouped_k_ws.py > old.py`), loaded beside this tree's. Its run at e02d9b0 against 6fb8530's
-(results/h100/probes/grouped-k-ws-stop-at-16.csv) is behind docs/grouped.md's "The group's end".
+(results/h100/probes/grouped/grouped-k-ws-stop-at-16.csv) is behind docs/grouped.md's "The group's end".
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ import torch
 
 from tritongemm.bench.grouped import GroupedProblem, operands
 from tritongemm.bench.measure import check_then_time
+from tritongemm.core.reference import tolerance
+from tritongemm.grouped import k_ws as grouped_k_ws
 from tritongemm.grouped import reference_grouped_mm
-from tritongemm.hopper import grouped_k_ws
-from tritongemm.reference import tolerance
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from grouped_configs import k_ws_call  # noqa: E402
@@ -48,7 +48,7 @@ def on_16(offs: torch.Tensor, rows: int) -> torch.Tensor:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--base", required=True, help="another tree's hopper/grouped_k_ws.py")
+    parser.add_argument("--base", required=True, help="another tree's grouped/k_ws.py")
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     spec = importlib.util.spec_from_file_location("grouped_k_ws_base", args.base)

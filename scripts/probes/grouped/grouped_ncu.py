@@ -2,7 +2,7 @@
 8-expert layer at 8192 tokens (top-2: about 2048 rows an expert, 28672 x 4096 weights), beside
 tritongemm's dense rungs on one expert-sized GEMM (2048 x 28672 x 4096), for Nsight Compute:
 
-    ncu --section SpeedOfLight --section WarpStateStats python3 scripts/grouped_ncu.py --once
+    ncu --section SpeedOfLight --section WarpStateStats python3 scripts/probes/grouped/grouped_ncu.py --once
 
 Without ncu it times each (do_bench, kernel-only) beside torch's in the same run.
 """

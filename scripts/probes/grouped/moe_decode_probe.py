@@ -4,7 +4,7 @@ tritongemm's grouped path (moe.py with the decode path off) and transformers' `g
 experts. Mixtral's and Qwen3-MoE's layer dimensions, random bf16 weights, 1-16 tokens; each
 checked against a float64 loop first. Feeds moe_decode.PAIRS_PER_EXPERT and TILE.
 
-    PYTHONPATH=. python3 scripts/moe_decode_probe.py --out moe-decode.csv [--tiles]
+    PYTHONPATH=. python3 scripts/probes/grouped/moe_decode_probe.py --out moe-decode.csv [--tiles]
 
 --tiles: the decode kernel's tile settings (moe_decode.TILE) instead, kernel-only, beside the
 grouped path, at 1, 2 and 4 tokens.
@@ -111,8 +111,8 @@ def probe_family(family: str, writer) -> None:
 
 def probe_tiles(family: str, writer) -> None:
     from tritongemm.bench.measure import check_then_time
+    from tritongemm.core.plans import PLANS
     from tritongemm.grouped import moe, moe_decode
-    from tritongemm.plan import PLANS
 
     module, config = experts_module(family)
     weights64 = module.gate_up_proj.double(), module.down_proj.double()

@@ -4,7 +4,7 @@ tritongemm's experts, the un-permute's backward as its one kernel against torch'
 process, interleaved rounds of eager_timer, medians. The step is host-bound, and host time moves
 between machines and runs, so the A/B shares both.
 
-    PYTHONPATH=. python3 scripts/moe_train_ab.py [qwen3-30b-moe,mixtral-8x7b-moe]
+    PYTHONPATH=. python3 scripts/probes/grouped/moe_train_ab.py [qwen3-30b-moe,mixtral-8x7b-moe]
 """
 
 import statistics

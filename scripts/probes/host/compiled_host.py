@@ -4,7 +4,7 @@ each, so the loop measures the host; then, per shape, the parts of tritongemm's 
 a time beside F.linear and `torch.mm(..., out=)` (what Inductor's generated code calls for
 cuBLAS). Medians of 5 rounds of `eager_timer`; bf16, on a GPU:
 
-    PYTHONPATH=. python3 scripts/compiled_host.py
+    PYTHONPATH=. python3 scripts/probes/host/compiled_host.py
 """
 
 import functools
@@ -16,8 +16,8 @@ import torch.nn.functional as F
 import tritongemm
 from tritongemm import inductor
 from tritongemm.bench.measure import eager_timer
-from tritongemm.fused import call_key, planned_call
-from tritongemm.plan import PLANS
+from tritongemm.core.plans import PLANS
+from tritongemm.dense.linear import call_key, planned_call
 
 SHAPES = [(512, 512), (2048, 512), (2048, 4096), (4096, 2048)]  # (K, N)
 CHAINED = ((512, 512), (2048, 512))  # a chain of K x K weights stays host-bound for these K
@@ -63,7 +63,7 @@ def parts(K: int, N: int) -> None:
         "direct_linear": functools.partial(inductor.direct_linear, x, w),
         "Site(out=)": functools.partial(site, x, w, None, None, None, 1.0, None, "auto", None, out=out),
         "call_key": functools.partial(call_key, *arguments),
-        "find_key": functools.partial(PLANS.find_key, key),
+        "find": functools.partial(PLANS.find, key),
         "new_empty": functools.partial(x.new_empty, (1, N)),
         "plan.launch": functools.partial(call.plan.launch, x, w, out, None, None, None),
     }

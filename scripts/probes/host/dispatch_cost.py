@@ -1,7 +1,7 @@
 """Per-call eager time of one GEMM three ways: torch.matmul, tritongemm.matmul (the direct path)
 and torch.ops.tritongemm.mm (the same work behind PyTorch's dispatcher), interleaved, median of 7.
 Why eager calls bypass the operator (BENCHMARKS.md, "Host time per call"). Run on a GPU:
-PYTHONPATH=. python3 scripts/dispatch_cost.py"""
+PYTHONPATH=. python3 scripts/probes/host/dispatch_cost.py"""
 
 import statistics
 

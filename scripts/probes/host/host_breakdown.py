@@ -2,7 +2,7 @@
 look-up, the operand preparation (the output's allocation), the launch, and the compiled
 kernel's C launcher alone with pre-built arguments, beside torch.matmul; medians of 5
 interleaved rounds of `eager_timer`. BENCHMARKS.md ("Host time per call") quotes it. Run on a GPU:
-PYTHONPATH=. python3 scripts/host_breakdown.py
+PYTHONPATH=. python3 scripts/probes/host/host_breakdown.py
 """
 
 import functools
@@ -12,10 +12,10 @@ import torch
 
 import tritongemm
 from tritongemm.bench.measure import eager_timer
-from tritongemm.epilogue import PLAIN
-from tritongemm.fast_launch import compiled_launches
-from tritongemm.ladder._host import gemm_args
-from tritongemm.plan import PLANS
+from tritongemm.core.epilogue import PLAIN
+from tritongemm.dense.api import lookup
+from tritongemm.primitives.launch import compiled_launches
+from tritongemm.primitives.tl.host import gemm_args
 
 CASES = [
     (64, 64, 64, torch.float16, "naive"),
@@ -29,12 +29,12 @@ for m, n, k, dtype, kernel in CASES:
     a = torch.randn(m, k, device="cuda", dtype=dtype)
     b = torch.randn(n, k, device="cuda", dtype=dtype).T  # an nn.Linear weight's view
     tritongemm.matmul(a, b, kernel=kernel)
-    plan = PLANS.lookup(a, b, None, kernel, None)
+    plan = lookup(a, b, None, kernel, None)
     pa, pb, c = plan.prepare(a, b, None)
     parts = {
         "torch.matmul": functools.partial(torch.matmul, a, b),
         "matmul": functools.partial(tritongemm.matmul, a, b, kernel=kernel),
-        "look-up": functools.partial(PLANS.lookup, a, b, None, kernel, None),
+        "look-up": functools.partial(lookup, a, b, None, kernel, None),
         "prepare": functools.partial(plan.prepare, a, b, None),
         "launch": functools.partial(plan.launch, pa, pb, c),
     }

@@ -3,7 +3,7 @@ against tritongemm.nn.Linear on the same parameters (x requires grad, as a model
 do; both accumulate into .grad), then cProfile of ours over 2000 steps. `bench overhead` times
 the forward alone; an eager training step's linear layers also pay their backward's host time.
 
-    PYTHONPATH=. python3 scripts/linear_backward_host.py
+    PYTHONPATH=. python3 scripts/probes/host/linear_backward_host.py
 """
 
 import cProfile

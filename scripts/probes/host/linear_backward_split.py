@@ -9,7 +9,7 @@ launch-bound size (16 x 4096 x 4096 bf16, bias; x, weight and bias require grad)
 (c) our backward's body (fused.linear_grads) called on the main thread, beside torch's three ops.
 Back-to-back calls (eager_timer), medians of 3 interleaved rounds.
 
-    PYTHONPATH=. python3 scripts/linear_backward_split.py
+    PYTHONPATH=. python3 scripts/probes/host/linear_backward_split.py
 """
 
 import functools
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 
 import tritongemm
-from tritongemm import fused
 from tritongemm.bench.measure import eager_timer
+from tritongemm.dense import linear as fused
 
 M, N, K = 16, 4096, 4096
 ROUNDS = 3

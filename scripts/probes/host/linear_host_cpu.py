@@ -5,7 +5,7 @@ nothing (a Python `autograd.Function`) and through a C++ op's node (`x * 1.0`). 
 backward's two call keys cost against a look-up of the gradient's facts alone. Best of 7 rounds.
 docs/launch-path.md quotes it. The GPU host's own costs (launches, allocations) are not in it.
 
-    TRITON_INTERPRET=1 python3 scripts/linear_host_cpu.py
+    TRITON_INTERPRET=1 python3 scripts/probes/host/linear_host_cpu.py
 """
 
 import os
@@ -16,8 +16,10 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # read as the kernels are decora
 import torch  # noqa: E402
 
 import tritongemm  # noqa: E402
-from tritongemm import fused  # noqa: E402
-from tritongemm.plan import PLANS, Plan, tensor_facts  # noqa: E402
+from tritongemm.core.plans import PLANS  # noqa: E402
+from tritongemm.core.problem import tensor_facts
+from tritongemm.dense import linear as fused  # noqa: E402
+from tritongemm.dense.plan import Plan
 
 M, K, N = 16, 64, 96
 weight = torch.randn(N, K, requires_grad=True)
@@ -62,12 +64,12 @@ def backward_keys():
                        None, False)  # fmt: skip
 
 
-memo = {(tensor_facts(grad_y), fused._allow_tf32()): None}
+memo = {(tensor_facts(grad_y), fused.allow_tf32()): None}
 
 
 def gradient_facts_only():
     """A look-up keyed by the gradient's facts alone, the views the backward makes either way."""
-    memo.get((tensor_facts(grad_y), fused._allow_tf32()))
+    memo.get((tensor_facts(grad_y), fused.allow_tf32()))
     grad_y.reshape(M, N).T, x_data.reshape(M, K).T
 
 

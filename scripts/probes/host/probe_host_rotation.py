@@ -4,8 +4,8 @@ three kernels named, called in turn on each step, so a host that drifts moves th
 Medians over 1500 steps; a synchronize every 8 steps keeps the queue short, so the time is the
 host's unless the kernels are longer than a call's host time (128 x 4096 x 4096 with rotating
 operands). `--encodings 1` keeps one TMA encoding per operand, as before ENCODINGS_PER_OPERAND.
-On a GPU: PYTHONPATH=. python3 scripts/probe_host_rotation.py [--encodings N]
-(results/h100/host-rotation.txt).
+On a GPU: PYTHONPATH=. python3 scripts/probes/host/probe_host_rotation.py [--encodings N]
+(results/h100/probes/host/host-rotation.txt).
 """
 
 import argparse
@@ -16,7 +16,7 @@ import torch
 import triton
 
 import tritongemm
-from tritongemm import fast_launch
+from tritongemm.primitives import launch as fast_launch
 
 SHAPES = ((64, 64, 64, "nn"), (256, 256, 256, "nn"), (1024, 1024, 1024, "nn"), (128, 4096, 4096, "nt"))
 CALLS = {

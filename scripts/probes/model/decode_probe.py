@@ -3,8 +3,8 @@ one bench-model family (random weights, nothing downloaded), its four providers'
 timed in interleaved rounds, each run once under cProfile, and the host and GPU time of single
 Linear modules at the decode shape (M = 1). bf16, on a GPU:
 
-    PYTHONPATH=. python3 scripts/decode_probe.py qwen2-7b
-    PYTHONPATH=. python3 scripts/decode_probe.py mixtral-8x7b-moe torch,hf-grouped_mm,tritongemm
+    PYTHONPATH=. python3 scripts/probes/model/decode_probe.py qwen2-7b
+    PYTHONPATH=. python3 scripts/probes/model/decode_probe.py mixtral-8x7b-moe torch,hf-grouped_mm,tritongemm
 """
 
 import cProfile

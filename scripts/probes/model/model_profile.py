@@ -1,9 +1,9 @@
 """Where a model phase spends its GPU and host time, torch against tritongemm, by kernel: the
 bench model families (random weights, no download) under torch.profiler. bf16, on a GPU:
 
-    PYTHONPATH=. python3 scripts/model_profile.py pythia-1.4b train
-    PYTHONPATH=. python3 scripts/model_profile.py llama-3-8b generate
-    PYTHONPATH=. python3 scripts/model_profile.py mixtral-8x7b-moe train hf-grouped_mm,tritongemm
+    PYTHONPATH=. python3 scripts/probes/model/model_profile.py pythia-1.4b train
+    PYTHONPATH=. python3 scripts/probes/model/model_profile.py llama-3-8b generate
+    PYTHONPATH=. python3 scripts/probes/model/model_profile.py mixtral-8x7b-moe train hf-grouped_mm,tritongemm
 
 The third argument names bench model's providers to profile (default torch,tritongemm); the
 fourth picks the phase's setting by its shape, e.g. 4x1024 (default: the phase's first).

@@ -1,9 +1,9 @@
 """Whether Pythia-1.4B's eager training step is host-bound, torch against tritongemm: per step,
 the time to enqueue it (nothing inside a step synchronizes) beside the time until the GPU is
 done, medians of 10 steps in 3 interleaved rounds, then cProfile of tritongemm's steps.
-BENCHMARKS.md ("Models") quotes it (results/h100/probes/pythia-train-host-9041c5b.txt).
+BENCHMARKS.md ("Models") quotes it (results/h100/probes/model/pythia-train-host-9041c5b.txt).
 
-    PYTHONPATH=. python3 scripts/pythia_train_host.py
+    PYTHONPATH=. python3 scripts/probes/model/pythia_train_host.py
 """
 
 import cProfile

@@ -10,7 +10,7 @@ assert, which ends the process), and prints one line per variant:
     two      expect(A + B), load A, load B, wait          -> the rungs' pattern
     split    expect(A), load A on bar0; expect(B), load B on bar1; wait both
 
-    TRITON_INSTRUMENTATION_MODE=consan PYTHONPATH=. python3 scripts/consan_probe.py
+    TRITON_INSTRUMENTATION_MODE=consan PYTHONPATH=. python3 scripts/probes/reliability/consan_probe.py
 """
 
 import os
@@ -28,7 +28,7 @@ def run_variant(variant: str) -> None:
     from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    from tritongemm.hopper.gluon_compat import tma_load, tma_store
+    from tritongemm.primitives.gluon.compat import tma_load, tma_store
 
     @gluon.jit
     def probe(a_desc, b_desc, out_desc, VARIANT: gl.constexpr):

@@ -6,8 +6,9 @@ none of their ring: gl.warp_specialize with a default partition (4 warps) and on
 that each store a few values to global memory, and, in the `barriers` variant, 8 mbarriers that
 are initialized before and invalidated after and that no partition touches.
 
-    PYTHONPATH=. compute-sanitizer --tool racecheck python3 scripts/racecheck_warp_specialize.py
-    PYTHONPATH=. compute-sanitizer --tool racecheck python3 scripts/racecheck_warp_specialize.py barriers
+    PYTHONPATH=. compute-sanitizer --tool racecheck python3 scripts/probes/reliability/racecheck_warp_specialize.py
+    PYTHONPATH=. compute-sanitizer --tool racecheck \
+        python3 scripts/probes/reliability/racecheck_warp_specialize.py barriers
 
 On the H100 (triton 3.6.0, compute-sanitizer 2025.3.1, 2026-11-23) the plain variant is clean and
 the barriers variant reports the hazards: the read is the worker warps' `LDS.U8` of the state
@@ -25,7 +26,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from tritongemm.hopper.pipeline import init_barriers, invalidate_barriers
+from tritongemm.primitives.gluon.pipeline import init_barriers, invalidate_barriers
 
 DEFAULT_WARPS = 4
 

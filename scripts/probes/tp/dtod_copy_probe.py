@@ -1,12 +1,12 @@
 """Does a copy within one GPU take the SMs? A 64 MB device-to-device copy and a cuBLAS GEMM on two
 streams, released together by an event after a spin, in either order, beside each alone.
 
-    python3 scripts/dtod_copy_probe.py
+    python3 scripts/probes/tp/dtod_copy_probe.py
 
 Prints each case's GPU activity from torch's profiler (us after the spin's end, +duration). A
 copy engine's copy would run beside the GEMM; a copy the driver runs on the SMs waits for the
 GEMM's thread blocks to leave, or holds the GEMM back until it ends
-(results/h100/probes/dtod-copy-takes-sms.txt; exchange.py's push is why it matters).
+(results/h100/probes/tp/dtod-copy-takes-sms.txt; exchange.py's push is why it matters).
 """
 
 import json

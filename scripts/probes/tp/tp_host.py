@@ -1,7 +1,7 @@
 """Host time per call of the tensor-parallel ops, on every GPU of this machine: where eager calls
 of a few hundred microseconds go.
 
-    python3 scripts/tp_host.py [--tokens 2048] [--calls 30]
+    python3 scripts/probes/tp/tp_host.py [--tokens 2048] [--calls 30]
 
 For q,k,v's all-gather and o's reduce-scatter (bench tp's problems), each provider is called
 `--calls` times back to back with no synchronization between, and the host's wall time per call
@@ -24,7 +24,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root
 
 from tritongemm.bench import tp  # noqa: E402
 

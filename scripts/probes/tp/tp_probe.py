@@ -1,6 +1,7 @@
 """The symmetric transport's stream placement, A/B in one run on every GPU of this machine.
 
-    python3 scripts/tp_probe.py [--out results/h200x4/probes/tp-streams.csv] [--rounds 3] [--ops all_gather_matmul]
+    python3 scripts/probes/tp/tp_probe.py [--out results/h200x4/probes/tp/tp-streams.csv] [--rounds 3] \
+        [--ops all_gather_matmul]
 
 Variants of `distributed.exchange.SymmetricExchanges`, swapped in one after the other, each timed
 as `bench tp` times (graph and eager, the slowest rank's median), in interleaved rounds so that
@@ -32,8 +33,8 @@ for an all-gather and for a reduce-scatter on two GPUs, within bf16's bound of t
 reference otherwise (NCCL's ring rounds after each add, ours once).
 
 Earlier runs had variants since settled: "compute" (tree 4b6e9e8's placement, the publishing copy
-and the barriers on the compute stream; probes/tp-barriers-a661c13.csv), "side-all-sms" (no SM
-spared) and "peer-gemms-on-compute" (results/h200x2/probes/tp-peer-gemms-f4eb125.csv).
+and the barriers on the compute stream; probes/tp/tp-barriers-a661c13.csv), "side-all-sms" (no SM
+spared) and "peer-gemms-on-compute" (results/h200x2/probes/tp/tp-peer-gemms-f4eb125.csv).
 """
 
 from __future__ import annotations
@@ -47,13 +48,13 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the repository root
 
-from tritongemm import hopper  # noqa: E402
 from tritongemm.bench import tp  # noqa: E402
 from tritongemm.bench.report import write_dicts  # noqa: E402
+from tritongemm.core.plans import PLANS  # noqa: E402
+from tritongemm.dispatch import tiles as hopper  # noqa: E402
 from tritongemm.distributed import exchange, gathered  # noqa: E402
-from tritongemm.plan import PLANS  # noqa: E402
 
 SHAPES = [(layer, m) for layer in tp.LAYERS for m in (2048, 4096, 8192, 16384) if layer[0] == "qkv" or m < 8192]
 
@@ -177,8 +178,8 @@ GATHER_ONLY = set(VARIANTS) - {"whole", "side", "pull"}
 
 
 def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tuple, names: tuple, tokens: set) -> None:
+    from tritongemm.core.reference import rel_error, tolerance
     from tritongemm.distributed import ops as tp_ops
-    from tritongemm.reference import rel_error, tolerance
 
     device = tp.join_gpu_group(rank, world, tmp)
     original = exchange.SymmetricExchanges
@@ -227,7 +228,7 @@ def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tu
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="results/h200x4/probes/tp-streams.csv")
+    parser.add_argument("--out", default="results/h200x4/probes/tp/tp-streams.csv")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--ops", default="all_gather_matmul,matmul_reduce_scatter", help="which ops' layers")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"which of {list(VARIANTS)}")

@@ -2,7 +2,7 @@
 sequential (NCCL), each one call replayed from a CUDA graph: bench tp's profile with the pulled
 path beside the library's.
 
-    python3 scripts/tp_rs_timeline.py OUT_DIR [TOKENS=2048] [LAYER=o_proj]
+    python3 scripts/probes/tp/tp_rs_timeline.py OUT_DIR [TOKENS=2048] [LAYER=o_proj]
 
 Writes OUT_DIR/rank{r}.csv (bench tp's timeline columns) and prints, per path and rank, each
 kernel and copy as short[stream]@start+duration in us from the GPUs' line-up: set (the words'
