@@ -11,10 +11,10 @@ from cases import DEVICE, DTYPES, ON_GPU, ON_HOPPER
 
 import tritongemm
 from tritongemm.blocks import GatedMLP, QKVProjection, RMSNorm
-from tritongemm.blocks.fuse import why_not_fused
 from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.core.epilogue import activate_torch
 from tritongemm.core.reference import rel_error, tolerance
+from tritongemm.patching.fuse import why_not_fused
 
 
 def rand(*shape, dtype=torch.float32, seed="", scale=1.0):
@@ -178,7 +178,7 @@ def test_qkv_projection_is_one_gemm_for_one_input(bias):
     attention = LlamaAttention(32, 48, 16, bias=bias).to(DEVICE)
     weights = [(p.weight.detach().clone(), None if p.bias is None else p.bias.detach().clone())
                for p in (attention.q_proj, attention.k_proj, attention.v_proj)]  # fmt: skip
-    fused, left = tritongemm.blocks.fuse_qkv(attention_parent := torch.nn.ModuleDict({"self_attn": attention}))
+    fused, left = tritongemm.patching.fuse.fuse_qkv(attention_parent := torch.nn.ModuleDict({"self_attn": attention}))
     assert fused == ["self_attn"] and not left and isinstance(attention.q_proj, QKVProjection)
     x = rand(3, 5, 32, seed="qkv")
     with _count_linear_calls() as launches:
@@ -211,7 +211,7 @@ def test_qkv_projection_is_one_gemm_for_one_input(bias):
 def test_qkv_projection_in_inference_mode_and_under_compile():
     attention = LlamaAttention(16, 32, 8).to(DEVICE)
     weights = [(p.weight.detach().clone(), None) for p in (attention.q_proj, attention.k_proj, attention.v_proj)]
-    tritongemm.blocks.fuse_qkv(torch.nn.ModuleDict({"a": attention}))
+    tritongemm.patching.fuse.fuse_qkv(torch.nn.ModuleDict({"a": attention}))
     x = rand(4, 16, seed="inference")
     with torch.inference_mode(), _count_linear_calls() as launches:
         outputs = attention(x)
@@ -224,7 +224,7 @@ def test_qkv_projection_in_inference_mode_and_under_compile():
 
 
 def test_why_not_qkv_names_the_reason():
-    from tritongemm.blocks.fuse import why_not_qkv
+    from tritongemm.patching.fuse import why_not_qkv
 
     assert why_not_qkv(LlamaAttention(8, 8, 4)) is None
     mixed = LlamaAttention(8, 8, 4)
@@ -355,7 +355,7 @@ def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monke
     and its quantization with it."""
     transformers = pytest.importorskip("transformers")
     import tritongemm.fp8.linear as fp8_linear
-    from tritongemm.nn import _quantize_in_norms
+    from tritongemm.patching.fp8 import quantize_in_norms
 
     config = transformers.LlamaConfig(
         hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -385,7 +385,7 @@ def test_with_fp8_a_layers_norms_quantize_for_the_layers_they_feed(recipe, monke
     assert len(quantized) == 4  # each group of each layer, once
     assert torch.equal(logits, expected) if not ON_GPU else rel_error(logits, expected.double()) <= 2e-2
     # Under inference mode the groups keep nothing (no version counter): the norms don't offer.
-    _quantize_in_norms(model)
+    quantize_in_norms(model)
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, expected)
     assert len(quantized) == 4 + 2 * (3 + 2)  # each layer of q, k, v and of gate, up quantizes its own input
@@ -446,8 +446,8 @@ def test_a_float32_pairs_plan_follows_torchs_tf32_switch(monkeypatch):
     from tritongemm.blocks import gated_pair as pair_module
 
     built = []
-    real = pair_module._plan
-    monkeypatch.setattr(pair_module, "_plan", lambda *a: built.append(1) or real(*a))
+    real = pair_module._build
+    monkeypatch.setattr(pair_module, "_build", lambda *a: built.append(1) or real(*a))
     rows, weight = rand(5, 8, seed="tf32"), rand(12, 8, seed="tf32w")
     tritongemm.plans.clear()  # no plan for these operands from another test
     previous = torch.backends.cuda.matmul.allow_tf32

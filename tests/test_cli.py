@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import tritongemm
-from tritongemm.cli import main
+from tritongemm.cli import COMMANDS, main
 from tritongemm.core import registry
 
 ON_CPU = not torch.cuda.is_available()
@@ -94,6 +94,16 @@ MISTAKES = [
     ("predict 64 64 64 --write out.json", "--write"),
     ("predict 64 64 64 --constants /nonexistent.json", "--constants /nonexistent.json: no such file"),
     ("predict --compare pyproject.toml", "--compare found no timed rows"),
+    # the tools' refused rungs: by name, and why
+    ("schedule 64 64 --kernel split_k", "argument --kernel: kernel 'split_k' splits K across programs"),
+    ("explain 40 36 50 --kernel stream_k", "argument --kernel: kernel 'stream_k' splits K across programs"),
+    ("l2 64 64 64 --kernels naive,split_tail", "argument --kernels: kernel 'split_tail' splits K across programs"),
+    ("predict 64 64 64 --kernel swap_ab", "kernel 'swap_ab' splits K across programs where its tiles are too few"),
+    ("schedule 64 64 --kernel odd_width --block-n 128", "odd_width: BLOCK_N must be an odd width"),
+    ("explain 40 36 50 --kernel odd_width --block 16,32,16", "BLOCK_N=32"),
+    ("l2 64 64 64 --kernels odd_width --block 64,128,64", "odd_width: BLOCK_N must be an odd width"),
+    ("explain-choice 64 64 64 --gpu a100", "argument --gpu"),
+    ("explain-choice 0 64 64", "argument M"),
 ]
 CPU_MISTAKES = [
     ("bench --shapes 128,128,128", "--shapes 128x128x128 is too large for the Triton interpreter"),
@@ -101,6 +111,25 @@ CPU_MISTAKES = [
     ("bench --shapes 16,16,16 --kernels tma_pipelined", "--kernels tma_pipelined does not run here"),
     ("bench ladder --dtypes float16,bfloat16", "--dtypes bfloat16"),
 ]
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_says_what_it_does(command, capsys):
+    """`tritongemm CMD --help` starts with its usage and a description, the line the list of
+    commands shows for it."""
+    with pytest.raises(SystemExit) as done:
+        main([command, "--help"])
+    assert done.value.code == 0
+    usage, description = capsys.readouterr().out.split("\n\n")[:2]
+    assert usage.startswith(f"usage: tritongemm {command}")
+    assert " ".join(description.split()).lower() == COMMANDS[command].help.lower() + "."
+
+
+def test_the_list_of_commands_names_each_with_its_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert all(f"{name} {command.help}" in out for name, command in COMMANDS.items())
 
 
 @pytest.mark.parametrize("module", ["tritongemm", "tritongemm.cli"])

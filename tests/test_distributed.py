@@ -39,15 +39,15 @@ def test_gathered_chunks_spread_over_streams_only_where_their_gemms_are_small(mo
     """Up to two waves of 128 x 256 tiles a chunk, each gathered chunk's GEMM takes a stream of
     its own (measured on four H100s: docs/tensor-parallel.md); beyond, and on the CPU, one."""
     from tritongemm.core import device_info
-    from tritongemm.distributed import ops
+    from tritongemm.distributed import paths
 
     monkeypatch.setattr(device_info, "sm_count", lambda device: 131)
     gpu = torch.device("cuda", 0)
-    assert ops._spread_chunks(512, 2560, gpu)  # q,k,v at 2048 tokens over 4 GPUs: 40 tiles
-    assert ops._spread_chunks(512, 14336, gpu)  # gate/up: 224
-    assert ops._spread_chunks(2048, 2560, gpu)  # q,k,v at 8192 tokens: 160
-    assert not ops._spread_chunks(4096, 2560, gpu)  # at 16384: 320
-    assert not ops._spread_chunks(512, 2560, torch.device("cpu"))
+    assert paths._spread_chunks(512, 2560, gpu)  # q,k,v at 2048 tokens over 4 GPUs: 40 tiles
+    assert paths._spread_chunks(512, 14336, gpu)  # gate/up: 224
+    assert paths._spread_chunks(2048, 2560, gpu)  # q,k,v at 8192 tokens: 160
+    assert not paths._spread_chunks(4096, 2560, gpu)  # at 16384: 320
+    assert not paths._spread_chunks(512, 2560, torch.device("cpu"))
 
 
 def test_gathered_chunks_travel_in_pieces_of_half_a_wave_from_four_ranks_where_b_stays_in_l2():
@@ -299,7 +299,7 @@ def case_whole_gathered_gemm(rank, world, device, dtype):
 
 
 def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
-    from tritongemm.distributed import all_gather_matmul, exchange, gathered, ops, pushed
+    from tritongemm.distributed import all_gather_matmul, exchange, gathered, paths, pushed
 
     publish, push_piece = exchange.SymmetricExchanges.publish, pushed._push_piece
     sent = []  # the words of the pieces pushed
@@ -369,7 +369,7 @@ def _check_whole_gathered_gemm(rank, world, device, dtype, m, K, N, b, bias):
         _close(c, a.double() @ b.double(), K, dtype, f"CUDA graph, pushed, seed {seed}")
         _close(c_pulled, a.double() @ b.double(), K, dtype, f"CUDA graph, pulled, seed {seed}")
         assert torch.equal(gathered_a, a), f"CUDA graph, seed {seed}: the gathered A is not the whole A"
-    assert ops.WHOLE_GATHERED_GEMM and ops.PUSH_GATHER
+    assert paths.WHOLE_GATHERED_GEMM and paths.PUSH_GATHER
 
 
 def case_all_gather_matmul_3d(rank, world, device, dtype):
@@ -420,7 +420,7 @@ def case_pushed_reduce_scatter(rank, world, device, dtype):
     data each call, so that a partial of the call before would show; a pushed all-gather runs
     between the calls, into the same buffer and words; and a CUDA graph of one call is replayed on
     new data."""
-    from tritongemm.distributed import all_gather_matmul, exchange, matmul_reduce_scatter, ops, pushed
+    from tritongemm.distributed import all_gather_matmul, exchange, matmul_reduce_scatter, paths, pushed
 
     if device.type != "cuda" or world < 2 or exchange._symmetric_memory() is None:
         return
@@ -464,7 +464,7 @@ def case_pushed_reduce_scatter(rank, world, device, dtype):
         a_shard.copy_(a[:, cols])
         graph.replay()
         _close(out, (a.double() @ b.double())[rows] / world, K, dtype, f"CUDA graph, seed {seed}")
-    assert ops.PUSH_SCATTER
+    assert paths.PUSH_SCATTER
 
 
 def case_matmul_reduce_scatter_3d(rank, world, device, dtype):

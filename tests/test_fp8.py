@@ -178,7 +178,8 @@ def test_auto_streams_large_block_scaled_weights_through_the_gluon_rung(M, N, K,
                                               (16, 4096, 14336, False)])  # fmt: skip
 def test_block_scales_at_decode_sizes_take_the_swapped_tile(M, N, K, swapped):
     """M <= 16 and K <= 4096: fp8_swap_ab's tile, one 128-wide K block a step; right either way."""
-    from tritongemm.fp8.api import _SWAP_BLOCK_TILE, _auto
+    from tritongemm.dispatch.fp8 import _SWAP_BLOCK_TILE
+    from tritongemm.dispatch.fp8 import choose as _auto
 
     a, b, _, _ = operands(M, N, K, "block")
     kernel, config = _auto(a, b, torch.empty(M, N, device=DEVICE), "block")
@@ -218,7 +219,7 @@ def test_a_config_is_taken():
 def test_a_second_call_runs_its_plan_without_checks(monkeypatch):
     """The hot path (fp8/api.py): a call like one seen before checks and chooses nothing again,
     quantization included, and computes what the first call did."""
-    from tritongemm.fp8 import api
+    from tritongemm.fp8 import build as api
 
     x, w = rand(24, 256, seed="hot"), rand(40, 256, seed="hot-w")
     first = (quantize_fp8(x, "row"), quantize_fp8(w, "row"))
@@ -300,9 +301,9 @@ def test_the_gluon_rung_on_every_recipe(recipe, shape, out_dtype):
 @pytest.mark.parametrize("shape", [(1, 8, 128), (33, 72, 256), (128, 4096, 512), (100, 136, 1296)], ids=str)
 @pytest.mark.parametrize("recipe", ["tensor", "row"])
 def test_the_gluon_rung_on_the_decode_tile(recipe, shape):
-    """fp8/tma.py on auto's decode tile (fp8/api.py `_decode_tile`: 64 x 64, 256 deep, 4
+    """fp8/tma.py on auto's decode tile (dispatch/fp8.py `_decode_tile`: 64 x 64, 256 deep, 4
     slots): K past the last whole step, rows and columns past the last tile, GELU on the last."""
-    from tritongemm.fp8.api import _ONE_TILE_STAGES
+    from tritongemm.dispatch.fp8 import _ONE_TILE_STAGES
 
     config = MatmulConfig(BLOCK_M=64, BLOCK_N=64, BLOCK_K=256, num_warps=4, num_stages=_ONE_TILE_STAGES)
     fused = dict(activation="gelu") if shape[2] == 1296 else {}
@@ -420,10 +421,10 @@ def test_the_odd_width_rung(recipe, shape, out_dtype, tile):
 @pytest.mark.parametrize(("N", "kernel", "width"), [(6144, "fp8_odd_width", 96), (4096, "fp8_ws", 64),
                                                    (28672, "fp8_ws", 64), (8192, "fp8_ws", 128)])  # fmt: skip
 def test_decode_sized_tiles_fill_their_waves(N, kernel, width):
-    """auto's tile at M = 128 on 132 SMs (fp8/api.py `_wave_filling_tile`): 6144 weight rows in 64 x
+    """auto's tile at M = 128 on 132 SMs (dispatch/fp8.py `_wave_filling_tile`): 6144 weight rows in 64 x
     96 tiles (128 of them, where 64 x 128 gives 96), 28672 in 64 x 64 (seven waves 97% full,
     where 64 x 128 fills 85%), the wider of two that fill as well at 8192."""
-    from tritongemm.fp8.api import _wave_filling_tile
+    from tritongemm.dispatch.fp8 import _wave_filling_tile
 
     chosen, config = _wave_filling_tile(128, N, 132)
     assert (chosen, config.BLOCK_M, config.BLOCK_N) == (kernel, 64, width)
@@ -435,9 +436,9 @@ ONE_WAVE_CASES = [(4096, 4096, "fp8_tma"), (4096, 14336, "fp8_ws"), (1024, 1024,
 
 @pytest.mark.parametrize(("N", "K", "kernel"), ONE_WAVE_CASES)
 def test_a_one_wave_decode_tile_on_a_short_k_runs_on_rung_4(N, K, kernel):
-    """fp8/api.py `_decode_tile` at M = 128 on 132 SMs: the 64 x 64 tile in one wave on a K of at
+    """dispatch/fp8.py `_decode_tile` at M = 128 on 132 SMs: the 64 x 64 tile in one wave on a K of at
     most 4096 runs on fp8_tma; more waves, a longer K or another tile stay where they were."""
-    from tritongemm.fp8.api import _decode_tile
+    from tritongemm.dispatch.fp8 import _decode_tile
 
     assert _decode_tile(128, N, K, 132)[0] == kernel
 

@@ -160,24 +160,24 @@ def test_gated_pair(kernel, case, activation, num_programs, dtype):
 
 @gpu
 def test_auto_takes_the_measured_kernel_for_m_rows():
-    """blocks/gated_pair._auto_kernel: the row-group kernel below RUNG6_FROM_ROWS rows or where TMA
+    """dispatch/gated_pair.py `choose`: the row-group kernel below RUNG6_FROM_ROWS rows or where TMA
     can't read the operands in place, rung 6 up to RUNG9_FROM_ROWS, rung 9 from there."""
-    from tritongemm.blocks import gated_pair as module
+    from tritongemm.dispatch import gated_pair as module
 
     weight = torch.empty(2 * 96, 64, dtype=torch.bfloat16, device="cuda")
     pipelined, warped = module.GATED_RUNGS
     six, nine = module.RUNG6_FROM_ROWS, module.RUNG9_FROM_ROWS
     for M, expected in ((1, "auto"), (six - 1, "auto"), (six, pipelined), (nine - 1, pipelined), (nine, warped)):
         rows = torch.empty(M, 64, dtype=torch.bfloat16, device="cuda")
-        assert module._auto_kernel(rows, weight) == expected, M
+        assert module.choose(rows, weight) == expected, M
     rows = torch.empty(4096, 65, dtype=torch.bfloat16, device="cuda")[:, :63]  # rows of 130 bytes: no TMA
-    assert module._auto_kernel(rows, torch.empty(192, 63, dtype=torch.bfloat16, device="cuda")) == "auto"
+    assert module.choose(rows, torch.empty(192, 63, dtype=torch.bfloat16, device="cuda")) == "auto"
 
 
 @pytest.mark.parametrize("M", [1, 5, 63])
 def test_the_row_group_pair_reads_no_offsets(M, monkeypatch):
     """Below RUNG6_FROM_ROWS rows `auto` runs the row-group kernel over one group of all the rows
-    (grouped.api.dense_pair_plan): it computes the pair against fp64 for a contiguous weight and a
+    (grouped/build.py dense_pair_plan): it computes the pair against fp64 for a contiguous weight and a
     strided one, and a call builds no offs tensor (no fill kernel on the decode path)."""
     from tritongemm.blocks.gated_pair import gated_pair
     from tritongemm.core.epilogue import activate_torch
@@ -200,21 +200,22 @@ def test_the_row_group_pair_reads_no_offsets(M, monkeypatch):
 
 @pytest.mark.parametrize("M", [1, 16])
 def test_the_decode_pair_tile(M):
-    """grouped.api's tile for a dense pair of at most DECODE_PAIR_ROWS rows (gated_pair on a GPU):
+    """dispatch/grouped.py's tile for a dense pair of at most DECODE_PAIR_ROWS rows (gated_pair on a GPU):
     a partial K-step and a partial last column tile, C poisoned, against fp64 (the interpreter on
     the CPU, where dense_pair_plan itself keeps the interpreter's small tile)."""
     from tritongemm.core.epilogue import activate_torch
     from tritongemm.core.reference import rel_error, tolerance
-    from tritongemm.grouped import api
+    from tritongemm.dispatch import grouped as choice
+    from tritongemm.grouped import build
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     gen = torch.Generator().manual_seed(M)
     x = torch.randn(M, 300, generator=gen).to(device, dtype)  # K: one step of 256 and a partial one
     weight = (torch.randn(2 * 70, 300, generator=gen) * 300**-0.5).to(device, dtype)  # 70: 32 + 32 + 6
-    tile = api.decode_pair_tile(x.element_size())
-    assert M <= api.DECODE_PAIR_ROWS and tile["BLOCK_N"] == 32
-    call = api._plan(x, weight.t().unsqueeze(0), None, dtype, "m", "gelu", tile, whole=True)
+    tile = choice.decode_pair_tile(x.element_size())
+    assert M <= choice.DECODE_PAIR_ROWS and tile["BLOCK_N"] == 32
+    call = build.grouped_call(x, weight.t().unsqueeze(0), None, dtype, "m", "gelu", tile, whole=True)
     h = torch.full((M, 70), float("nan"), dtype=dtype, device=device)
     call(x, weight, None, h)
     pair = x.double() @ weight.double().T

@@ -715,7 +715,7 @@ def test_the_offsets_check_compiles_its_device_assert_for_sm90():
 def _compile_expert_rows() -> list[dict]:
     """moe_decode's two launches at Mixtral's dimensions (bf16, weights (experts, out, in)), at
     the widest and narrowest column blocks its tile rule picks."""
-    from tritongemm.grouped.moe_decode import TILE
+    from tritongemm.grouped.moe_build import TILE
     from tritongemm.grouped.tl import _expert_rows_kernel
 
     experts, hidden, width, top_k = 8, 4096, 14336, 2

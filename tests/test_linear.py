@@ -22,7 +22,7 @@ from tritongemm.core.epilogue import ACTIVATIONS, activate_torch, reference_line
 from tritongemm.core.plans import PlanCache
 from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.dense import linear as fused
-from tritongemm.dense.api import lookup
+from tritongemm.dense.matmul import lookup
 from tritongemm.dense.plan import problem_key
 
 KERNELS = LADDER + (HOPPER if ON_HOPPER else ()) + ("auto",)
@@ -120,7 +120,7 @@ def test_the_stored_pre_activation_is_alpha_x_w_plus_b(kernel):
     """STORE_PREACT: the same kernel writes y and z = alpha * x @ w.T + b, the activation's input."""
     dtype = torch.float16 if kernel in HOPPER else torch.float32
     x, w, b, r = inputs((3, 7), 24, 16, dtype, True, True, kernel)
-    y, z = fused._linear(x, w, b, r, "silu", 0.5, dtype, kernel, None, store_preact=True)
+    y, z = fused.planned_call(x, w, b, r, "silu", 0.5, dtype, kernel, None, True).run(x, w, b, r)
     assert rel_error(y, reference_linear(x, w, b, "silu", r, 0.5)) <= tolerance(dtype, 16)
     assert z.shape == y.shape and z.dtype == dtype
     assert rel_error(z, reference_linear(x, w, b, None, None, 0.5)) <= tolerance(dtype, 16)

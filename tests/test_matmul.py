@@ -138,4 +138,4 @@ def test_grouped_autotune():
 def test_auto_picks_by_shape_on_this_device(M, expected):
     # a transposed: no TMA kernel takes it, and a problem this small isn't worth a copy
     a, b = make_operands(Case(M, 40, 32, "tn"), torch.float16)
-    assert tritongemm.dense.api.lookup(a, b, None, "auto", None).kernel == expected
+    assert tritongemm.dense.matmul.lookup(a, b, None, "auto", None).kernel == expected

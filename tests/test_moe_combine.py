@@ -14,9 +14,9 @@ from cases import DEVICE, DTYPES, ON_GPU
 from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
-from tritongemm import ops
 from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.grouped import moe
+from tritongemm.grouped.moe import moe_combine_op
 
 BACKEND = "inductor" if ON_GPU else "aot_eager"
 
@@ -82,7 +82,7 @@ def test_bad_arguments_are_refused(index, message):
     with pytest.raises((ValueError, TypeError), match=message):
         moe.combine(*bad)
     with pytest.raises((ValueError, TypeError), match=message):
-        ops.moe_combine(*bad)
+        moe_combine_op(*bad)
 
 
 def reference_autograd(rows, order, weights):
@@ -151,8 +151,8 @@ def test_the_backward_kernel_on_empty_problems():
 
 def test_the_operator_passes_opcheck():
     rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2, seed="w")
-    torch.library.opcheck(ops.moe_combine, (rows, order, weights))
-    torch.library.opcheck(ops.moe_combine, (rows.requires_grad_(), order, weights.requires_grad_()))
+    torch.library.opcheck(moe_combine_op, (rows, order, weights))
+    torch.library.opcheck(moe_combine_op, (rows.requires_grad_(), order, weights.requires_grad_()))
 
 
 def test_inductor_calls_the_implementation_directly():
@@ -161,7 +161,7 @@ def test_inductor_calls_the_implementation_directly():
     from torch._inductor.utils import run_and_get_code
 
     rows, order, weights = rand(12, 24), sorted_pairs(6, 2), rand(6, 2, seed="w")
-    compiled = torch.compile(lambda r, o, w: ops.moe_combine(r, o, w) * 2, backend="inductor")
+    compiled = torch.compile(lambda r, o, w: moe_combine_op(r, o, w) * 2, backend="inductor")
     out, codes = run_and_get_code(compiled, rows, order, weights)
     assert rel_error(out, 2 * reference(rows, order, weights)) <= tolerance(torch.float32, 2)
     code = "\n".join(codes)

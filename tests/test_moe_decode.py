@@ -14,11 +14,10 @@ from cases import DEVICE, DTYPES, ON_GPU
 from moe_models import TINY_MOE, tiny_moe_model
 
 import tritongemm
-from tritongemm import ops
 from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
 from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.grouped import moe_decode
-from tritongemm.grouped.moe_decode import experts_decode, serves
+from tritongemm.grouped.moe_decode import experts_decode, moe_decode_op, serves
 
 
 def rand(*shape, dtype=torch.float32, seed=""):
@@ -117,7 +116,7 @@ def test_bad_shapes_are_refused_naming_the_argument(change, message, call):
             experts_decode(*args.values())
         else:
             with torch._subclasses.FakeTensorMode(allow_non_fake_inputs=True):
-                ops.moe_decode(*args.values())
+                moe_decode_op(*args.values())
 
 
 def decode_args(tokens=2, experts=3, hidden=16, width=8, top_k=2) -> dict:
@@ -129,14 +128,14 @@ def decode_args(tokens=2, experts=3, hidden=16, width=8, top_k=2) -> dict:
 
 
 def test_the_operator_passes_opcheck():
-    torch.library.opcheck(ops.moe_decode, tuple(decode_args().values()))
+    torch.library.opcheck(moe_decode_op, tuple(decode_args().values()))
 
 
 def test_the_operator_has_no_backward():
     args = decode_args()
     args["x"].requires_grad_()
     with pytest.raises(RuntimeError, match="moe_decode has no backward"):
-        ops.moe_decode(*args.values()).sum().backward()
+        moe_decode_op(*args.values()).sum().backward()
 
 
 @pytest.mark.parametrize("dynamic", [False, True], ids=["static", "dynamic"])
@@ -147,7 +146,7 @@ def test_inductor_calls_the_implementation_directly(dynamic):
     backend on the CPU."""
     from torch._inductor.utils import run_and_get_code
 
-    compiled = torch.compile(lambda *a: ops.moe_decode(*a) * 2, backend="inductor", dynamic=dynamic)
+    compiled = torch.compile(lambda *a: moe_decode_op(*a) * 2, backend="inductor", dynamic=dynamic)
     codes = []
     for tokens in (2, 2, 3):
         args = decode_args(tokens=tokens)

@@ -21,7 +21,7 @@ from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.plans import PlanCache
 from tritongemm.core.reference import reference_matmul, rel_error, tolerance
-from tritongemm.dense.api import lookup
+from tritongemm.dense.matmul import lookup
 from tritongemm.dense.plan import problem_key
 from tritongemm.primitives.launch import compiled_launches, split_parameters
 
@@ -303,11 +303,11 @@ def test_a_table_winner_the_kernel_refuses_leaves_the_choice_to_the_rules(monkey
     monkeypatch.setattr(dispatch_table, "lookup", lambda a, b: choice)
     built, real = [], plan._compiled_plan
 
-    def refuse_the_tables(info, config, *rest):
+    def refuse_the_tables(problem, info, config, *rest):
         built.append((info.name, config))
         if config is SMALL:
             raise ValueError("grouped: a limit") if limit == "ValueError" else OutOfResources(1, 0, "shared memory")
-        return real(info, config, *rest)
+        return real(problem, info, config, *rest)
 
     monkeypatch.setattr(plan, "_compiled_plan", refuse_the_tables)
     a, b = rand(24, 40), rand(40, 16)

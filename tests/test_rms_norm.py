@@ -11,10 +11,10 @@ from cases import DEVICE, DTYPES, ON_GPU
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tritongemm.blocks import RMSNorm, fuse_norms
-from tritongemm.blocks.fuse import why_not_norm
+from tritongemm.blocks import RMSNorm
 from tritongemm.blocks.rms_norm import MAX_WIDTH, kernel_serves, rms_norm_reference
 from tritongemm.core.reference import rel_error
+from tritongemm.patching.fuse import fuse_norms, why_not_norm
 
 FORMS = {"llama": (0.0, True), "gemma": (1.0, False), "offset_cast": (1.0, True), "fp32_weight": (0.0, False)}
 # Largest rel_error of an output rounded once or twice to the dtype (x̂, then the weight's product).

@@ -12,12 +12,18 @@ from cases import DEVICE
 
 from tritongemm.cli import main
 from tritongemm.core.config import MatmulConfig
-from tritongemm.ladder import grouped, naive, persistent
+from tritongemm.ladder import grouped, naive, persistent, swap_ab
 from tritongemm.primitives import tiling as tile_order
 from tritongemm.primitives.tl import host as _host
 from tritongemm.tools import explain, launch
 
-LAUNCHERS = {"naive": naive.launch, "grouped": grouped.launch, "persistent": persistent.launch}
+LAUNCHERS = {
+    "naive": naive.launch,
+    "grouped": grouped.launch,
+    "persistent": persistent.launch,
+    # K whole (split_k=1), as explain shows it; no trace of who computed which tile
+    "swap_ab": lambda a, b, c, config, trace=None: swap_ab.launch(a, b, c, config.with_(split_k=1)),
+}
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ CASES = [
     Case("persistent", 40, 36, 50, "nt", group=2),  # clamped rows / columns at the edges
     Case("persistent", 33, 47, 20, "padded", group=3),
     Case("persistent", 64, 64, 32, "nn", group=1),  # 16 tiles on 4 programs: 4 steps each
+    Case("swap_ab", 40, 36, 50, "nt"),  # a weight's view, as swap_ab's callers pass it
+    Case("swap_ab", 33, 47, 20, "padded"),
 ]
 CONFIG = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, num_stages=1)
 
@@ -77,7 +85,7 @@ def test_rewrite_loads_and_stores_what_the_kernel_does(case):
     np.testing.assert_array_equal(c_rewrite, c_kernel)  # same values, same NaNs left
 
 
-@pytest.mark.parametrize("case", CASES, ids=str)
+@pytest.mark.parametrize("case", [c for c in CASES if c.kernel != "swap_ab"], ids=str)
 def test_each_program_stores_the_tiles_the_kernel_gave_it(case):
     num_pid_m, num_pid_n = tile_order.cdiv(case.M, 16), tile_order.cdiv(case.N, 16)
     trace = torch.full((num_pid_m, num_pid_n, 2), -1, dtype=torch.int32, device=DEVICE)
@@ -96,7 +104,9 @@ def test_each_program_stores_the_tiles_the_kernel_gave_it(case):
     assert (seen == 1).all()
 
 
-@pytest.mark.parametrize("kernel", ["tma_pipelined", "tma_persistent", "tma_persistent_pipelined"])
+@pytest.mark.parametrize(
+    "kernel", ["tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "tma_ping_pong", "odd_width"]
+)
 @pytest.mark.parametrize("scheduler", ["grouped", "chunked"])
 def test_tma_boxes_cover_c_once_and_compute_a_times_b(kernel, scheduler):
     """No interpreter for Gluon: check the rewrite against numpy's product instead."""
@@ -104,7 +114,8 @@ def test_tma_boxes_cover_c_once_and_compute_a_times_b(kernel, scheduler):
     M, N, K = 45, 70, 40
     a, b = rng.integers(-3, 4, (M, K)).astype(float), rng.integers(-3, 4, (N, K)).astype(float).T  # b: nt view
     ops = explain.Operands(M, N, K, K, 1, 1, K, N, 1)
-    config = MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=16, GROUP_SIZE_M=2, scheduler=scheduler)
+    width = 48 if kernel == "odd_width" else 32  # rung 13's B boxes of 32 and 16 columns side by side
+    config = MatmulConfig(BLOCK_M=16, BLOCK_N=width, BLOCK_K=16, GROUP_SIZE_M=2, scheduler=scheduler)
     c = np.full(M * N, np.nan)
     programs = launch.plan(kernel, M, N, config, num_sms=5).schedule.num_programs
     stores = 0
@@ -156,6 +167,27 @@ def test_explain_command(capsys):
     assert "offs_am = np.where(offs_m < M, offs_m, 0)" in text
     assert "k step 3: A rows 16..31, cols 48..49 (32 loaded, 224 masked)" in text
     assert "store: C rows 16..31, cols 32..35 (64 elements stored, 192 masked)" in text
+
+
+def test_odd_width_command_takes_its_tile_and_says_b_is_two_boxes(capsys):
+    assert main("explain 40 200 50 --kernel odd_width --sms 4".split()) == 0
+    text = capsys.readouterr().out
+    assert "tiles 16x96x16" in text and "# B's box is two, side by side" in text
+    assert "store: C rows 0..15, cols 0..95 (1536 elements stored, 0 masked)" in text
+
+
+def test_swap_ab_command_explains_k_whole(capsys):
+    assert main("explain 40 36 50 --kernel swap_ab --program 3".split()) == 0
+    text = capsys.readouterr().out
+    assert "swap_ab (column_major order), program 3 = program_id(0) 0, program_id(1) 1" in text
+    assert "loads these blocks transposed, for C.T's tile" in text
+
+
+@pytest.mark.parametrize("kernel", ["split_k", "stream_k", "split_tail"])
+def test_a_rung_that_splits_k_is_refused_with_why(kernel):
+    ops = explain.Operands.contiguous(40, 36, 50)
+    with pytest.raises(ValueError, match=f"explain: kernel '{kernel}' splits K across programs.*does not show"):
+        explain.explain(kernel, ops, MatmulConfig(BLOCK_M=16, BLOCK_N=16), program=0)
 
 
 def test_program_out_of_range_is_explained():

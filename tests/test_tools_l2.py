@@ -89,3 +89,24 @@ def test_l2_command_prints_table_and_plot(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "column_major" in text and "chunked" in text and "G=8" in text
     assert out.stat().st_size > 0
+
+
+def test_odd_width_is_modelled_on_its_tiles_under_both_schedulers():
+    rows = l2.sweep(["odd_width"], 512, 2560, 8192, group_sizes=(8,))
+    assert [(e.launch.ordering, e.launch.config.BLOCK_N) for e in rows] == [("persistent", 192), ("chunked", 192)]
+    assert rows[0].launch.num_waves == 1  # 112 tiles of 64 x 192 on 132 SMs (rung 6's 64 x 128: 160, two waves)
+
+
+@pytest.mark.parametrize("kernel", ["split_k", "stream_k", "split_tail", "swap_ab"])
+def test_a_rung_that_splits_k_is_refused_by_name(kernel):
+    with pytest.raises(ValueError, match=f"l2: kernel '{kernel}' splits K across programs.*does not cover"):
+        l2.estimate(kernel, 64, 4096, 14336)
+    assert kernel not in l2.KERNELS and kernel in l2.REFUSED
+
+
+def test_a_block_for_every_kernel_leaves_odd_width_out_unless_asked(capsys):
+    assert main("l2 2048 2048 1024 --block 128,128,64 --group-sizes 8".split()) == 0
+    text = capsys.readouterr().out
+    assert "tma_persistent_pipelined" in text and "odd_width" not in text
+    assert main("l2 2048 2048 1024 --group-sizes 8".split()) == 0
+    assert "odd_width" in capsys.readouterr().out  # its own tiles by default

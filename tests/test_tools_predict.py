@@ -158,3 +158,20 @@ def test_predict_command_lists_every_kernel_and_cublas(capsys):
     for kernel in predict.PROVIDERS:
         assert f"\n{kernel} " in text
     assert "built-in defaults" in text
+
+
+def test_odd_width_is_modelled_as_rung_6_on_its_tiles():
+    """512 x 2560: rung 13's 64 x 192 tiles make one wave where rung 6's 64 x 128 make two."""
+    odd = predict.predict("odd_width", 512, 2560, 8192, constants=DEFAULTS)
+    rung6 = predict.terms("tma_persistent_pipelined", 512, 2560, 8192, "bfloat16", MatmulConfig(64, 128, 64))
+    assert (odd.terms.config.BLOCK_N, odd.terms.tiles, odd.terms.rounds) == (192, 112, 1)
+    assert (rung6.tiles, rung6.rounds) == (160, 2)
+    assert odd.constants == DEFAULTS.kernels["odd_width"]
+
+
+@pytest.mark.parametrize("kernel", ["split_k", "stream_k", "split_tail", "swap_ab"])
+def test_a_rung_that_splits_k_is_refused_by_name(kernel, capsys):
+    with pytest.raises(ValueError, match=f"predict: kernel '{kernel}' splits K across programs.*does not cover"):
+        predict.terms(kernel, 1, 4096, 14336, "bfloat16")
+    assert main(["predict", "1", "4096", "14336", "--kernel", kernel]) == 2
+    assert f"kernel '{kernel}' splits K across programs" in capsys.readouterr().err

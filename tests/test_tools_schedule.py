@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from tritongemm.cli import main
+from tritongemm.core import registry
 from tritongemm.core.config import MatmulConfig
 from tritongemm.primitives import tiling as tile_order
 from tritongemm.tools import launch, schedule
@@ -20,12 +21,31 @@ ORDERINGS = [
     ("tma_persistent", "chunked", "chunked"),
     ("tma_persistent_pipelined", "grouped", "persistent"),
     ("tma_persistent_pipelined", "chunked", "chunked"),
+    ("swap_ab", "grouped", "column_major"),  # C.T's tiles row by row: C's column by column
+    ("tma_warp_specialized", "chunked", "chunked"),
+    ("tma_ping_pong", "grouped", "persistent"),
+    ("odd_width", "grouped", "persistent"),
+    ("odd_width", "chunked", "chunked"),
 ]
 
 
 @pytest.mark.parametrize("kernel, scheduler, ordering", ORDERINGS)
 def test_kernel_follows_ordering(kernel, scheduler, ordering):
     assert launch.ordering_of(kernel, scheduler) == ordering
+
+
+def test_every_rung_is_modelled_or_refused_with_a_reason():
+    """A new rung of the registry must be given a tile order here, or a reason the tools refuse it."""
+    rungs = [k.name for k in registry.all_kernels("matmul")]
+    assert sorted(rungs) == sorted([*launch.TILE_ORDERS, *launch.SPLITS_K])  # each in one of them, once
+    assert launch.KERNELS == tuple(r for r in rungs if r in launch.TILE_ORDERS)  # in ladder order
+    assert schedule.KERNELS == launch.KERNELS and set(schedule.REFUSED) == set(launch.SPLITS_K)
+
+
+@pytest.mark.parametrize("kernel", sorted(launch.SPLITS_K))
+def test_a_rung_that_splits_k_is_refused_by_name(kernel):
+    with pytest.raises(ValueError, match=f"kernel '{kernel}' splits K across programs"):
+        launch.ordering_of(kernel)
 
 
 # (kernel, config, bytes per element) -> programs one H100 SM holds
@@ -61,8 +81,9 @@ def test_persistent_waves_are_steps():
 
 @pytest.mark.parametrize("kernel, scheduler, _", ORDERINGS)
 def test_picture_numbers_are_tile_order(kernel, scheduler, _):
-    config = MatmulConfig(BLOCK_M=16, BLOCK_N=16, GROUP_SIZE_M=3, scheduler=scheduler)
-    plan = launch.plan(kernel, 100, 70, config, num_sms=5)
+    width = 48 if kernel == "odd_width" else 16  # an odd width: 32 + 16
+    config = MatmulConfig(BLOCK_M=16, BLOCK_N=width, GROUP_SIZE_M=3, scheduler=scheduler)
+    plan = launch.plan(kernel, 100, 5 * width - 10, config, num_sms=5)
     s = tile_order.schedule(launch.ordering_of(kernel, scheduler), 7, 5, 3, num_programs=5)
     labels = schedule.cell_labels(plan)
     for (i, j), text in np.ndenumerate(labels):
@@ -85,6 +106,19 @@ def test_large_grid_draws_without_numbers(tmp_path):
     config = MatmulConfig(BLOCK_M=128, BLOCK_N=256)
     plan = launch.plan("grouped", 8192, 8192, config)  # 2048 tiles: colour only
     assert schedule.draw(plan, tmp_path / "big.png").stat().st_size > 0
+
+
+def test_swap_ab_is_drawn_a_program_a_tile_with_k_whole(tmp_path, capsys):
+    assert (
+        main(f"schedule 64 512 --kernel swap_ab --block-m 16 --block-n 64 --sms 4 --out {tmp_path / 's.png'}".split())
+        == 0
+    )
+    assert "swap_ab (column_major, K whole: split_k=1) 64x512, tiles 16x64: 4x8 = 32 tiles, " in capsys.readouterr().out
+
+
+def test_odd_width_takes_its_own_tile_by_default(tmp_path, capsys):
+    assert main(f"schedule 512 2560 --kernel odd_width --out {tmp_path / 'o.png'}".split()) == 0
+    assert "odd_width (persistent, GROUP_SIZE_M=8) 512x2560, tiles 64x192: 8x14 = 112 tiles" in capsys.readouterr().out
 
 
 def test_bad_kernel_says_what_is_expected():

@@ -47,7 +47,7 @@ def test_nd_a(shape, dtype):
 def test_nd_folds_without_a_copy():
     a, b = rand(2, 7, 24), rand(24, 40)
     seen = []
-    from tritongemm.dense import api
+    from tritongemm.dense import matmul as api
 
     real = api.lookup
 
@@ -339,11 +339,10 @@ def test_a_static_graph_keeps_its_plans_at_their_sites(monkeypatch):
     from torch._inductor.utils import run_and_get_code
 
     from tritongemm import inductor
-    from tritongemm.dense import linear as fused
 
     planned = []
-    real_call, real_lookup = fused.planned_call, inductor.lookup
-    monkeypatch.setattr(fused, "planned_call", lambda *a: planned.append("linear") or real_call(*a))
+    real_call, real_lookup = inductor.planned_call, inductor.lookup
+    monkeypatch.setattr(inductor, "planned_call", lambda *a: planned.append("linear") or real_call(*a))
     monkeypatch.setattr(inductor, "lookup", lambda *a: planned.append("mm") or real_lookup(*a))
     compiled = torch.compile(site_fn, backend="inductor", fullgraph=True, dynamic=False)
     args = site_args()

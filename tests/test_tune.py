@@ -48,6 +48,67 @@ def test_explain_choice(capsys):
     assert "computes bfloat16 dots wrongly" in capsys.readouterr().err
 
 
+# (explain-choice's arguments with --gpu, what chose: "table" (the shipped H100 table) or "rules")
+MODELLED = [
+    ("4096 4096 4096 --dtype bfloat16 --gpu h100", "rules"),
+    ("777 4096 4096 --dtype bfloat16 --gpu h100", "table"),  # results/h100/auto.csv's bucket
+    ("8192 8192 512 --dtype bfloat16 --gpu h100", "rules"),  # short K
+    ("512 2560 8192 --dtype float16 --layout nt --gpu h100", "rules"),  # a few waves: odd widths
+    ("777 4096 4096 --dtype bfloat16 --gpu h200", "rules"),  # no table for the H200
+    ("4096 4096 4096 --gpu h200", "rules"),
+]
+
+
+@pytest.mark.parametrize("argv, chose", MODELLED)
+def test_explain_choice_on_a_modelled_gpu(argv, chose, capsys, monkeypatch, tmp_path):
+    """On a CPU: the GPU's choice, a Gluon rung, from its shipped table or the rules, saying which."""
+    from tritongemm.cli.tune import GPUS
+    from tritongemm.core import device_info
+
+    monkeypatch.setenv("TRITONGEMM_CACHE_DIR", str(tmp_path))  # no table tuned here
+    dispatch_table.reload()
+    properties = device_info._properties
+    assert cli.main(["explain-choice", *argv.split()]) == 0
+    assert device_info._properties is properties  # the model's facts are gone after the command
+    first, because, *note = capsys.readouterr().out.splitlines()
+    gpu = GPUS[argv.split()[-1]]
+    assert f" on {gpu['name']} (modelled: sm_90, 132 SMs, {gpu['l2_bytes'] >> 20} MiB L2): " in first
+    kernel = first.split("): ")[1].split(",")[0]
+    assert registry.get(kernel).tma  # a Gluon rung, as on the GPU
+    if chose == "table":
+        assert because.startswith("  because table ") and "nvidia-h100-80gb-hbm3.json" in because and not note
+    else:
+        assert because.startswith("  because the first of ")
+        (note,) = note
+        assert note.endswith(": the rules chose")
+        if gpu["name"] == "NVIDIA H200":
+            assert "no measured table applies" in note
+    dispatch_table.reload()
+
+
+# (explain-choice's arguments for another family, the kernel its "auto" takes, a phrase of its why)
+FAMILY_CHOICES = [
+    ("16 14336 4096 --family scaled_mm --recipe tensor --gpu h200", "fp8_swap_ab", "M <= 16 on Hopper"),
+    ("128 4096 4096 --family scaled_mm --gpu h100", "fp8_tma", "fills its waves best"),
+    ("4096 4096 4096 --family scaled_mm --recipe block --gpu h100", "fp8_block", "block-scaled"),
+    ("4096 4096 4096 --family scaled_mm --gpu h200", "fp8_ws", "warp-specialized"),
+    ("100 64 64 --family scaled_mm", "fp8_grouped", "not a CUDA device"),
+    ("8192 2816 2048 --family grouped_mm --groups 8 --dtype bfloat16 --gpu h100", "grouped_mm_ws", "1024 rows a group"),
+    ("64 2816 2048 --family grouped_mm --groups 8 --dtype bfloat16 --gpu h100", "grouped_mm_rows", "8 rows a group"),
+]
+
+
+@pytest.mark.parametrize("argv, kernel, why", FAMILY_CHOICES)
+def test_explain_choice_of_the_other_families(argv, kernel, why, capsys):
+    """scaled_mm's and grouped_mm's "auto", explained on any machine: the kernel (a row of the
+    registry's family) and the rule that took it."""
+    assert cli.main(["explain-choice", *argv.split()]) == 0
+    first, because = capsys.readouterr().out.splitlines()
+    family = argv.split("--family ")[1].split()[0]
+    assert first.split(": ")[1].split(",")[0] == kernel and registry.get(kernel, family)
+    assert because.startswith("  because ") and why in because
+
+
 def test_the_candidates_on_a_gpu_cover_each_kernels_configs(monkeypatch):
     from tritongemm.core import device_info
     from tritongemm.core.registry import get

@@ -14,15 +14,17 @@ from tritongemm.core import versions
 
 versions.check()
 
-from tritongemm import nn, ops  # noqa: E402, F401  ops registers torch.ops.tritongemm.*
+# Each family defines its torch.ops.tritongemm operators in the module of its public function;
+# inductor.py imports every one of those modules and hooks its lowerings onto their first trace.
+from tritongemm import distributed, inductor, nn  # noqa: E402, F401
 from tritongemm.core.config import MatmulConfig  # noqa: E402
 from tritongemm.core.plans import PLANS as plans  # noqa: E402
 from tritongemm.core.registry import kernels  # noqa: E402
-from tritongemm.dense.api import matmul  # noqa: E402
 from tritongemm.dense.linear import linear  # noqa: E402
+from tritongemm.dense.matmul import matmul  # noqa: E402
 from tritongemm.fp8 import quantize_fp8, scaled_mm  # noqa: E402
 from tritongemm.grouped import bmm, grouped_mm  # noqa: E402
-from tritongemm.nn import patch  # noqa: E402
+from tritongemm.patching.patch import patch  # noqa: E402
 
 __all__ = ["matmul", "linear", "scaled_mm", "quantize_fp8", "grouped_mm", "bmm", "nn", "patch", "kernels",
            "MatmulConfig", "plans"]  # fmt: skip

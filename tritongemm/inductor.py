@@ -33,11 +33,15 @@ import warnings
 
 import torch
 
-from tritongemm import ops
-from tritongemm.core import device_info
+from tritongemm.blocks.gated_pair import gated_pair_impl, gated_pair_op, planned_pair
+from tritongemm.core import device_info, operators
+from tritongemm.core.operators import config_of
 from tritongemm.core.plans import PLANS
-from tritongemm.dense import linear as fused
-from tritongemm.dense.api import lookup
+from tritongemm.dense.linear import linear_impl, linear_op, planned_call
+from tritongemm.dense.matmul import lookup, mm_impl, mm_op
+from tritongemm.grouped.api import grouped_mm_impl, grouped_mm_op
+from tritongemm.grouped.moe import moe_combine_impl, moe_combine_op
+from tritongemm.grouped.moe_decode import moe_decode_impl, moe_decode_op, planned_decode
 
 _LOCK = threading.Lock()
 _installed: bool | None = None  # None: not tried yet; False: this Inductor refused
@@ -45,8 +49,8 @@ _installed: bool | None = None  # None: not tried yet; False: this Inductor refu
 
 def install() -> bool:
     """Install the lowerings, once per process (later calls return at once). Called as Dynamo
-    traces a tritongemm call (ops.traced_matmul, ops.traced_linear), so that importing tritongemm
-    never imports Inductor. False where this torch's Inductor lacks what the lowering needs."""
+    traces a graph that holds a tritongemm operator (core/operators.py `traced`), so that importing
+    tritongemm never imports Inductor. False where this torch's Inductor lacks what the lowering needs."""
     global _installed
     if _installed is None:
         with _LOCK:
@@ -63,28 +67,28 @@ def install() -> bool:
 
 # What the generated code calls: the operators' implementations, by names of their own there.
 def direct_mm(a, b, kernel_name="auto", config=None):
-    return ops._mm(a, b, kernel_name, config)
+    return mm_impl(a, b, kernel_name, config)
 
 
 def direct_linear(x, weight, bias=None, residual=None, activation=None, alpha=1.0, out_dtype=None,
                   kernel_name="auto", config=None):  # fmt: skip
-    return ops._linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config)
+    return linear_impl(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config)
 
 
 def direct_grouped_mm(a, b, offs=None, out_dtype=None, glu=None):
-    return ops._grouped_mm(a, b, offs, out_dtype, glu)
+    return grouped_mm_impl(a, b, offs, out_dtype, glu)
 
 
 def direct_gated_pair(rows, weight, activation, kernel_name="auto"):
-    return ops._gated_pair(rows, weight, activation, kernel_name)
+    return gated_pair_impl(rows, weight, activation, kernel_name)
 
 
 def direct_moe_combine(rows, order, weights):
-    return ops._moe_combine(rows, order, weights)
+    return moe_combine_impl(rows, order, weights)
 
 
 def direct_moe_decode(x, gate_up, down, top_k_index, top_k_weights, glu):
-    return ops._moe_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
+    return moe_decode_impl(x, gate_up, down, top_k_index, top_k_weights, glu)
 
 
 class Site:
@@ -139,8 +143,8 @@ def _mm_site(args, out):
     a, b, kernel_name, config = args
     if a.dim() != 2 or not _keepable(out, (a, b)):
         return None
-    with torch.no_grad():  # as ops._mm: the operator's own autograd differentiates it
-        plan = lookup(a, b, out, kernel_name, ops._config(config))
+    with torch.no_grad():  # as mm_impl: the operator's own autograd differentiates it
+        plan = lookup(a, b, out, kernel_name, config_of(config))
     if plan.kernel == "zeros":  # an empty problem
         return None
     return lambda args, out: plan.run(args[0], args[1], out)
@@ -148,20 +152,20 @@ def _mm_site(args, out):
 
 def _linear_site(args, out):
     """`run(args, out)` for a `linear` node's later calls: its plan's launch into out, where the
-    call's own tensors serve it as they are (fused.LinearCall.as_given); else None."""
+    call's own tensors serve it as they are (linear.LinearCall.as_given); else None."""
     x, weight, bias, residual, activation, alpha, out_dtype, kernel_name, config = args
     tensors = [t for t in (x, weight, bias, residual) if t is not None]
     if not _keepable(out, tensors):
         return None
-    call = fused.planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name,
-                              ops._config(config), False)  # fmt: skip
-    if call is None or not call.as_given or not out.is_contiguous() or out.dtype != call.out_dtype:
+    call = planned_call(x, weight, bias, residual, activation, alpha, out_dtype, kernel_name,
+                              config_of(config), False)  # fmt: skip
+    if not call.as_given or not out.is_contiguous() or out.dtype != call.out_dtype:
         return None
     launch, device = call.plan.launch, call.plan.device_index
 
     def run(args, out):
         if device is not None and torch._C._cuda_getDevice() != device:  # a graph runs on its device: never
-            out.copy_(ops._linear(*args))
+            out.copy_(linear_impl(*args))
             return
         launch(args[0], args[1], out, args[2], args[3], None)
 
@@ -171,8 +175,6 @@ def _linear_site(args, out):
 def _gated_pair_site(args, out):
     """`run(args, out)` for a `gated_pair` node's later calls: its plan's call into out, where it
     writes into one (blocks/gated_pair.planned_pair); else None."""
-    from tritongemm.blocks.gated_pair import planned_pair
-
     rows, weight, activation, kernel_name = args
     if not _keepable(out, (rows, weight)):
         return None
@@ -186,8 +188,6 @@ def _moe_decode_site(args, out):
     """`run(args, out)` for a `moe_decode` node's later calls: its plan's two launches into out.
     Kept where the router's index and weights are contiguous, so that their flat views, which the
     kernels read, start where they do: the call then passes them as they are."""
-    from tritongemm.grouped.moe_decode import planned_decode
-
     x, gate_up, down, top_k_index, top_k_weights, glu = args
     if not _keepable(out, (x, gate_up, down, top_k_index, top_k_weights)):
         return None
@@ -199,10 +199,10 @@ def _moe_decode_site(args, out):
 
 # Per operator: what builds a site's kept launch, and the direct path for a call it doesn't keep.
 _SITES = {
-    "mm": (_mm_site, ops._mm),
-    "linear": (_linear_site, ops._linear),
-    "gated_pair": (_gated_pair_site, ops._gated_pair),
-    "moe_decode": (_moe_decode_site, ops._moe_decode),
+    "mm": (_mm_site, mm_impl),
+    "linear": (_linear_site, linear_impl),
+    "gated_pair": (_gated_pair_site, gated_pair_impl),
+    "moe_decode": (_moe_decode_site, moe_decode_impl),
 }
 
 
@@ -304,43 +304,43 @@ def _install() -> None:
         except TypeError:  # a symbolic size
             return False
 
-    # The fake implementations' outputs (ops.py): contiguous, of these dtypes and sizes.
+    # The fake implementations' outputs (each family's operator): contiguous, of these dtypes and sizes.
     lower_to(
-        ops.mm,
+        mm_op,
         "direct_mm",
         lambda a, b, *_: (a.get_dtype(), [*a.get_size()[:-1], b.get_size()[1]]),
         "mm",
         lambda a, *_: half(a) and len(a.get_size()) == 2,  # an N-D a folds on each call (api.matmul)
     )
     lower_to(
-        ops.linear,
+        linear_op,
         "direct_linear",
         lambda x, weight, bias, residual, activation, alpha, out_dtype, *_: (
             out_dtype or x.get_dtype(),
             [*x.get_size()[:-1], weight.get_size()[0]],
         ),
         "linear",
-        # A call that would take a copy before its launch (fused.LinearCall.as_given false) would
+        # A call that would take a copy before its launch (linear.LinearCall.as_given false) would
         # take the direct path and a copy into out as well, on every run: the lowering gives such
         # a node a direct call instead, by its layout (x contiguous, rows of 16-byte multiples).
         lambda x, weight, bias, residual, *_: (
             half(x) and contiguous(x, weight, bias, residual) and whole_rows(x.get_size()[-1], weight.get_size()[0])
         ),
     )
-    lower_to(ops.grouped_mm, "direct_grouped_mm", _grouped_output)
+    lower_to(grouped_mm_op, "direct_grouped_mm", _grouped_output)
     lower_to(
-        ops.gated_pair,
+        gated_pair_op,
         "direct_gated_pair",
         lambda rows, weight, *_: (rows.get_dtype(), [rows.get_size()[0], weight.get_size()[0] // 2]),
         "gated_pair",
         lambda rows, weight, *_: half(rows) and whole_rows(weight.get_size()[0] // 2),  # else C's rows are padded
     )
     lower_to(
-        ops.moe_combine,
+        moe_combine_op,
         "direct_moe_combine",
         lambda rows, order, weights: (rows.get_dtype(), [weights.get_size()[0], rows.get_size()[1]]),
     )
-    lower_to(ops.moe_decode, "direct_moe_decode", lambda x, *_: (x.get_dtype(), list(x.get_size())), "moe_decode")
+    lower_to(moe_decode_op, "direct_moe_decode", lambda x, *_: (x.get_dtype(), list(x.get_size())), "moe_decode")
 
 
 def _grouped_output(a, b, offs, out_dtype, glu):
@@ -353,3 +353,6 @@ def _grouped_output(a, b, offs, out_dtype, glu):
     else:
         size = [offs.get_size()[0], a_size[0], b_size[1]]
     return out_dtype or a.get_dtype(), size
+
+
+operators.on_trace(install)  # every operator's fake implementation runs it as a graph is traced

@@ -268,4 +268,4 @@ def test_auto_copies_misaligned_operands_only_for_a_large_problem(dtype, M, expe
     out = torch.full((M, 1030), float("nan"), device="cuda", dtype=dtype)
     tritongemm.matmul(a, b, out=out)
     assert rel_error(out, reference_matmul(a, b)) <= tolerance(dtype, 1000)
-    assert tritongemm.dense.api.lookup(a, b, out, "auto", None).kernel == expected
+    assert tritongemm.dense.matmul.lookup(a, b, out, "auto", None).kernel == expected

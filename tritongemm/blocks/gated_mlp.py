@@ -24,11 +24,11 @@ import math
 
 import torch
 
-from tritongemm import ops
-from tritongemm.blocks.gated_pair import GATED_RUNGS, gated_pair
+from tritongemm.blocks.gated_pair import GATED_RUNGS, gated_pair, gated_pair_op
 from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
 from tritongemm.dense import linear as fused
-from tritongemm.dense.api import matmul
+from tritongemm.dense.matmul import matmul
+from tritongemm.dense.module import Linear
 
 
 class GatedMLP(torch.nn.Module):
@@ -44,8 +44,6 @@ class GatedMLP(torch.nn.Module):
         if activation not in GLU_ACTIVATIONS:
             raise ValueError(f"GatedMLP: expected activation to be one of {GLU_ACTIVATIONS}, but got {activation!r}")
         super().__init__()
-        from tritongemm.nn import Linear
-
         self.hidden_size, self.intermediate_size, self.activation = hidden_size, intermediate_size, activation
         self.kernel = kernel  # the training forward's pair GEMM's
         self.pair_kernel = kernel if kernel in GATED_RUNGS else "auto"
@@ -71,8 +69,6 @@ class GatedMLP(torch.nn.Module):
     def from_mlp(cls, mlp: torch.nn.Module, activation: str, kernel: str = "auto") -> GatedMLP:
         """The fused module computing what `mlp` (gate_proj, up_proj and down_proj without bias)
         computes: the gate and up weights copied once into one; down_proj's Parameter shared."""
-        from tritongemm.nn import Linear
-
         gate, up, down = mlp.gate_proj.weight, mlp.up_proj.weight, mlp.down_proj
         new = cls(gate.shape[1], gate.shape[0], activation, device="meta", kernel=kernel)
         trainable = gate.requires_grad or up.requires_grad
@@ -91,7 +87,7 @@ class GatedMLP(torch.nn.Module):
                 gate, up = matmul(rows, weight.t(), kernel=self.kernel).chunk(2, dim=-1)
                 h = activate_torch(gate, self.activation) * up
             else:
-                h = ops.gated_pair(rows, weight, self.activation, self.pair_kernel)
+                h = gated_pair_op(rows, weight, self.activation, self.pair_kernel)
         elif records:
             h = _GatedPair.apply(rows, weight, self.activation, self.kernel)
         else:
@@ -127,7 +123,7 @@ class _GatedPair(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        from tritongemm.primitives.glu import glu_backward
+        from tritongemm.primitives.glu import glu_backward  # imports Triton: not at tritongemm's import
 
         rows, weight, pair = ctx.saved_tensors
         d_pair = glu_backward(grad, pair, ctx.activation, rows.dtype)

@@ -41,7 +41,7 @@ import torch
 
 from tritongemm.blocks.gated_mlp import GatedMLP
 from tritongemm.dense import linear as fused
-from tritongemm.nn import Linear  # not imported by blocks/__init__, which nn imports
+from tritongemm.dense.module import Linear
 
 # transformers' pre-norm decoder layer forward, the self_attn call's arguments aside.
 PRE_NORM_FORWARD = (

@@ -39,9 +39,7 @@ class _RMSNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, rows, weight, eps, offset, cast):
-        from tritongemm.blocks.rms_norm_kernels import norm_forward
-
-        y, rstd = norm_forward(rows, weight, eps, offset, cast, keep_rstd=True)
+        y, rstd = _kernels().norm_forward(rows, weight, eps, offset, cast, keep_rstd=True)
         ctx.save_for_backward(rows, weight, rstd)
         ctx.offset, ctx.cast = offset, cast
         return y
@@ -49,17 +47,23 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, dy):
-        from tritongemm.blocks.rms_norm_kernels import norm_backward
-
         rows, weight, rstd = ctx.saved_tensors
         dy = dy if dy.stride(-1) == 1 else dy.contiguous()
-        dx, dw = norm_backward(dy, rows, weight, rstd, ctx.offset, ctx.cast)
+        dx, dw = _kernels().norm_backward(dy, rows, weight, rstd, ctx.offset, ctx.cast)
         return dx, (dw if ctx.needs_input_grad[1] else None), None, None, None
 
 
 # ----------------------------------------------------------------------------------------------
 # The torch formula and the module
 # ----------------------------------------------------------------------------------------------
+
+
+def _kernels():
+    """rms_norm_kernels.py, imported on a norm's first call: its kernels import Triton, whose
+    decoration reads TRITON_INTERPRET (a program may set it after import tritongemm)."""
+    from tritongemm.blocks import rms_norm_kernels
+
+    return rms_norm_kernels
 
 
 def rms_norm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float, cast: bool) -> torch.Tensor:
@@ -118,16 +122,16 @@ class RMSNorm(torch.nn.Module):
         if torch.is_grad_enabled() and (rows.requires_grad or self.weight.requires_grad):
             y = _RMSNormFunction.apply(rows, self.weight, self.eps, self.offset, self.cast)
         else:
-            from tritongemm.blocks.rms_norm_kernels import norm_forward, norm_forward_quantized
-
             share = self.fp8_share
             # An inference tensor has no version counter, so the group keeps nothing for it.
             if share is not None and share.takes(rows.shape[1]) and not x.is_inference():
-                y, q, scale = norm_forward_quantized(rows, self.weight, self.eps, self.offset, self.cast, share.recipe)
+                y, q, scale = _kernels().norm_forward_quantized(
+                    rows, self.weight, self.eps, self.offset, self.cast, share.recipe
+                )
                 y = y.view(*x.shape[:-1], y.shape[-1])
                 share.offer(y, (q, scale))
                 return y
-            y, _ = norm_forward(rows, self.weight, self.eps, self.offset, self.cast, keep_rstd=False)
+            y, _ = _kernels().norm_forward(rows, self.weight, self.eps, self.offset, self.cast, keep_rstd=False)
         return y.view(*x.shape[:-1], y.shape[-1])
 
     def extra_repr(self) -> str:

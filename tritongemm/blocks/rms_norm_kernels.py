@@ -8,9 +8,12 @@ import torch
 import triton
 import triton.language as tl
 
+from tritongemm.core import device_info
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
+from tritongemm.fp8.recipes import fp8_format, fp8_max
 from tritongemm.fp8.tl import _round_to_fp8
+from tritongemm.primitives.launch import compile_launch
 
 ROW_ELEMENTS = 4096  # elements a program holds at once: rows of 128 (Qwen3's q/k norms) go 32 a program
 
@@ -111,9 +114,6 @@ def _blocks(N: int) -> tuple[int, int, int]:
 def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=None):
     """`call(x, weight) -> (y, rstd)`, or with `quantize` ("row" or "block") `-> (y, q, scale)`:
     y's e4m3 copy and scales as `quantize_fp8(y, quantize)` gives them."""
-    from tritongemm.fp8.recipes import fp8_format, fp8_max
-    from tritongemm.primitives.launch import compile_launch
-
     M, N = x.shape
     if quantize not in (None, "row", "block") or (quantize == "block" and N % 128):
         raise ValueError(f"norm_forward_quantized: takes recipe 'row', or 'block' with N % 128 == 0; got "
@@ -152,9 +152,6 @@ def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=Non
 
 
 def _backward_plan(dy, x, weight, rstd, offset, cast):
-    from tritongemm.core import device_info
-    from tritongemm.primitives.launch import compile_launch
-
     M, N = x.shape
     if M == 0:
         return lambda dy, x, weight, rstd: (torch.empty_like(x), torch.zeros_like(weight))

@@ -1,13 +1,19 @@
 """Input validation for `tritongemm.matmul` and `tritongemm.linear`: every problem found before
-anything launches, each message naming the argument, what was given and what was expected."""
+anything launches, each message naming the argument, what was given and what was expected.
+
+A call is checked once, on its problem's first call: `gemm` (matmul's) and `linear` check every
+argument, the kernel named and its config, and return what the plan is built from (a
+`problem.Gemm`, which the dispatch and the builder read without checking again). What only a
+call's own tensors decide, out's aliasing and autograd, `check_out_call` checks on every call."""
 
 from __future__ import annotations
 
 import torch
 
-from tritongemm.core import device_info
+from tritongemm.core import device_info, registry
 from tritongemm.core.config import MatmulConfig
-from tritongemm.core.epilogue import ACTIVATIONS
+from tritongemm.core.epilogue import ACTIVATIONS, Fused
+from tritongemm.core.problem import Gemm
 from tritongemm.core.registry import KernelInfo, sm_name
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -19,6 +25,43 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def _shape(t: torch.Tensor) -> str:
     return "x".join(str(s) for s in t.shape) if t.dim() else "scalar"
+
+
+def gemm(a, b, out, kernel, config, fused: Fused | None = None) -> Gemm:
+    """matmul's problem, checked: the operands (a 2-D (M, K) here: an N-D one is folded first, as
+    torch.matmul folds it), out's geometry, the kernel and its config. `fused`: linear's epilogue,
+    whose arguments `linear` checked."""
+    check_operands(a, b)
+    if out is not None:
+        check_out(out, a, b)  # what the geometry decides; the caller checks aliasing per call
+    out_dtype = a.dtype if fused is None else fused.out_dtype
+    info = _kernel(kernel, config, a.dtype, a.device, out_dtype)
+    resolve_neg = a.is_neg() or b.is_neg()
+    return Gemm(a.resolve_neg(), b.resolve_neg(), out, out_dtype, kernel, info, config, fused, resolve_neg)
+
+
+def linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> tuple[torch.dtype, KernelInfo]:
+    """linear's arguments (see dense.linear.linear), the kernel and its config, checked: (the
+    output's dtype, the kernel's registry row or None for "auto"). Its GEMM's operands, x folded to
+    (M, K) and weight.T, are then right by construction: `Gemm` is made from them unchecked."""
+    out_dtype = check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
+    return out_dtype, _kernel(kernel, config, x.dtype, x.device, out_dtype)
+
+
+def _kernel(kernel, config, dtype: torch.dtype, device: torch.device, out_dtype: torch.dtype) -> KernelInfo | None:
+    """The kernel asked for (its registry row; None for "auto"), checked against the operands'
+    device and dtypes, and the config against it. For "auto", that some rung runs here: every rule
+    of the dispatch ends with rung 1, which takes any operands its device runs."""
+    if not isinstance(kernel, str):
+        raise TypeError(f"matmul: expected kernel to be a str, but got {type(kernel).__name__}")
+    info = registry.get(kernel) if kernel != "auto" else None
+    runs = info or registry.get(registry.AUTO_FALLBACK)
+    check_device(runs, device)
+    check_kernel_dtype(runs, dtype, device)
+    if info is not None:
+        check_out_dtype(info, dtype, out_dtype)
+    check_config(info, config, device)
+    return info
 
 
 def check_operands(a, b, op: str = "matmul", a_name: str = "a") -> None:
@@ -164,20 +207,23 @@ def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: to
         raise ValueError(f"{op}: expected {name} on {device}, the operands' device, but got {t.device}")
 
 
-def check_config(kernel: KernelInfo, config, device: torch.device) -> None:
+def check_config(kernel: KernelInfo | None, config, device: torch.device) -> None:
+    """`config` for `kernel` (None: "auto", whose rules give a config to rung 6's tiles and the
+    ladder below it, never to the odd widths or to autotuning)."""
     if config is None:
         return
+    name = "auto" if kernel is None else kernel.name
     if isinstance(config, MatmulConfig):
-        if config.odd_width and not kernel.odd_widths:
+        if config.odd_width and not (kernel is not None and kernel.odd_widths):
             raise ValueError(
-                f"matmul: kernel {kernel.name!r} takes tiles whose BLOCK_N is a power of two, but got "
+                f"matmul: kernel {name!r} takes tiles whose BLOCK_N is a power of two, but got "
                 f"BLOCK_N={config.BLOCK_N}, an odd width, which only kernel 'odd_width' takes"
             )
         return
     if config == "autotune":
-        if kernel.name != "grouped":
+        if name != "grouped":
             raise ValueError(
-                f"matmul: config='autotune' is available for kernel 'grouped' only, but kernel is {kernel.name!r}"
+                f"matmul: config='autotune' is available for kernel 'grouped' only, but kernel is {name!r}"
             )
         if device.type != "cuda":
             raise ValueError(

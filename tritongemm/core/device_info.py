@@ -86,3 +86,22 @@ def interpreter_active() -> bool:
         pass
 
     return isinstance(probe, InterpretedFunction)
+
+
+@contextlib.contextmanager
+def modelled_gpu(name: str, capability: tuple[int, int], sms: int, l2_bytes: int):
+    """Inside: every CUDA device answers as this GPU (`capability`, `sm_count`, `name`,
+    `l2_bytes`), and no driver is asked, so the dispatch's rules and tables can be asked about a
+    GPU on any machine: `tritongemm explain-choice --gpu`, and the tools' models of a GPU. For
+    tools only: the answers are the process's, not the thread's, while it lasts, so run no kernel
+    meanwhile."""
+    if not (isinstance(sms, int) and sms > 0 and isinstance(l2_bytes, int) and l2_bytes > 0):
+        raise ValueError(f"modelled_gpu: expected sms and l2_bytes to be ints > 0, but got {sms!r} and {l2_bytes!r}")
+    global _index, _properties
+    saved = _index, _properties
+    _index = lambda device: 0  # not torch.cuda.current_device(): no driver to ask
+    _properties = lambda index: (tuple(capability), sms, name, l2_bytes)
+    try:
+        yield
+    finally:
+        _index, _properties = saved

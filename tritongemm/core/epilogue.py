@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tritongemm.core.problem import tensor_facts
+
 ACTIVATIONS = (None, "relu", "gelu", "gelu_tanh", "silu")
 # A gated pair's (GLU: SwiGLU, GeGLU): act(gate) * up.
 GLU_ACTIVATIONS = ("silu", "gelu", "gelu_tanh")
@@ -90,8 +92,6 @@ class Fused:
     preact: torch.Tensor | None = None  # (M, N), unit column stride: where STORE_PREACT writes
 
     def key(self) -> tuple:
-        from tritongemm.core.problem import tensor_facts
-
         tensors = (self.bias, self.residual, self.preact)
         return self.spec, self.out_dtype, *map(tensor_facts, tensors)
 

@@ -273,6 +273,8 @@ KERNELS: tuple[KernelInfo, ...] = (
 )
 # fmt: on
 FAMILIES = tuple(dict.fromkeys(k.family for k in KERNELS))
+# Where every rule of matmul's kernel="auto" ends: rung 1 takes any operands its device runs.
+AUTO_FALLBACK = "naive"
 _BY_KEY = {(k.family, k.name): k for k in KERNELS}
 assert len(_BY_KEY) == len(KERNELS), "a family's kernel names are unique"
 

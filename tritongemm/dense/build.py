@@ -1,5 +1,5 @@
-"""How a dense plan is built, on a problem's first call: validate (raising before anything
-launches), choose the kernel and config (dispatch/), decide the operands' copies, compile.
+"""How a dense plan is built, on a problem's first call, from the problem its checks made
+(core/checks.py): choose the kernel and config (dispatch/), decide the operands' copies, compile.
 What it returns, a `plan.Plan`, is kept in the plan cache; nothing here runs on a hit."""
 
 from __future__ import annotations
@@ -10,49 +10,37 @@ import torch
 from triton.runtime.errors import OutOfResources
 
 from tritongemm import dispatch
-from tritongemm.core import checks, registry
-from tritongemm.core.epilogue import Fused
+from tritongemm.core import registry
+from tritongemm.core.problem import Gemm
 from tritongemm.dense.plan import Plan
 
 
-def build_plan(a, b, out, kernel, config, fused: Fused | None = None) -> Plan:
-    """Validate the problem (raising before anything launches), choose, and compile. `fused`:
-    linear's epilogue, already checked (dense/linear.py)."""
-    checks.check_operands(a, b)
-    if not isinstance(kernel, str):
-        raise TypeError(f"matmul: expected kernel to be a str, but got {type(kernel).__name__}")
-    if out is not None:
-        checks.check_out(out, a, b)  # what the geometry decides; the caller checks aliasing per call
-    resolve_neg = a.is_neg() or b.is_neg()
-    a, b = a.resolve_neg(), b.resolve_neg()
-    out_dtype = a.dtype if fused is None else fused.out_dtype
-    info, chosen, why = dispatch.choose(kernel, config, a, b, out_dtype)
-    checks.check_config(info, chosen, a.device)
-    M, K = a.shape
-    N = b.shape[1]
+def build_plan(problem: Gemm) -> Plan:
+    """Choose and compile the plan of a checked problem (core/checks.py: `gemm`, or linear's)."""
+    a, b, out, out_dtype, fused = problem.a, problem.b, problem.out, problem.out_dtype, problem.fused
     device_index = a.device.index if a.is_cuda else None
-    if M == 0 or N == 0 or K == 0:  # nothing to launch: an empty result, or zeros when K = 0
+    if problem.empty:  # nothing to launch: an empty result, or zeros when K = 0
         assert fused is None, "linear computes an empty reduction's epilogue itself"
         prepare = registry.plain_operands(a, b, out, out_dtype)
-        return Plan("zeros", None, resolve_neg, prepare, _zero_fill, device_index, False)
+        return Plan("zeros", None, problem.resolve_neg, prepare, _zero_fill, device_index, False)
+    info, chosen, why = dispatch.choose(problem.kernel, problem.config, a, b, out_dtype)
     try:
-        return _compiled_plan(info, chosen, a, b, out, out_dtype, fused, resolve_neg, device_index)
+        return _compiled_plan(problem, info, chosen, device_index)
     except (ValueError, TypeError, OutOfResources):
         if not why.startswith(dispatch.TABLE):
             raise
     # A table's winner for this bucket was measured on another problem in it, and a kernel's limits
     # (a grid axis, shared memory) can refuse a config for this one: the rules choose instead.
-    info, chosen, _ = dispatch.choose(kernel, config, a, b, out_dtype, use_table=False)
-    return _compiled_plan(info, chosen, a, b, out, out_dtype, fused, resolve_neg, device_index)
+    info, chosen, _ = dispatch.choose(problem.kernel, problem.config, a, b, out_dtype, use_table=False)
+    return _compiled_plan(problem, info, chosen, device_index)
 
 
-def _compiled_plan(info, config, a, b, out, out_dtype, fused, resolve_neg, device_index) -> Plan:
-    checks.check_config(info, config, a.device)
+def _compiled_plan(problem: Gemm, info, config, device_index) -> Plan:
+    a, b, out, fused = problem.a, problem.b, problem.out, problem.fused
     defaulted = config is None
     if defaulted:
-        M, K = a.shape
-        config = dispatch.default_config(info, a.dtype, M, b.shape[1], K, a.device)
-    prepare = info.plan_operands(a, b, out, out_dtype)
+        config = dispatch.default_config(info, a.dtype, problem.M, problem.N, problem.K, a.device)
+    prepare = info.plan_operands(a, b, out, problem.out_dtype)
     pa, pb, c = prepare(a, b, out)  # this call's own operands, to plan (and compile) on
     epilogue = {} if fused is None else dict(epilogue=fused.spec, bias=fused.bias, residual=fused.residual,
                                              preact=fused.preact)  # fmt: skip
@@ -70,7 +58,7 @@ def _compiled_plan(info, config, a, b, out, out_dtype, fused, resolve_neg, devic
             if not defaulted or config.num_stages == 1:
                 raise
             config = config.with_(num_stages=config.num_stages - 1)
-    return Plan(info.name, config, resolve_neg, prepare, launch, device_index, not c.is_contiguous())
+    return Plan(info.name, config, problem.resolve_neg, prepare, launch, device_index, not c.is_contiguous())
 
 
 def _zero_fill(a, b, c, *epilogue) -> None:

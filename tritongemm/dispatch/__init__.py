@@ -1,8 +1,8 @@
 """How a call's kernel and config are chosen, in one place: the kernel named, or for "auto" the
 measured winner of the problem's bucket (dispatch/table.py, written by `tritongemm tune`), or
 when no table answers, the rules below. `explain` says which applied and why, for
-`tritongemm explain-choice`. Plans are built by core/plans.py, once per problem; nothing here runs on
-a plan-cache hit.
+`tritongemm explain-choice`. Plans are built by dense/build.py, once per problem; nothing here runs
+on a plan-cache hit.
 """
 
 from __future__ import annotations
@@ -68,15 +68,10 @@ TABLE = dispatch_table.TABLE  # how a table's choice's `why` begins
 
 
 def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, use_table: bool = True):
-    """(KernelInfo, config, why) for a call; config None means the kernel's default, and `why`
-    starts with TABLE when a measured table chose. Raises the caller's error for a kernel that
-    can't run here."""
+    """(KernelInfo, config, why) for a checked problem (core/checks.py `gemm`); config None means
+    the kernel's default, and `why` starts with TABLE when a measured table chose."""
     if kernel != "auto":
-        info = registry.get(kernel)
-        checks.check_device(info, a.device)
-        checks.check_kernel_dtype(info, a.dtype, a.device)
-        checks.check_out_dtype(info, a.dtype, out_dtype)
-        return info, config, f"kernel={kernel!r} was asked for"
+        return registry.get(kernel), config, f"kernel={kernel!r} was asked for"
     if config is None and use_table:  # a config given with "auto" was meant for the rules' kernel
         choice = dispatch_table.lookup(a, b)
         if choice is not None and choice.kernel in {k.name for k in registry.all_kernels("matmul")}:
@@ -95,9 +90,7 @@ def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: tor
                 config = _odd_width_tile(a, b, _sm_count(a.device))
             return info, config, f"the first of {rule} that takes the problem{skipped}"
         passed.append((info.name, reason))
-    checks.check_device(candidates[-1], a.device)  # raises the most helpful error
-    checks.check_kernel_dtype(candidates[-1], a.dtype, a.device)
-    raise AssertionError("unreachable: the naive kernel takes any operands its device takes")
+    raise AssertionError(f"unreachable: checks.gemm found {registry.AUTO_FALLBACK!r} takes these operands")
 
 
 # Each rung's default tile, by the rule the notes in dispatch/tiles.py (and the rung's module, for
@@ -229,7 +222,9 @@ def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, 
 
 
 def explain(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> str:
-    """What kernel="auto" takes for a problem shaped and laid out like a @ b, and why."""
+    """What kernel="auto" takes for a problem shaped and laid out like a @ b, and why (raising, as
+    matmul would, where no kernel takes it)."""
+    checks.gemm(a, b, None, "auto", None)
     out_dtype = out_dtype or a.dtype
     info, config, why = choose("auto", None, a, b, out_dtype)
     M, K = a.shape

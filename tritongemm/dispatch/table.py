@@ -22,7 +22,9 @@ from pathlib import Path
 
 import torch
 
+from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
+from tritongemm.core.tma import tma_unsupported_reason
 
 FORMAT = 1  # the JSON layout below; a table of another format is ignored
 TABLE = "table "  # how a Choice's `why` begins
@@ -44,8 +46,6 @@ class Bucket:
 
 
 def bucket_of(a: torch.Tensor, b: torch.Tensor) -> Bucket:
-    from tritongemm.core.tma import tma_unsupported_reason
-
     M, K = a.shape
     N = b.shape[1]
     layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
@@ -161,7 +161,5 @@ def lookup(a: torch.Tensor, b: torch.Tensor) -> Choice | None:
     """The table's choice for this problem on a's device (None: no table, or no such bucket)."""
     if a.device.type != "cuda":
         return None
-    from tritongemm.core import device_info
-
     table = table_for(device_info.name(a.device))
     return None if table is None else table.choose(bucket_of(a, b))

@@ -18,8 +18,27 @@ from pathlib import Path
 
 import torch
 
+import tritongemm
+from tritongemm import dispatch
+from tritongemm.bench import Progress, provider, use_interpreter_without_gpu
+from tritongemm.bench.environment import describe_environment
+from tritongemm.bench.measure import cpu_timer, eager_timer, gpu_timer, measure_problem, operand, runnable_kernels
+from tritongemm.bench.report import COLUMNS
 from tritongemm.bench.suites import LLM_WEIGHTS, LLM_WEIGHTS_70B, Problem
+from tritongemm.core import device_info, registry
 from tritongemm.core.config import MatmulConfig
+from tritongemm.dispatch import table as dispatch_table
+from tritongemm.dispatch.tiles import (
+    BIG_CONFIG,
+    DEEP_RING_TILES,
+    FP32_CONFIG,
+    MID_CONFIG,
+    MID_TILE,
+    SMALL_CONFIG,
+    TILES,
+)
+from tritongemm.ladder import swap_ab
+from tritongemm.ladder.grouped import LESSON_CONFIGS
 
 # What a user's GEMMs look like: the LLM suite's token counts on Llama-3-8B's and -70B's weights,
 # squares, and odd shapes (a non-multiple of 8, a prime), in both half-precision dtypes.
@@ -65,9 +84,6 @@ def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[Mat
     never won a bucket at M = 1, results/h100/probes/dense/tune-skinny.csv), and rung 6's deep-ring tiles from
     SKINNY_TMA_MIN_M tokens; swap_ab tries nothing above. The Gluon kernels try the Hopper tiles
     and, on problems too small for two waves of 128 x 128 tiles, the deep-ring ones."""
-    from tritongemm import dispatch
-    from tritongemm.core import registry
-    from tritongemm.ladder import swap_ab
 
     info = registry.get(kernel)
     dtype = getattr(torch, problem.dtype)
@@ -84,20 +100,13 @@ def candidates(kernel: str, problem: Problem, device: torch.device) -> tuple[Mat
         if kernel == "grouped":  # swap_ab's tile, unswapped: the tokens on the rows
             return tuple(dict.fromkeys((default, swap_ab.default_config(dtype, M, N, K, device).with_(split_k=0))))
         if kernel == SKINNY_TMA and M >= SKINNY_TMA_MIN_M:
-            from tritongemm.dispatch.tiles import DEEP_RING_TILES
-
             return tuple(dict.fromkeys((default, *DEEP_RING_TILES)))
         return (default,) if kernel in SKINNY_ALSO else ()
     if kernel == "naive":
         return (default,)
     if not info.interpretable:  # a Gluon kernel: the Hopper tile table
-        from tritongemm.core import device_info
-        from tritongemm.dispatch.tiles import DEEP_RING_TILES, MID_TILE, TILES
-
         few_tiles = MID_TILE.num_tiles(M, N) < 2 * device_info.sm_count(device)
         return tuple(dict.fromkeys((default, *TILES, *(DEEP_RING_TILES if few_tiles else ()))))
-    from tritongemm.dispatch.tiles import BIG_CONFIG, FP32_CONFIG, MID_CONFIG, SMALL_CONFIG
-    from tritongemm.ladder.grouped import LESSON_CONFIGS
 
     if dtype == torch.float32:
         return tuple(dict.fromkeys((default, FP32_CONFIG)))
@@ -116,13 +125,8 @@ def tune(
     import time
 
     deadline = None if minutes is None else time.monotonic() + 60 * minutes
-    from tritongemm.bench import Progress, provider, use_interpreter_without_gpu
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.measure import cpu_timer, eager_timer, gpu_timer, measure_problem, operand, runnable_kernels
-    from tritongemm.dispatch import table as dispatch_table
 
     on_gpu = use_interpreter_without_gpu()
-    import tritongemm
 
     env = describe_environment()
     device = torch.device("cuda" if on_gpu else "cpu")
@@ -188,7 +192,6 @@ def tune(
 
 def rules_choice(a: torch.Tensor, b: torch.Tensor, problem: Problem) -> tuple[str, str]:
     """(kernel, config label) that kernel="auto" takes for the problem without a table."""
-    from tritongemm import dispatch
 
     dtype = getattr(torch, problem.dtype)
     info, config, _ = dispatch.choose("auto", None, a, b, dtype, use_table=False)
@@ -214,8 +217,6 @@ def eager_times(measure, configs: dict, best, rules) -> dict:
     """{(kernel, config label): eager row} for the kernel-only winner, the rules' choice and cuBLAS,
     timed in the same interleaved rounds, eager calls as a user makes them (bench.measure's "eager";
     `measure` brings the wall-clock timer)."""
-    import tritongemm
-    from tritongemm.bench import provider
 
     pair = [(r.kernel, r.config, provider(tritongemm.matmul, True, kernel=r.kernel, config=configs[key(r)]))
             for r in (best, rules)]  # fmt: skip
@@ -240,8 +241,6 @@ def eager_confirms(eager: dict, best, rules) -> bool:
 def _append_rows(path: Path, rows) -> None:
     import csv
 
-    from tritongemm.bench.report import COLUMNS
-
     new = not path.is_file()
     with path.open("a", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore")
@@ -251,67 +250,8 @@ def _append_rows(path: Path, rows) -> None:
 
 
 def _existing(path: Path, device: str):
-    from tritongemm.dispatch import table as dispatch_table
 
     if not path.is_file():
         return None
     table = dispatch_table.Table.from_json(path.read_text(), path)
     return table if table is not None and table.device == device else None
-
-
-# ---------------------------------------------------------------------------------------------
-# The commands: `tritongemm tune` writes the table, `tritongemm explain-choice` reads it
-# ---------------------------------------------------------------------------------------------
-
-COMMANDS = ("tune", "explain-choice")
-
-
-def add_commands(commands) -> None:
-    from tritongemm.cli import dtypes, shapes
-
-    tune_parser = commands.add_parser(
-        "tune", help="measure the fastest kernel and config per shape bucket on this GPU: kernel='auto''s table"
-    )
-    tune_parser.add_argument("--shapes", type=shapes, help="'M,N,K;...' (default: LLM, square and odd shapes)")
-    tune_parser.add_argument("--dtypes", type=dtypes, help="e.g. float16,bfloat16 (default: both)")
-    tune_parser.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn", help="with --shapes")
-    tune_parser.add_argument("--out", type=Path, help="the table's file (default: this GPU's user table)")
-    tune_parser.add_argument("--restart", action="store_true", help="measure every bucket again")
-    tune_parser.add_argument("--minutes", type=float, help="start no problem after this long; run again to go on")
-    tune_parser.add_argument("--rows", type=Path, help="append every timed candidate to this CSV")
-    tune_parser.add_argument("--max-m", type=int, help="only the problems with M up to this (default: all)")
-    choice = commands.add_parser("explain-choice", help="which kernel and config kernel='auto' takes, and why")
-    choice.add_argument("M", type=int)
-    choice.add_argument("N", type=int)
-    choice.add_argument("K", type=int)
-    choice.add_argument("--dtype", type=dtypes, default=("float16",), help="default float16")
-    choice.add_argument("--layout", choices=("nn", "nt", "tn", "tt"), default="nn")
-
-
-def run(args) -> int:
-    if args.command == "tune":
-        dtypes = args.dtypes or DTYPES
-        problems = None
-        if args.shapes:
-            problems = tuple(Problem(m, n, k, dtype, args.layout) for m, n, k in args.shapes for dtype in dtypes)
-        elif args.dtypes:
-            problems = default_problems(dtypes) if torch.cuda.is_available() else None
-        if args.max_m is not None and (problems or torch.cuda.is_available()):
-            problems = tuple(p for p in problems or default_problems(dtypes) if p.M <= args.max_m)
-        tune(problems, path=args.out, resume=not args.restart, minutes=args.minutes, rows_path=args.rows)
-        return 0
-    import sys
-
-    from tritongemm import dispatch
-    from tritongemm.bench.measure import unfilled_operand
-
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # the CPU: what the interpreter would run
-    dtype = getattr(torch, args.dtype[0])
-    a = unfilled_operand(args.M, args.K, args.layout[0] == "t", dtype, device)
-    b = unfilled_operand(args.K, args.N, args.layout[1] == "t", dtype, device)
-    try:
-        print(dispatch.explain(a, b))
-    except (ValueError, TypeError) as exc:  # no kernel computes this here: say why, in one line
-        print(f"tritongemm: error: {exc}", file=sys.stderr)
-        return 2
-    return 0

@@ -115,7 +115,7 @@ class Exchanges:
     compute stream has queued (the op's inputs, and its fresh buffers, whose memory the compute
     stream may still be using for earlier work).
 
-    The ops see two patterns (ops.py): a gather, where every shard goes to every rank, and a
+    The ops see two patterns (paths.py): a gather, where every shard goes to every rank, and a
     scatter of partial products, where the GEMM for rank `to`'s rows goes to rank `to`."""
 
     spare_sms = 0  # SMs the ops' GEMMs leave free for this transport's kernels (none asked for here)
@@ -213,7 +213,7 @@ class SymmetricExchanges(Exchanges):
     Device-side barriers order a rank's write into its buffer before its peers' reads, and their
     reads before its next write. They are kernels of one block, and they run on the side stream
     with the copies, so that no GEMM waits on a peer, only on the chunk it reads. A persistent
-    GEMM holds every SM it is given, so the ops plan theirs on all SMs but `spare_sms` (ops.py,
+    GEMM holds every SM it is given, so the ops plan theirs on all SMs but `spare_sms` (paths.py,
     `device_info.sparing_sms`), and the barriers run on the one left free. (With the barriers on
     the compute stream, H100 pair, 8192 tokens of Llama-3-70B's q/k/v: the shard's copy into the
     buffer and the wait for the peer, 50-120 us, came before the first GEMM, and the last
@@ -240,7 +240,7 @@ class SymmetricExchanges(Exchanges):
         persistent GEMM's last wave leaves SMs idle, and the next chunk's programs take them as
         they free up. With `spread`, each chunk's GEMM on a stream of its own, beside the other
         chunks' too; else one after another on one stream. The ops spread a chunk whose GEMM is
-        at most two waves of tiles (ops.py `_spread_chunks`): with few tiles a program, the GEMMs
+        at most two waves of tiles (paths.py `_spread_chunks`): with few tiles a program, the GEMMs
         share the SMs well; with many, three persistent GEMMs at once each finished later than
         queued one after another (four H100s, Llama-3-70B's q,k,v at 16384 tokens: 1.25x the
         sequential path against 1.38x; at 2048, 1.28x against 1.15x)."""

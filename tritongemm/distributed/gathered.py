@@ -1,6 +1,6 @@
 """One GEMM over an all-gather's rows, started before they have landed.
 
-The chunked all-gather + GEMM (ops.py) runs one GEMM per gathered chunk as it lands. A chunk is a
+The chunked all-gather + GEMM (paths.py) runs one GEMM per gathered chunk as it lands. A chunk is a
 fraction of the rows, and a persistent GEMM on a fraction loses its last wave: four H100s, q,k,v
 of Llama-3-70B at 8192 tokens, each chunk 2048 x 2560 x 8192 ran 0.80x cuBLAS where the whole
 8192 rows run 0.95-1.01x (docs/tensor-parallel.md). (torch's fused op runs a cuBLAS GEMM per
@@ -16,7 +16,7 @@ SM): the sender's, which pushes it into this rank's memory, or, where the gather
 this rank's side stream, which pulls it; each rank resets its words before its call's first
 transfer. This rank's own chunk is a GEMM of its own, queued first on the compute stream, which
 waits on nothing; this one runs beside it, on a stream of the gathered chunks', queued once the
-first gathered chunk has landed (ops.py), and its programs take the SMs the own chunk's GEMM
+first gathered chunk has landed (paths.py), and its programs take the SMs the own chunk's GEMM
 leaves. (Queued at once, its programs took SMs from that GEMM and spun there: four H100s, q,k,v
 of Llama-3-70B at 8192 tokens, 1.20x the sequential path against 1.49x,
 results/h100x4/probes/tp-whole-*.csv.)

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 
 from tritongemm.dense.linear import linear
-from tritongemm.distributed.ops import all_gather_matmul, matmul_reduce_scatter
+from tritongemm.distributed.overlapped import all_gather_matmul, matmul_reduce_scatter
 
 
 class _ParallelLinear(torch.nn.Module):

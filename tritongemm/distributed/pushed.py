@@ -1,4 +1,4 @@
-"""An all-gather + GEMM whose shards are pushed, planned once per geometry (ops.py's default path
+"""An all-gather + GEMM whose shards are pushed, planned once per geometry (paths.py's default path
 where the gathered A is not kept).
 
 Each rank runs its own shard's GEMM at once and copies its shard straight into a slot of every

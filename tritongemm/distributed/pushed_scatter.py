@@ -1,4 +1,4 @@
-"""A GEMM + reduce-scatter whose partial products are pushed, planned once per geometry (ops.py's
+"""A GEMM + reduce-scatter whose partial products are pushed, planned once per geometry (paths.py's
 path on CUDA GPUs with symmetric memory).
 
 Rank r's product of rank `to`'s rows is one of `to`'s partial products. Per call:
@@ -12,7 +12,7 @@ Rank r's product of rank `to`'s rows is one of `to`'s partial products. Per call
   seen the words reset and then each peer's word set (the driver's cuStreamWaitValue32: no SM),
   the sum of the slots with the epilogue (reduce.py).
 
-The pulled path it replaces (ops.py's general one, SymmetricExchanges.scatter) waited at a barrier
+The pulled path it replaces (paths.py's general one, SymmetricExchanges.scatter) waited at a barrier
 of every rank after each step's GEMM (a receiver pulled once every sender had written the step's
 outbox) and at one more at the end: world barriers a call, each as late as the slowest rank's
 GEMM. Pushed, a partial leaves as soon as its own GEMM is done and no rank waits for another's
@@ -32,7 +32,7 @@ import torch
 
 from tritongemm.core import device_info
 from tritongemm.core.problem import tensor_facts
-from tritongemm.dense.api import lookup
+from tritongemm.dense.matmul import lookup
 from tritongemm.distributed import exchange, pushed
 from tritongemm.distributed.reduce import planned_reduce
 

@@ -18,6 +18,7 @@ import triton.language as tl
 
 from tritongemm.core.epilogue import Epilogue
 from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.launch import compile_launch
 
 BLOCK_M, BLOCK_N = 32, 128  # 4K fp32 elements a program: enough bytes in flight for a streaming pass
 
@@ -75,8 +76,6 @@ def planned_reduce(parts: torch.Tensor, *, alpha: float = 1.0, bias=None, activa
     """`reduce(parts, bias, residual)`, `reduce_partials` compiled once for tensors like these
     (same shapes, strides and 16-byte alignment; the caller's plan key says so), which launches
     without Triton's per-call binding (primitives/launch.py): for a plan that runs it on every call."""
-    from tritongemm.primitives.launch import compile_launch
-
     world, M, N = parts.shape
     assert M and N, "an empty output has no kernel to plan"
     out = parts.new_empty((M, N))  # this call's, to plan on

@@ -59,7 +59,7 @@ Also tried, on the H100 beside torch's (results/h100/probes/fp8/fp8-block-regist
     loads 11% more per FLOP than 128 x 256; why it lost more than that was not profiled.
 
 tensor- and row-wise scales are fp8_ws.py's (they apply once, to the finished tile).
-scaled_mm's "auto" takes this rung for block scales past M = 64 (fp8/api.py `_auto`, on TILES), and
+scaled_mm's "auto" takes this rung for block scales past M = 64 (dispatch/fp8.py `choose`, on TILES), and
 below on weights of 2^25 elements or more (on ONE_WARPGROUP_TILES);
 kernel="fp8_block" names it. tests/test_fp8.py runs it on the H100; tests/test_gluon_compile.py
 compiles it for sm_90 on the CPU and checks that ptxas neither spills nor serializes its MMAs.
@@ -110,12 +110,12 @@ CONSUMER_REGISTERS = 240
 # Half the width, for grids the wide tile leaves short of one tile an SM.
 NARROW_CONFIG = DEFAULT_CONFIG.with_(BLOCK_N=128, num_stages=5)
 # The 64-row tiles on one warpgroup, for decode sizes (M = 128: 0.96-1.07x torch's block-wise on
-# the H200 where 128 x 128 gave 0.58-0.69x; at M <= 64, large weights only: fp8/api.py `_auto`).
+# the H200 where 128 x 128 gave 0.58-0.69x; at M <= 64, large weights only: dispatch/fp8.py `choose`).
 ONE_WARPGROUP_TILES = (
     DEFAULT_CONFIG.with_(BLOCK_M=64, BLOCK_N=128, num_warps=4, num_stages=8),
     DEFAULT_CONFIG.with_(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=10),
 )
-# "auto"'s tiles past M = 64, largest first (fp8/api.py `_filling_tile`).
+# "auto"'s tiles past M = 64, largest first (dispatch/fp8.py `_filling_tile`).
 TILES = (DEFAULT_CONFIG, NARROW_CONFIG, *ONE_WARPGROUP_TILES)
 
 

@@ -12,7 +12,7 @@ two). Rung 13's loop is the one here: a persistent program per SM, a ring of thr
 Only what fp8 changes is here, as in fp8_ws.py: the checks (fp8_tma.unsupported_reason), the
 descriptors on the fp8 tensors with C's staging sized by C's dtype, and a launch that takes the
 scales with every call (fp8_tma.planned_scaled_launch). scaled_mm's "auto" chooses it where
-measured (fp8/api.py `_auto`); kernel="fp8_odd_width" names it.
+measured (dispatch/fp8.py `choose`); kernel="fp8_odd_width" names it.
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ import triton
 import triton.language as tl
 
 from tritongemm.primitives.epilogue import apply_tl, scale_tl
-from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, store_tile, tile_offsets
+from tritongemm.primitives.tiling.tl import grouped_tile
+from tritongemm.primitives.tl.tiles import dot_tile, store_tile, tile_offsets
 
 # --- quantization ---------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ tile's epilogue.
 Only what fp8 changes is here: the checks (fp8_tma.unsupported_reason: one fp8 dtype, K-major
 operands, a bf16 or fp16 C), descriptors on the fp8 tensors, C's staging buffer sized by C's
 dtype, and a launch that takes the scales with every call (fp8_tma.planned_scaled_launch).
-scaled_mm's "auto" chooses it where measured (fp8/api.py `_auto`); kernel="fp8_ws" names it.
+scaled_mm's "auto" chooses it where measured (dispatch/fp8.py `choose`); kernel="fp8_ws" names it.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from tritongemm.primitives.gluon.mma import WGMMA
 NAME = "fp8_ws"
 # 128 x 256 on two warpgroups, as rung 9's big tile: 4 slots of 48 KB and a 32 KB bf16 C half.
 DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=128, GROUP_SIZE_M=8, num_warps=8, num_stages=4)
-# "auto"'s tiles, largest first (fp8/api.py `_filling_tile`): narrower ones give more SMs a tile
+# "auto"'s tiles, largest first (dispatch/fp8.py `_filling_tile`): narrower ones give more SMs a tile
 # at decode sizes, with deeper rings to keep the weight streaming (scripts/probes/fp8/fp8_configs.py). The
 # 64-row ones step 256 of K: the same bytes in flight in half the K-steps (ring waits, MMA issues);
 # tensor-wise at M = 128 on the H100 (probes/fp8/fp8-ws-deep-m128.csv) 0.95-0.98x torch's where 128

@@ -15,34 +15,12 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm.core import operators
 from tritongemm.core.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
-from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch, activation_backward
+from tritongemm.core.operators import LIB, register_autograd
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import allow_tf32, tensor_facts
-
-# The GPU's tiles, by the groups' mean size (rows / groups), from scripts/probes/grouped/grouped_configs.py on
-# the H100 (results/h100/probes/grouped/grouped-configs.csv): a decode step gives each expert a few rows,
-# and a 32-row tile streaming 128 of K a step reads the weights fastest (1.06-1.67x
-# torch._grouped_mm where the first 64 x 64 x 32 tile gave 0.2-0.6x); MoE prefill gives them
-# hundreds, and the widest tile that fits wins (0.91-1.16x, where 128 x 128 gave 0.78-1.06x).
-_GPU_TILES = {
-    "large": dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
-    "small": dict(BLOCK_M=32, BLOCK_N=128, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=4),
-}
-_LARGE_GROUP_ROWS = 128  # mean rows per group from which the large tile serves
-# A dense gated pair of at most DECODE_PAIR_ROWS rows (decode: one group, the weight streamed once)
-# takes 32 output columns a tile, so its many tiles fill the programs' rounds evenly. The small
-# tile's 128 columns left the last round mostly idle: Qwen2-7B's 18944 make 148 tiles for 132
-# programs. On the H100 at 1 and 16 rows (bf16, results/h100/probes/blocks/decode-pair-tiles-2e40889.txt
-# and -a34a049.txt): Qwen2-7B's pair 93.5-96.4 us (2.8-2.9 TB/s of weight) against 115-119 (2.3),
-# cuBLAS's ungated pair GEMM 98-102; Llama-3-8B's 82.1-84.3 against 84.6-87.4, cuBLAS 81.6-82.8.
-# 16 x 16 tiles streamed slower (2.3 TB/s), 64 wide ones as fast on Llama and slower on Qwen2.
-# The MLP block's forward went to 1.06-1.13x torch's unfused block, from 0.93-1.03x
-# (probes/blocks/mlp-decode-a34a049.csv and results/h100/mlp.csv since a11ffab, against efef208's).
-DECODE_PAIR_ROWS = 16
-_DECODE_PAIR_TILE = dict(BLOCK_M=16, BLOCK_N=32, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=4)
-_CPU_TILE = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_SIZE_M=2)  # the interpreter: small tiles keep tests quick
-_CPU_PROGRAMS = 4  # the interpreter's "SMs" for the persistent grid
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
@@ -70,17 +48,15 @@ def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) 
     if form != "batched" and not offs_from_counts:
         _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
     records = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
-    if torch.compiler.is_compiling():  # the operator (ops.py), which Dynamo and Inductor take whole
-        from tritongemm import ops
-
+    if torch.compiler.is_compiling():  # the operator (below), which Dynamo and Inductor take whole
         if glu is not None and records:
             # Training: the pair's grouped GEMM, kept for the backward as _GroupedPair keeps it, and its
             # gating left to Inductor to fuse. The operator's gated form never writes the pair, so its
             # backward computes it again: in a compiled Mixtral-shaped step on the H100, a third grouped
             # GEMM a layer, 1.35 ms on the `tl` kernel (fp32 out) of a 24.5 ms step.
-            gate, up = ops.grouped_mm(a, b, offs, out_dtype, None).chunk(2, dim=-1)
+            gate, up = grouped_mm_op(a, b, offs, out_dtype, None).chunk(2, dim=-1)
             return activate_torch(gate, glu) * up
-        return ops.grouped_mm(a, b, offs, out_dtype, glu)
+        return grouped_mm_op(a, b, offs, out_dtype, glu)
     out_dtype = out_dtype or a.dtype
     if not records:  # no autograd Function's cost
         return direct(a, b, offs, out_dtype, glu)
@@ -194,19 +170,12 @@ def _check_offsets_on_device(offs: torch.Tensor, length: int) -> None:
     length = min(length, 2**31 - 1)  # int32 offsets: a larger length admits every end they can hold
     key = ("grouped_mm offsets check", offs.device.index)
 
-    def build():
-        from tritongemm.grouped.tl import OFFSETS_BLOCK, _check_offsets_kernel
-        from tritongemm.primitives.launch import compile_launch
-
-        args = (offs, offs.shape[0], length)
-        return compile_launch(_check_offsets_kernel, (1,), args, dict(BLOCK=OFFSETS_BLOCK, num_warps=4), offs.device)
-
-    planned(key, build)(offs, offs.shape[0], length)
+    planned(key, lambda: _build().offsets_check_launch(offs, length))(offs, offs.shape[0], length)
 
 
 class _GroupedMM(torch.autograd.Function):
     """Eager autograd for grouped_mm without a gated pair; under torch.compile the operator's
-    serves (ops.py). Both take their gradients from `grouped_grads`."""
+    serves (below). Both take their gradients from `grouped_grads`."""
 
     @staticmethod
     def forward(ctx, a, b, offs, out_dtype, form):
@@ -230,20 +199,16 @@ class _GroupedPair(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a, b, offs, out_dtype, glu):
-        from tritongemm.primitives.glu import glu_forward
-
         pair = _launch(a, b, offs, out_dtype, "m")
         ctx.save_for_backward(a, b, offs, pair)
         ctx.glu = glu
-        return glu_forward(pair, glu)
+        return _build().glu_forward(pair, glu)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
-        from tritongemm.primitives.glu import glu_backward
-
         a, b, offs, pair = ctx.saved_tensors
-        d_pair = glu_backward(grad, pair, ctx.glu, a.dtype)
+        d_pair = _build().glu_backward(grad, pair, ctx.glu, a.dtype)
         grads = grouped_grads(d_pair, a, b, None, ctx.needs_input_grad[:2], _mm_on(offs))
         return *grads, None, None, None
 
@@ -296,187 +261,42 @@ def _is_transposed(b: torch.Tensor) -> bool:
 
 def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) -> torch.Tensor:
     """d[gate; up] of y = act(gate) * up, in fp32, from the pair's product."""
-    from tritongemm.core.epilogue import activation_backward
-
     gate, up = gate_up.chunk(2, dim=-1)
     grad = grad.float()
     return torch.cat([activation_backward(grad * up, gate, activation), grad * activate_torch(gate, activation)], -1)
-
-
-def _tile(rows: int, groups: int, on_cpu: bool, glu: str | None, itemsize: int) -> dict:
-    """The kernels' tile and launch settings for `rows` over `groups` groups of `itemsize`-byte
-    operands. A gated pair keeps two accumulators: half the large tile's width keeps them in the
-    registers one held. fp32 operands take half the K-step (`_for_itemsize`)."""
-    if on_cpu:
-        return _CPU_TILE
-    tile = dict(_GPU_TILES["large" if rows >= _LARGE_GROUP_ROWS * max(groups, 1) else "small"])
-    if glu:
-        tile["BLOCK_N"] = min(tile["BLOCK_N"], 128)
-    return _for_itemsize(tile, itemsize)
-
-
-def _for_itemsize(tile: dict, itemsize: int) -> dict:
-    """`tile` (for 16-bit operands) for operands of `itemsize` bytes: 4-byte ones take half the
-    K-step, so that the ring of stages keeps the shared memory of 16-bit ones."""
-    return dict(tile, BLOCK_K=tile["BLOCK_K"] * 2 // max(itemsize, 2))
 
 
 def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
     """The kernel of `form` on checked operands (kernels.py), into a new output. The hot path: a
     plan per problem (every fact `_plan` reads in its key), built and compiled once, kept in
     plan.PLANS with linear's (bounded, thread-safe); later calls allocate and launch. `tile`
-    replaces _tile's choice, unplanned (scripts/probes/grouped/grouped_configs.py sweeps it)."""
+    replaces the dispatch's choice, unplanned (scripts/probes/grouped/grouped_configs.py sweeps it)."""
     if tile is not None:
-        return _plan(a, b, offs, out_dtype, form, glu, tile)(a, b, offs)
+        return _build().grouped_call(a, b, offs, out_dtype, form, glu, tile)(a, b, offs)
     key = ("grouped_mm", form, glu, out_dtype, tensor_facts(a), tensor_facts(b), tensor_facts(offs), allow_tf32())
-    call = planned(key, lambda: _plan(a, b, offs, out_dtype, form, glu, None))
+    call = planned(key, lambda: _build().grouped_call(a, b, offs, out_dtype, form, glu, None))
     return call(a, b, offs)
 
 
-def _plan(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
-    """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled.
-    `whole` (row groups, b of one group): offs is None and not read, the one group all of a's rows
-    (`dense_pair_plan`)."""
-    from tritongemm.grouped.tl import _groups_along_k_kernel, _groups_along_m_kernel
-    from tritongemm.primitives.launch import compile_launch
-    from tritongemm.primitives.tl.host import input_precision, sm_count
+def _build():
+    """grouped/build.py, imported on the first plan: it imports the kernels, and with them Triton,
+    whose decoration of a kernel reads TRITON_INTERPRET (a program may set it after import tritongemm)."""
+    from tritongemm.grouped import build
 
-    on_cpu = a.device.type == "cpu"
-    chosen = tile
-    G = b.shape[0] if form == "m" else offs.shape[0]
-    tile = tile or _tile(a.shape[0] if form == "m" else a.shape[1], G, on_cpu, glu, a.element_size())
-    meta = dict(tile, INPUT_PRECISION=input_precision(a.dtype), ALIGN=(1,) * 9)
-    if form == "m":
-        M, K = a.shape
-        N = b.shape[2] // 2 if glu else b.shape[2]
-        shape, kernel = (M, N), _groups_along_m_kernel
-        programs = _CPU_PROGRAMS if on_cpu else sm_count(a.device)
-        grid = (programs,)
-        meta.update(NUM_PROGRAMS=programs, GROUPS_POW2=1 << G.bit_length(), GLU=glu or "none",
-                    INT64=max(a.numel(), b.numel(), M * N) >= 2**31, WHOLE=whole)  # fmt: skip
-        c_strides = (N, 1)
-        sizes = (G, M, N, K, *a.stride(), *b.stride(), *c_strides)
-        empty = M * N == 0 or G == 0  # no group: every row is past the last one's end, zeros
-    else:
-        M, N = a.shape[0], b.shape[1]
-        shape, kernel = (G, M, N), _groups_along_k_kernel
-        meta.pop("GROUP_SIZE_M")
-        grid = (G * -(-M // tile["BLOCK_M"]) * -(-N // tile["BLOCK_N"]),)
-        sizes = (M, N, *a.stride(), *b.stride(), M * N, N, 1)
-        empty = G * M * N == 0
-
-    if empty:
-        return lambda a, b, offs, out=None: (
-            torch.zeros(shape, dtype=out_dtype, device=a.device) if out is None else out.zero_()
-        )
-    if form == "m" and chosen is None and not whole and _takes_ws(a, b, out_dtype, glu):
-        from tritongemm.grouped import ws as grouped_ws
-
-        return _gluon_plan(grouped_ws.plan, a, b, offs, shape, glu=glu)
-    if form == "k" and chosen is None and _takes_k_ws(a, b, out_dtype, G):
-        from tritongemm.grouped import k_ws as grouped_k_ws
-
-        return _gluon_plan(grouped_k_ws.plan, a, b, offs, shape)
-    c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
-    launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
-
-    def call(a, b, offs, out=None):  # out: a contiguous tensor of c's shape and dtype, or None
-        c = torch.empty(shape, dtype=out_dtype, device=a.device) if out is None else out
-        launch(a, b, c, a if whole else offs, *sizes)  # whole: a stands in for the offs pointer, unread
-        return c
-
-    return call
-
-
-# Mean rows per group from which the warp-specialized Gluon kernel (grouped/ws.py) serves plain row
-# groups. On the H100 (scripts/probes/grouped/grouped_configs.py --ws, probes/grouped/grouped-ws-
-# configs-wide.csv) it ran 1.03-1.19x torch._grouped_mm at 128-768 rows a group (the three MoE
-# layers at 2048 and 8192 tokens) where the `tl` kernel gave 0.93-1.17x. At 2048 rows a group the
-# two runs disagree: timed alone, 0.94x against the `tl` kernel's 1.02x; in `bench grouped`'s
-# sustained run, under the power cap, 0.99x against 0.92x (the `tl` kernel issues twice the
-# instructions: docs/grouped.md). A gated pair (`--glu --ws`, probes/grouped/grouped-ws-glu.csv):
-# 1.25-1.42x torch's two-step pair at 128-2048 rows a group, the `tl` kernel's pair 1.08-1.36x.
-# Below 128 the `tl` kernel's small tile was not measured against it.
-WS_FROM_MEAN_ROWS = 128
-
-
-def _takes_ws(a, b, out_dtype, glu) -> bool:
-    """Whether grouped_ws serves these row groups, plain or a gated pair (a checked, non-empty
-    problem): a's dtype out, WS_FROM_MEAN_ROWS, an sm_90 GPU, operands it reads in place
-    (grouped_ws.unsupported_reason) and output rows on 16 bytes (its TMA store)."""
-    from tritongemm.core import device_info
-
-    if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] == 0:
-        return False
-    if a.shape[0] // b.shape[0] < WS_FROM_MEAN_ROWS or device_info.capability(a.device) != (9, 0):
-        return False
-    if b.shape[2] // (2 if glu else 1) * a.element_size() % 16:  # C's rows, which it stores by TMA
-        return False
-    from tritongemm.grouped import ws as grouped_ws
-
-    return grouped_ws.unsupported_reason(a, b, glu) is None
-
-
-def _gluon_plan(plan, a, b, offs, shape, **options):
-    """`call(a, b, offs) -> c` (shape, a's dtype) on a Gluon grouped kernel, `plan(a, b, offs, c,
-    **options)` (grouped/ws.py or grouped_k_ws.py), for operands like these."""
-    launch = plan(a, b, offs, torch.empty(shape, dtype=a.dtype, device=a.device), **options)
-
-    def call(a, b, offs):
-        c = torch.empty(shape, dtype=a.dtype, device=a.device)
-        launch(a, b, offs, c)
-        return c
-
-    return call
-
-
-# Mean rows per group (along K) from which the K-group Gluon kernel (grouped/k_ws.py) serves
-# the weight gradient's layouts. On the H100 (scripts/probes/grouped/grouped_configs.py --form k --ws,
-# results/h100/probes/grouped/grouped-k-ws-configs.csv) it ran 0.72-1.16x torch._grouped_mm at 128-2048
-# rows a group (the three MoE layers' weight gradients at 2048 and 8192 tokens) where the `tl`
-# kernel gave 0.60-0.89x. Below 128 it was not measured.
-K_WS_FROM_MEAN_ROWS = 128
-
-
-def _takes_k_ws(a, b, out_dtype, groups: int) -> bool:
-    """Whether grouped_k_ws serves these K groups (a checked, non-empty problem): a's dtype out,
-    K_WS_FROM_MEAN_ROWS, an sm_90 GPU, and the weight gradient's layouts, which it reads in place
-    (grouped_k_ws.unsupported_reason)."""
-    from tritongemm.core import device_info
-
-    if out_dtype != a.dtype or a.device.type != "cuda" or a.shape[1] // groups < K_WS_FROM_MEAN_ROWS:
-        return False
-    if device_info.capability(a.device) != (9, 0):
-        return False
-    from tritongemm.grouped import k_ws as grouped_k_ws
-
-    return grouped_k_ws.unsupported_reason(a, b) is None
-
-
-def decode_pair_tile(itemsize: int) -> dict:
-    """The decode tile for operands of `itemsize` bytes (`_for_itemsize`)."""
-    return _for_itemsize(_DECODE_PAIR_TILE, itemsize)
+    return build
 
 
 def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
-    """`call(rows, weight, out=None) -> act(rows @ gate.T) * (rows @ up.T)` (into out, a contiguous
-    (M, I), where given) for a dense gated pair of rows (M, H) and weight [gate; up] (2I, H) like
-    these (checked by the caller): the row-group kernel over one group of all the rows, which it
-    reads from M, so a call launches one kernel and builds no offs, on the decode tile at up to
-    DECODE_PAIR_ROWS rows on a GPU. The launch reads the operands' addresses alone, so the weight
-    goes in as it is for its (1, H, 2I) transposed view."""
-    decode = rows.device.type != "cpu" and rows.shape[0] <= DECODE_PAIR_ROWS
-    tile = decode_pair_tile(rows.element_size()) if decode else None
-    planned = _plan(rows, weight.t().unsqueeze(0), None, rows.dtype, "m", activation, tile, whole=True)
-    return lambda rows, weight, out=None: planned(rows, weight, None, out)
+    """A dense gated pair's call on the row-group kernel over one group (grouped/build.py)."""
+    return _build().dense_pair_plan(rows, weight, activation)
 
 
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:
     """grouped_mm's row-group form (a 2-D, b (G, K, N) the transpose of contiguous (G, N, K)
-    weights) on the Hopper Gluon kernel (grouped/ws.py), planned once per geometry. Checked
-    and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of WS_FROM_MEAN_ROWS
-    rows or more on average, and this entry point for any (its tests, `bench grouped`). `glu`: b's N holds
-    [gate; up] per group, as grouped_mm's."""
+    weights) on the Hopper Gluon kernel (grouped/ws.py), planned once per geometry. Checked and
+    timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of
+    WS_FROM_MEAN_ROWS rows or more on average (dispatch/grouped.py), and this entry point for any
+    (its tests, `bench grouped`). `glu`: b's N holds [gate; up] per group, as grouped_mm's."""
     form = check_grouped(a, b, offs, None)
     if form != "m" or glu not in (None, *GLU_ACTIVATIONS):
         raise ValueError(f"grouped_mm_ws: the row-group form (a 2-D, b 3-D) and glu None or one of {GLU_ACTIVATIONS}")
@@ -485,12 +305,7 @@ def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: 
         return direct(a, b, offs, None, glu)
     key = ("grouped_ws", glu, tensor_facts(a), tensor_facts(b), tensor_facts(offs))
 
-    def build():
-        from tritongemm.grouped import ws as grouped_ws
-
-        return _gluon_plan(grouped_ws.plan, a, b, offs, (a.shape[0], b.shape[2] // 2 if glu else b.shape[2]), glu=glu)
-
-    return planned(key, build)(a, b, offs)
+    return planned(key, lambda: _build().grouped_ws_call(a, b, offs, glu))(a, b, offs)
 
 
 def reference_grouped_mm(a, b, offs=None, out_dtype=None, glu=None) -> torch.Tensor:
@@ -510,3 +325,50 @@ def reference_grouped_mm(a, b, offs=None, out_dtype=None, glu=None) -> torch.Ten
         gate, up = c.chunk(2, dim=-1)
         c = activate_torch(gate, glu) * up
     return c.to(dtype)
+
+
+# ----------------------------------------------------------------------------------------------
+# The operator: the grouped GEMM whole, for graphs that hold it
+# ----------------------------------------------------------------------------------------------
+
+
+LIB.define("grouped_mm(Tensor a, Tensor b, Tensor? offs=None, ScalarType? out_dtype=None, str? glu=None) -> Tensor")
+
+
+def grouped_mm_impl(a, b, offs=None, out_dtype=None, glu=None):
+    return direct(a, b, offs, out_dtype, glu)
+
+
+LIB.impl("grouped_mm", grouped_mm_impl, "CompositeExplicitAutograd")
+grouped_mm_op = torch.ops.tritongemm.grouped_mm.default
+
+
+@torch.library.register_fake("tritongemm::grouped_mm", lib=LIB)
+def _grouped_mm_fake(a, b, offs=None, out_dtype=None, glu=None):
+    operators.traced()
+    check_grouped(a, b, offs, out_dtype)
+    return a.new_empty(output_shape(a, b, offs, glu), dtype=out_dtype or a.dtype)
+
+
+def _setup_grouped_context(ctx, inputs, output):
+    a, b, offs, _, glu = inputs
+    ctx.save_for_backward(a, b, offs)
+    ctx.glu = glu
+
+
+def _grouped_backward(ctx, grad):
+    a, b, offs = ctx.saved_tensors
+    needs = ctx.needs_input_grad[:2]
+    if a.dim() == 3:  # batched: dA = dC @ B^T, dB = A^T @ dC, batch by batch
+        grad = grad.to(a.dtype)
+        grad_a = grouped_mm_op(grad, b.transpose(1, 2), None, a.dtype) if needs[0] else None
+        grad_b = grouped_mm_op(a.transpose(1, 2), grad, None, b.dtype) if needs[1] else None
+        return grad_a, grad_b, None, None, None
+
+    def mm(x, y, out_dtype, glu=None):
+        return grouped_mm_op(x, y, offs, out_dtype, glu)
+
+    return *grouped_grads(grad, a, b, ctx.glu, needs, mm), None, None, None
+
+
+register_autograd(grouped_mm_op, grouped_mm_impl, _setup_grouped_context, _grouped_backward)

@@ -57,10 +57,11 @@ from tritongemm.primitives.gluon.pipeline import (
     step_operands,
     store_tile_in_pieces,
 )
+from tritongemm.primitives.launch import compile_launch
 from tritongemm.primitives.tiling.gluon import num_persistent_programs, scheduler_for
 
 NAME = "grouped_k_ws"
-# grouped_mm's large `tl` tile (grouped/api.py _GPU_TILES) on two MMA warpgroups, 3 slots of 48 KB
+# grouped_mm's large `tl` tile (dispatch/grouped.py _GPU_TILES) on two MMA warpgroups, 3 slots of 48 KB
 # and C staged whole (rung 9's c_pieces). On the H100 (scripts/probes/grouped/grouped_configs.py --form k --ws,
 # results/h100/probes/grouped/grouped-k-ws-configs.csv), the best of seven tiles on four of the six weight
 # gradients at 2048 and 8192 tokens: 0.72-1.16x torch._grouped_mm, where the `tl` kernel gave
@@ -255,8 +256,6 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     """`launch(a, b, offs, c)` for operands of this geometry: C[g] (M, N) = A[:, groups' K range]
     @ B[that range], c contiguous (G, M, N) in a's dtype, checked and compiled once.
     `num_programs` replaces the SM count (tests: several tiles a program)."""
-    from tritongemm.primitives.launch import compile_launch
-
     config = config or DEFAULT_CONFIG
     (M, _), N, G = a.shape, b.shape[1], offs.shape[0]
     if c.shape != (G, M, N) or not c.is_contiguous() or c.dtype != a.dtype:

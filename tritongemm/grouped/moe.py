@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import torch
 
-from tritongemm.core import device_info
-from tritongemm.core.epilogue import GLU_ACTIVATIONS
+from tritongemm.core import device_info, operators
+from tritongemm.core.epilogue import GLU_ACTIVATIONS, activation_of
+from tritongemm.core.operators import LIB, register_autograd
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
 from tritongemm.grouped import moe_decode
@@ -41,10 +42,8 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
     if glu is not None and _decode_serves(self, hidden_states, top_k):
         b, down = _as_b(self, self.gate_up_proj), _as_b(self, self.down_proj)
         args = (hidden_states.to(b.dtype), b, down, top_k_index, top_k_weights, glu)
-        if torch.compiler.is_compiling():  # the graph's node (ops.moe_decode), which Inductor calls directly
-            from tritongemm import ops
-
-            return ops.moe_decode(*args).to(hidden_states.dtype)
+        if torch.compiler.is_compiling():  # the graph's node (moe_decode_op), which Inductor calls directly
+            return moe_decode.moe_decode_op(*args).to(hidden_states.dtype)
         return moe_decode.experts_decode(*args).to(hidden_states.dtype)
     expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
     x = hidden_states[order // top_k]
@@ -84,17 +83,11 @@ def _decode_serves(self, hidden_states: torch.Tensor, top_k: int) -> bool:
 
 def _combined(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
     """`combine`, called directly where no autograd records and nothing compiles, else through its
-    operator (ops.moe_combine: its backward, a graph's node), at the dispatcher's cost."""
+    operator (moe_combine_op: its backward, a graph's node), at the dispatcher's cost."""
     recording = torch.is_grad_enabled() and (rows.requires_grad or top_k_weights.requires_grad)
     if recording or torch.compiler.is_compiling():
-        from tritongemm import ops
-
-        return ops.moe_combine(rows, order, top_k_weights)
+        return moe_combine_op(rows, order, top_k_weights)
     return combine(rows, order, top_k_weights)
-
-
-# combine's tile: a few tokens x 512 columns of their rows (4 warps, 16 bytes a load of bf16).
-_COMBINE_TOKENS, _COMBINE_COLUMNS = 4, 512
 
 
 def combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> torch.Tensor:
@@ -103,39 +96,21 @@ def combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor
     and returned (tokens, hidden) in rows' dtype: one kernel (grouped/tl.py `_combine_kernel`)
     after the sort's inverse."""
     key = ("moe combine", tensor_facts(rows), tensor_facts(order), tensor_facts(top_k_weights))
-    call = planned(key, lambda: _plan_combine(rows, order, top_k_weights))
+
+    def build():
+        check_combine(rows, order, top_k_weights)
+        return _planner().combine_call(rows, order, top_k_weights)
+
+    call = planned(key, build)
     return call(rows, order, top_k_weights)
 
 
-def _plan_combine(rows, order, top_k_weights):
-    """`call(rows, order, top_k_weights)` for tensors like these, checked and compiled once."""
-    import triton
+def _planner():
+    """grouped/moe_build.py, imported on a MoE layer's first plan: its kernels import Triton, whose
+    decoration of a kernel reads TRITON_INTERPRET (a program may set it after import tritongemm)."""
+    from tritongemm.grouped import moe_build
 
-    from tritongemm.grouped.tl import _combine_kernel
-    from tritongemm.primitives.launch import compile_launch
-
-    check_combine(rows, order, top_k_weights)
-    (pairs, hidden), (tokens, top_k) = rows.shape, top_k_weights.shape
-    if tokens * top_k * hidden == 0:  # nothing to launch over: a sum of no rows, or no columns
-        return lambda rows, order, top_k_weights: rows.new_zeros((tokens, hidden))
-    copy = rows.stride(1) != 1  # the kernel reads a row's columns as one contiguous run
-    rows = rows.contiguous() if copy else rows
-    block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
-    grid = (triton.cdiv(tokens, _COMBINE_TOKENS), triton.cdiv(hidden, block_h))
-    out = rows.new_empty((tokens, hidden))  # this call's, to plan on
-    args = (rows, order, top_k_weights.reshape(-1), out, tokens, hidden, rows.stride(0), out.stride(0))
-    meta = dict(TOP_K=top_k, BLOCK_T=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
-    launch = compile_launch(_combine_kernel, grid, args, meta, rows.device)
-    positions = dict(device=order.device, dtype=order.dtype)
-
-    def call(rows, order, top_k_weights):
-        rows = rows.contiguous() if copy else rows
-        inverse = torch.empty_like(order).scatter_(0, order, torch.arange(pairs, **positions))
-        out = rows.new_empty((tokens, hidden))
-        launch(rows, inverse, top_k_weights.reshape(-1), out, tokens, hidden, rows.stride(0), out.stride(0))
-        return out
-
-    return call
+    return moe_build
 
 
 def check_combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.Tensor) -> None:
@@ -171,47 +146,9 @@ def combine_grads(grad, rows, order, top_k_weights, needs) -> tuple:
         return combine_grads_torch(grad, rows, order, top_k_weights, needs)
     key = ("moe combine backward", tensor_facts(grad), tensor_facts(rows), tensor_facts(order),
            tensor_facts(top_k_weights))  # fmt: skip
-    call = planned(key, lambda: _plan_combine_backward(grad, rows, order, top_k_weights))
+    call = planned(key, lambda: _planner().combine_backward_call(grad, rows, order, top_k_weights))
     d_rows, d_weights = call(grad, rows, order, top_k_weights)
     return (d_rows if needs[0] else None), None, (d_weights if needs[2] else None)
-
-
-def _plan_combine_backward(grad, rows, order, top_k_weights):
-    """`call(grad, rows, order, top_k_weights) -> (d rows, d weights)` for tensors like these, both
-    computed (a training step needs both), compiled once."""
-    import triton
-
-    from tritongemm.grouped.tl import _combine_backward_kernel
-    from tritongemm.primitives.launch import compile_launch
-
-    (pairs, hidden), top_k = rows.shape, top_k_weights.shape[1]
-    if pairs * hidden == 0:  # no rows, or rows of no columns: their weights' gradients are zeros
-        return lambda grad, rows, order, top_k_weights: (torch.zeros_like(rows), torch.zeros_like(top_k_weights))
-    # The kernel reads a row's columns as one contiguous run, and the sort order as one.
-    copy_grad, copy_rows, copy_order = grad.stride(1) != 1, rows.stride(1) != 1, order.stride(0) != 1
-
-    def arguments(grad, rows, order, top_k_weights):
-        """The launch's arguments for a call's tensors, its outputs new and contiguous."""
-        grad = grad.contiguous() if copy_grad else grad
-        rows = rows.contiguous() if copy_rows else rows
-        order = order.contiguous() if copy_order else order
-        d_rows = torch.empty((pairs, hidden), dtype=rows.dtype, device=rows.device)
-        d_weights = torch.empty((pairs // top_k, top_k), dtype=top_k_weights.dtype, device=rows.device)
-        return (grad, rows, order, top_k_weights.reshape(-1), d_rows, d_weights, pairs, hidden, grad.stride(0),
-                rows.stride(0), hidden)  # fmt: skip
-
-    block_h = min(_COMBINE_COLUMNS, triton.next_power_of_2(hidden))
-    grid = (triton.cdiv(pairs, _COMBINE_TOKENS),)
-    meta = dict(TOP_K=top_k, BLOCK_R=_COMBINE_TOKENS, BLOCK_H=block_h, num_warps=4)
-    launch = compile_launch(_combine_backward_kernel, grid, arguments(grad, rows, order, top_k_weights), meta,
-                            rows.device)  # fmt: skip
-
-    def call(grad, rows, order, top_k_weights):
-        args = arguments(grad, rows, order, top_k_weights)
-        launch(*args)
-        return args[4], args[5]
-
-    return call
 
 
 def combine_grads_torch(grad, rows, order, top_k_weights, needs) -> tuple:
@@ -238,8 +175,6 @@ def _fusable_glu(self) -> str | None:
         return None
     if not getattr(self, "is_concatenated", True):
         return None
-    from tritongemm.core.epilogue import activation_of
-
     act = activation_of(getattr(self, "act_fn", None))
     return act if act in GLU_ACTIVATIONS else None
 
@@ -292,3 +227,37 @@ def uses_experts(model: torch.nn.Module) -> bool:
             for m in model.modules()
         )
     )
+
+
+# ----------------------------------------------------------------------------------------------
+# The operator of `combine`, for graphs and autograd
+# ----------------------------------------------------------------------------------------------
+
+
+LIB.define("moe_combine(Tensor rows, Tensor order, Tensor weights) -> Tensor")
+
+
+def moe_combine_impl(rows, order, weights):
+    return combine(rows, order, weights)
+
+
+LIB.impl("moe_combine", moe_combine_impl, "CompositeExplicitAutograd")
+moe_combine_op = torch.ops.tritongemm.moe_combine.default
+
+
+@torch.library.register_fake("tritongemm::moe_combine", lib=LIB)
+def _moe_combine_fake(rows, order, weights):
+    operators.traced()
+    check_combine(rows, order, weights)
+    return rows.new_empty((weights.shape[0], rows.shape[1]))
+
+
+def _setup_combine_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _combine_backward(ctx, grad):
+    return combine_grads(grad, *ctx.saved_tensors, ctx.needs_input_grad)
+
+
+register_autograd(moe_combine_op, moe_combine_impl, _setup_combine_context, _combine_backward)

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm.core import operators
+from tritongemm.core.epilogue import GLU_ACTIVATIONS
+from tritongemm.core.operators import LIB, no_context, register_autograd
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
 
 PAIRS_PER_EXPERT = 0.5
-# A program's tile: BLOCK_N columns x BLOCK_K of K, TILE_ELEMENTS in all, so each thread has a
-# few 16-byte loads in flight whatever the split; BLOCK_N as wide as still gives every SM WAVES
-# programs (a down projection of one token has few columns and a long K).
-# 8192 elements, 4 waves, 4 warps: the best of 8 settings on 5 of the 6 probed rows.
-TILE = dict(TILE_ELEMENTS=8192, WAVES=4, num_warps=4)
 
 
 def serves(tokens: int, top_k: int, experts: int) -> bool:
@@ -56,71 +54,28 @@ def planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str):
     once (plan.PLANS): ids and weights flat (tokens x top_k,), out (tokens, hidden) contiguous in
     x's dtype, allocated where not given."""
     key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, top_k_index, top_k_weights)))
-    call = planned(key, lambda: _plan(x, gate_up, down, top_k_index, top_k_weights, glu))
+
+    def build():
+        check(x, gate_up, down, top_k_index, top_k_weights, glu)
+        return _planner().decode_call(x, gate_up, down, top_k_index, top_k_weights, glu)
+
+    call = planned(key, build)
     return call
 
 
-def _plan(x, gate_up, down, top_k_index, top_k_weights, glu: str):
-    from tritongemm.grouped.tl import _expert_rows_kernel
-    from tritongemm.primitives.launch import compile_launch
+def _planner():
+    """grouped/moe_build.py, imported on the first decode plan: its kernels import Triton, whose
+    decoration of a kernel reads TRITON_INTERPRET (a program may set it after import tritongemm)."""
+    from tritongemm.grouped import moe_build
 
-    check(x, gate_up, down, top_k_index, top_k_weights, glu)
-    (tokens, hidden), top_k = x.shape, top_k_index.shape[1]
-    width = gate_up.shape[2] // 2
-    ids, weights = top_k_index.reshape(-1), top_k_weights.reshape(-1)
-    pairs = tokens * top_k
-    h = x.new_empty((pairs, width))  # this call's, to plan on
-    out = x.new_empty((tokens, hidden))
-    up_n, down_n = _block_n(pairs, width, x.device), _block_n(tokens, hidden, x.device)
-    common = dict(num_warps=TILE["num_warps"])
-    experts = gate_up.shape[0]
-    up_sizes = (width, hidden, experts, *x.stride(), *gate_up.stride(), *h.stride())
-    down_sizes = (hidden, width, experts, *h.stride(), *down.stride(), *out.stride())
-    launch_up = compile_launch(_expert_rows_kernel, (pairs, -(-width // up_n)),
-                               (x, gate_up, h, ids, weights, *up_sizes),
-                               dict(common, PAIRS_PER_ROW=1, A_ROW_DIV=top_k, SCALED=False, GLU=glu, BLOCK_N=up_n,
-                                    BLOCK_K=_block_k(up_n, hidden)),
-                               x.device)  # fmt: skip
-    launch_down = compile_launch(_expert_rows_kernel, (tokens, -(-hidden // down_n)),
-                                 (h, down, out, ids, weights, *down_sizes),
-                                 dict(common, PAIRS_PER_ROW=top_k, A_ROW_DIV=1, SCALED=True, GLU="none",
-                                      BLOCK_N=down_n, BLOCK_K=_block_k(down_n, width)), x.device)  # fmt: skip
-
-    def call(x, gate_up, down, ids, weights, out=None):
-        h = x.new_empty((pairs, width))
-        out = x.new_empty((tokens, hidden)) if out is None else out
-        launch_up(x, gate_up, h, ids, weights, *up_sizes)
-        launch_down(h, down, out, ids, weights, *down_sizes)
-        return out
-
-    return call
-
-
-def _block_n(rows: int, n: int, device: torch.device) -> int:
-    """The widest of 32, 16 and 8 columns a program that still gives every SM TILE["WAVES"]
-    programs: the weights stream at the GPU's bandwidth only when every SM has loads in flight."""
-    if device.type != "cuda":
-        return 16
-    from tritongemm.primitives.tl.host import sm_count
-
-    for block_n in (32, 16):
-        if rows * -(-n // block_n) >= TILE["WAVES"] * sm_count(device):
-            return block_n
-    return 8
-
-
-def _block_k(block_n: int, k: int) -> int:
-    """TILE_ELEMENTS / BLOCK_N of K, but no more than K's next power of two (and at least 16)."""
-    return max(16, min(TILE["TILE_ELEMENTS"] // block_n, 1 << (k - 1).bit_length()))
+    return moe_build
 
 
 def check(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> None:
     """What the kernels index by, each refusal naming the argument: x (tokens, hidden), gate_up
     (experts, hidden, 2 x width), down (experts, width, hidden), top_k_index of an integer dtype
     and top_k_weights (tokens, top_k); glu one of the gated activations. Checked once per problem,
-    as the plan is built, and by the operator's fake (ops.moe_decode) before a graph is traced."""
-    from tritongemm.core.epilogue import GLU_ACTIVATIONS
-
+    as the plan is built, and by the operator's fake (moe_decode_op's) before a graph is traced."""
     if glu not in GLU_ACTIVATIONS:
         raise ValueError(f"moe decode: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")
     if x.dim() != 2 or gate_up.dim() != 3 or top_k_index.dim() != 2:
@@ -148,3 +103,36 @@ def check(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> None:
                         f"{down.dtype}")  # fmt: skip
     if top_k_index.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"moe decode: expected top_k_index of an integer dtype, but got {top_k_index.dtype}")
+
+
+# ----------------------------------------------------------------------------------------------
+# The operator, for graphs
+# ----------------------------------------------------------------------------------------------
+
+
+LIB.define("moe_decode(Tensor x, Tensor gate_up, Tensor down, Tensor top_k_index, Tensor top_k_weights, str glu) "
+            "-> Tensor")  # fmt: skip
+
+
+def moe_decode_impl(x, gate_up, down, top_k_index, top_k_weights, glu):
+    return experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
+
+
+LIB.impl("moe_decode", moe_decode_impl, "CompositeExplicitAutograd")
+moe_decode_op = torch.ops.tritongemm.moe_decode.default
+
+
+@torch.library.register_fake("tritongemm::moe_decode", lib=LIB)
+def _moe_decode_fake(x, gate_up, down, top_k_index, top_k_weights, glu):
+    operators.traced()
+    check(x, gate_up, down, top_k_index, top_k_weights, glu)
+    return x.new_empty(x.shape)
+
+
+def _decode_backward(ctx, grad):
+    # moe.py takes this path only where no gradient is recorded (moe._decode_serves): each pair's
+    # gated row is never kept for a backward to read.
+    raise RuntimeError("tritongemm::moe_decode has no backward: call it where no gradient is recorded")
+
+
+register_autograd(moe_decode_op, moe_decode_impl, no_context, _decode_backward)

@@ -26,7 +26,8 @@ import triton
 import triton.language as tl
 
 from tritongemm.primitives.epilogue import _activate_tl
-from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, store_tile, tile_offsets
+from tritongemm.primitives.tiling.tl import grouped_tile
+from tritongemm.primitives.tl.tiles import dot_tile, store_tile, tile_offsets
 
 
 # fmt: off

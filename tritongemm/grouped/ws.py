@@ -28,7 +28,7 @@ rows at a time (rows below the group's end, columns below N), coalesced: each th
 bytes of a row.
 
 Checked and timed on the H100 (docs/grouped.md); grouped_mm takes it for plain row groups of
-128 rows or more on average (grouped/api.py `_takes_ws`), where it measured faster than the `tl`
+128 rows or more on average (dispatch/grouped.py `takes_ws`), where it measured faster than the `tl`
 kernel.
 """
 
@@ -60,6 +60,8 @@ from tritongemm.primitives.gluon.pipeline import (
     require_sm90,
     store_tile_in_pieces,
 )
+from tritongemm.primitives.launch import compile_launch
+from tritongemm.primitives.tiling.gluon import num_persistent_programs
 
 NAME = "grouped_ws"
 # 128 x 256 on two MMA warpgroups, 4 slots of 48 KB, C staged in halves of 32 KB (c_pieces): on
@@ -73,7 +75,7 @@ DEFAULT_CONFIG = MatmulConfig(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_SIZE_M
 GATED_CONFIG = DEFAULT_CONFIG
 # Groups of a few rows (decode): every tile streams its group's weights and holds a few real rows,
 # so one warpgroup on 64 rows and a deeper ring of loads in flight, as the `tl` kernel's small tile
-# (grouped/api.py _GPU_TILES) streams K at depth.
+# (dispatch/grouped.py _GPU_TILES) streams K at depth.
 SMALL_CONFIG = MatmulConfig(BLOCK_M=64, BLOCK_N=128, BLOCK_K=64, GROUP_SIZE_M=1, num_warps=4, num_stages=8)
 SMALL_GATED_CONFIG = SMALL_CONFIG.with_(BLOCK_N=256, num_stages=5)
 SMALL_GROUP_ROWS = 64  # mean rows per group below which the small configs serve
@@ -372,9 +374,6 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     """`launch(a, b, offs, c)` for operands of this geometry: C (M, N) = each group's rows of a
     times its weight, b (G, K, N) K-major (or (G, K, 2N), [gate; up] per group, with `glu`),
     checked and compiled once."""
-    from tritongemm.primitives.launch import compile_launch
-    from tritongemm.primitives.tiling.gluon import num_persistent_programs
-
     reason = unsupported_reason(a, b, glu)
     if reason is not None:
         raise ValueError(f"{NAME}: {reason}")

@@ -15,8 +15,9 @@ import triton.language as tl
 
 from tritongemm.core.config import MatmulConfig
 from tritongemm.primitives.epilogue import apply_tl
+from tritongemm.primitives.tiling.tl import grouped_tile
 from tritongemm.primitives.tl import host as _host
-from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, record_tile, store_tile, tile_offsets
+from tritongemm.primitives.tl.tiles import dot_tile, record_tile, store_tile, tile_offsets
 
 
 # fmt: off

@@ -20,6 +20,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
+from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
 from tritongemm.primitives.gluon.descriptors import bind, make_descriptors
 from tritongemm.primitives.gluon.mma import WGMMA
@@ -98,8 +99,6 @@ def ring_split_plan(M: int, N: int, K: int, config: MatmulConfig, num_sms: int) 
 def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig, *, num_sms=None, **epilogue):
     """`launch(a, b, c)` for tensors of this geometry: the partial kernel over (tiles x S)
     programs, then the reduction (module docstring). `num_sms`: the SM count to fill (tests)."""
-    from tritongemm.core import device_info
-
     require_sm90("split_k", c.device)
     check_wgmma_tile("split_k", config)
     check_sequential_fits("split_k", config, a.element_size())

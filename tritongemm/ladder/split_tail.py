@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
 from tritongemm.ladder import split_k, tma_persistent_pipelined
 from tritongemm.primitives.gluon.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES, sequential_smem_bytes
@@ -103,8 +104,6 @@ def plan(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor, config: MatmulConfig
     """`launch(a, b, c[, bias, residual, preact])` for tensors of this geometry: rung 6's plan on
     the head's rows, rung 7's on the tail's (module docstring), each checked and compiled once.
     `num_sms`: the SM count to fill (tests)."""
-    from tritongemm.core import device_info
-
     M, K = a.shape
     N = b.shape[1]
     sms = num_sms or device_info.sm_count(c.device)

@@ -32,9 +32,10 @@ from tritongemm.core.config import MatmulConfig
 from tritongemm.core.epilogue import PLAIN, Epilogue
 from tritongemm.primitives.epilogue import apply_tl
 from tritongemm.primitives.launch import compile_launch
+from tritongemm.primitives.tiling.tl import grouped_tile
 from tritongemm.primitives.tl import host as _host
 from tritongemm.primitives.tl.split import piece_alignment
-from tritongemm.primitives.tl.tiles import dot_tile, grouped_tile, store_tile, tile_offsets
+from tritongemm.primitives.tl.tiles import dot_tile, store_tile, tile_offsets
 
 
 @triton.jit

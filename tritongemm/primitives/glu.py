@@ -24,6 +24,7 @@ from tritongemm.core.epilogue import GLU_ACTIVATIONS
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
 from tritongemm.primitives.epilogue import _activate_tl
+from tritongemm.primitives.launch import compile_launch
 
 BLOCK = 1024  # columns per program: 2 KB of each half in 16-bit types, 16-byte loads at 4 warps
 
@@ -121,8 +122,6 @@ def _check(pair: torch.Tensor, activation: str, name: str) -> None:
 def _plan(kernel, inputs: tuple, out: torch.Tensor, activation: str):
     """`call(*inputs) -> a new output like out`: the kernel compiled once for operands like these
     (the plan key holds their facts); later calls allocate and launch."""
-    from tritongemm.primitives.launch import compile_launch
-
     M, width = inputs[-1].shape[0], inputs[-1].shape[1] // 2  # the pair is the last input
     if M == 0 or width == 0:
         return lambda *given: torch.empty_like(out)

@@ -10,21 +10,31 @@ prints that rewrite and what it evaluates to: which elements of A and B it loads
 It follows the kernels line for line (primitives/tl/tiles.py): `naive` and `grouped` mask rows, columns
 and K; `persistent` clamps out-of-range rows and columns to 0 (a valid address, loaded but never
 stored) and masks K only. The TMA kernels compute no addresses: a TMA box load at [off_m, k]
-reads the same elements as the naive masks, zero-filling what falls outside the tensor.
+reads the same elements as the naive masks, zero-filling what falls outside the tensor; rung
+13's B boxes of an odd width (128 + 32 columns for 160) read, side by side, what one would.
+`swap_ab` (with K whole: split_k = 1) loads the naive blocks transposed, for C.T's tile. The rungs
+that split a tile's K across programs are not explained (REFUSED).
 tests/test_tools_explain.py checks the rewrite against what the real kernels load and store.
 """
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 from dataclasses import dataclass
 
 import numpy as np
 
+from tritongemm.core import registry
 from tritongemm.core.config import MatmulConfig
 from tritongemm.primitives import tiling as tile_order
 from tritongemm.tools import launch as launch_mod
+
+# The rungs explained (swap_ab with K whole), and those refused, with why.
+KERNELS = launch_mod.KERNELS
+REFUSED = {
+    kernel: f"{why}, which this rewrite (a tile, one program, all of K) does not show"
+    for kernel, why in launch_mod.SPLITS_K.items()
+}
 
 
 @dataclass(frozen=True)
@@ -93,7 +103,9 @@ def explain(
     `program` is the launch-order program id (for the 2D-grid kernels program_id(0) +
     program_id(1) * cdiv(M, BLOCK_M)); `num_programs` is the SM count persistent kernels use.
     """
+    launch_mod.check_kernel(kernel, KERNELS, REFUSED, "explain")
     ordering = launch_mod.ordering_of(kernel, config.scheduler)
+    launch_mod.check_config(kernel, config)
     num_pid_m, num_pid_n = tile_order.cdiv(ops.M, config.BLOCK_M), tile_order.cdiv(ops.N, config.BLOCK_N)
     s = tile_order.schedule(ordering, num_pid_m, num_pid_n, config.GROUP_SIZE_M, num_programs=num_programs)
     programs = s.num_programs
@@ -154,7 +166,7 @@ def numpy_rewrite(work: TileWork, ops: Operands, config: MatmulConfig) -> str:
     """Runnable numpy for this tile, every name as in the kernel; running it leaves `a_offsets`,
     `a_masks`, `b_offsets`, `b_masks` (one entry per K step), `c_ptrs` and `c_mask` behind."""
     clamp = work.kernel == "persistent"
-    tma = work.kernel in launch_mod.GLUON
+    tma = registry.get(work.kernel).tma
     lines = [
         "import numpy as np",
         f"M, N, K = {ops.M}, {ops.N}, {ops.K}",
@@ -175,6 +187,10 @@ def numpy_rewrite(work: TileWork, ops: Operands, config: MatmulConfig) -> str:
         lines += ["offs_am, offs_bn = offs_m, offs_n"]
     if tma:
         lines += ["# TMA: box [pid_m * BLOCK_M, k * BLOCK_K] of A; the hardware zero-fills past M and K"]
+    if config.odd_width:
+        lines += ["# B's box is two, side by side: the widest power of two of BLOCK_N's columns, then the rest"]
+    if work.kernel == "swap_ab":
+        lines += ["# swap_ab loads these blocks transposed, for C.T's tile = b_block.T @ a_block.T (K whole)"]
     lines += [
         "offs_k = np.arange(BLOCK_K)",
         "# (BLOCK_M, 1) column + (1, BLOCK_K) row -> (BLOCK_M, BLOCK_K) block of element offsets",
@@ -299,64 +315,3 @@ def format_explanation(
     if not chosen:
         raise ValueError(f"explain: program {program} has steps 0..{len(works) - 1}, but got step={step}")
     return "\n".join(head + [""] + [format_work(w, ops, config, all_steps) for w in chosen])
-
-
-# ----------------------------------------------------------------------------------------------
-# Command
-# ----------------------------------------------------------------------------------------------
-
-
-def add_parser(commands) -> None:
-    from tritongemm.cli import comma_list, integer, nonnegative_int, positive_int, tile_size
-
-    strides_form = "stride_am,stride_ak,stride_bk,stride_bn,stride_cm,stride_cn"
-    p = commands.add_parser("explain", help="print the numpy rewrite of one program's offsets and masks")
-    p.add_argument("M", type=positive_int)
-    p.add_argument("N", type=positive_int)
-    p.add_argument("K", type=positive_int)
-    p.add_argument("--kernel", default="naive", choices=launch_mod.KERNELS)
-    p.add_argument("--program", type=nonnegative_int, default=0, help="launch-order program id")
-    p.add_argument("--step", type=nonnegative_int, help="persistent kernels: which of the program's tiles (default: 0)")
-    block = comma_list(tile_size, "BLOCK_M,BLOCK_N,BLOCK_K, e.g. 16,16,16", count=3)
-    p.add_argument("--block", type=block, default="16,16,16", help="BLOCK_M,BLOCK_N,BLOCK_K (default 16,16,16)")
-    p.add_argument("--group-size-m", type=positive_int, default=8)
-    p.add_argument("--scheduler", default="grouped", choices=("grouped", "chunked"))
-    p.add_argument("--layout", default="nn", choices=("nn", "tn", "nt", "tt"), help="contiguous operands' layout")
-    strides = comma_list(integer, f"6 integers {strides_form}", count=6)
-    p.add_argument("--strides", type=strides, help=f"instead of --layout: {strides_form}")
-    p.add_argument("--sms", type=positive_int, default=launch_mod.H100.num_sms, help="programs of a persistent kernel")
-    p.add_argument("--all-steps", action="store_true", help="print the offsets of every K step, not first and last")
-
-
-def _config(args: argparse.Namespace) -> MatmulConfig:
-    bm, bn, bk = args.block
-    return MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_SIZE_M=args.group_size_m, scheduler=args.scheduler)
-
-
-def check(args: argparse.Namespace) -> None:
-    """--program and --step name a program of this launch and one of its tiles."""
-    config = _config(args)
-    ordering = launch_mod.ordering_of(args.kernel, config.scheduler)
-    num_pid_m, num_pid_n = tile_order.cdiv(args.M, config.BLOCK_M), tile_order.cdiv(args.N, config.BLOCK_N)
-    s = tile_order.schedule(ordering, num_pid_m, num_pid_n, config.GROUP_SIZE_M, num_programs=args.sms)
-    if args.program >= s.num_programs:
-        raise ValueError(
-            f"explain: --program: {args.kernel} launches programs 0..{s.num_programs - 1} for "
-            f"{args.M}x{args.N} in {config.BLOCK_M}x{config.BLOCK_N} tiles, but got {args.program}"
-        )
-    tiles = int((s.program == args.program).sum())
-    if args.step is not None and args.step >= tiles:
-        steps = f", steps 0..{tiles - 1}" if tiles else ""
-        raise ValueError(
-            f"explain: --step: program {args.program} computes {tiles} tile(s){steps}, but got {args.step}"
-        )
-
-
-def main(args: argparse.Namespace) -> int:
-    config = _config(args)
-    if args.strides:
-        ops = Operands(args.M, args.N, args.K, *args.strides)
-    else:
-        ops = Operands.contiguous(args.M, args.N, args.K, args.layout)
-    print(format_explanation(args.kernel, ops, config, args.program, args.sms, args.step, args.all_steps))
-    return 0

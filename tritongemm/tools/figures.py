@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def pyplot():
-    import matplotlib
+    import matplotlib  # optional (the `plots` extra): loaded where a picture is drawn
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from tritongemm.tools import figures
+
 
 @dataclass(frozen=True)
 class Tile:
@@ -53,8 +55,6 @@ def plot(sizes: list[int], tail: int, N: int, BLOCK_M: int, BLOCK_N: int, progra
          path) -> None:  # fmt: skip
     """The output's rows and columns, each tile in its program's color with its step, the groups'
     ends as lines: ragged groups leave partial tiles, an empty group none."""
-    from tritongemm.tools import figures
-
     plt = figures.pyplot()
     M = sum(sizes) + tail
     fig, ax = plt.subplots(figsize=(9, min(14, 2 + 7 * M / max(N, 1))))

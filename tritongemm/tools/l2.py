@@ -27,7 +27,6 @@ The model, in four assumptions:
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +37,12 @@ from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import H100, ITEMSIZE, Launch
 
 GROUP_SIZES = (1, 2, 4, 8, 16)
+# The rungs modelled, and those refused, with why: a tile's panels are one program's, over all of K.
+KERNELS = tuple(k for k in launch_mod.KERNELS if k != "swap_ab")
+REFUSED = {
+    kernel: f"{why}, which this model (a tile's panels read by one program, over all of K) does not cover"
+    for kernel, why in (launch_mod.SPLITS_K | {"swap_ab": launch_mod.SWAP_AB_SPLITS}).items()
+}
 
 
 @dataclass(frozen=True)
@@ -152,6 +157,7 @@ def estimate(
     resident: int | None = None,
 ) -> L2Estimate:
     """`simulate` for one kernel with its H100 default config unless `config` is given."""
+    launch_mod.check_kernel(kernel, KERNELS, REFUSED, "l2")
     itemsize = ITEMSIZE[dtype]
     config = config or launch_mod.default_config(kernel, dtype, M, N, K)
     planned = launch_mod.plan(kernel, M, N, config, num_sms=num_sms, itemsize=itemsize, resident=resident)
@@ -170,8 +176,10 @@ def sweep(kernels, M: int, N: int, K: int, group_sizes=GROUP_SIZES, **kwargs) ->
     dtype = kwargs.get("dtype", "bfloat16")
     rows = []
     for kernel in kernels:
+        launch_mod.check_kernel(kernel, KERNELS, REFUSED, "l2")
         base = config or launch_mod.default_config(kernel, dtype, M, N, K)
-        schedulers = ("grouped", "chunked") if kernel in launch_mod.GLUON[1:] else ("grouped",)  # persistent Gluon
+        scheduled = launch_mod.TILE_ORDERS.get(kernel) == launch_mod.SCHEDULED  # the persistent Gluon rungs
+        schedulers = ("grouped", "chunked") if scheduled else ("grouped",)
         for scheduler in schedulers:
             ordering = launch_mod.ordering_of(kernel, scheduler)
             groups = group_sizes if ordering in ("grouped", "persistent") else (base.GROUP_SIZE_M,)
@@ -242,64 +250,3 @@ def plot(estimates: list[L2Estimate], path: str | Path, title: str | None = None
     ax.legend(fontsize=7)
     ax.set_title(title or f"L2 model: {e0.launch.M}x{e0.launch.N}x{e0.K}, {e0.l2_bytes / 2**20:.0f} MB L2", fontsize=10)
     return figures.save(fig, path, dpi=90)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command
-# ----------------------------------------------------------------------------------------------
-
-
-def add_parser(commands) -> None:
-    from tritongemm.cli import comma_list, existing_dir, names, positive_float, positive_int, tile_size
-
-    p = commands.add_parser("l2", help="L2 reuse model: DRAM bytes per wave and in all, per ordering and GROUP_SIZE_M")
-    p.add_argument("M", type=positive_int, nargs="?")
-    p.add_argument("N", type=positive_int, nargs="?")
-    p.add_argument("K", type=positive_int, nargs="?")
-    p.add_argument("--dtype", default="bfloat16", choices=sorted(ITEMSIZE))
-    all_kernels = ",".join(launch_mod.KERNELS)
-    p.add_argument(
-        "--kernels", type=names(launch_mod.KERNELS), default=all_kernels, help="comma-separated (default: all)"
-    )
-    groups = comma_list(positive_int, "comma-separated integers >= 1, e.g. 1,4,8")
-    p.add_argument("--group-sizes", type=groups, default=",".join(map(str, GROUP_SIZES)))
-    block = comma_list(tile_size, "BLOCK_M,BLOCK_N,BLOCK_K, e.g. 128,256,64", count=3)
-    p.add_argument(
-        "--block", type=block, help="BLOCK_M,BLOCK_N,BLOCK_K for every kernel (default: each kernel's H100's)"
-    )
-    p.add_argument("--sms", type=positive_int, default=H100.num_sms)
-    p.add_argument("--l2-mb", type=positive_float, default=H100.l2_bytes / 2**20)
-    p.add_argument("--plot", help="write the GROUP_SIZE_M plot here (PNG)")
-    ncu_help = "instead: predicted vs measured table from scripts/ci/ncu-l2.sh logs"
-    p.add_argument("--ncu", metavar="DIR", type=existing_dir, help=ncu_help)
-
-
-def check(args: argparse.Namespace) -> None:
-    """Either M N K or --ncu DIR."""
-    sizes = [v for v in (args.M, args.N, args.K) if v is not None]
-    if args.ncu and sizes:
-        raise ValueError("l2: M N K do not apply with --ncu DIR, which reads the problems from the logs")
-    if not args.ncu and len(sizes) < 3:
-        raise ValueError(
-            f"l2: expected M N K (three sizes, e.g. 4096 4096 4096) or --ncu DIR, but got {len(sizes)} size(s)"
-        )
-
-
-def main(args: argparse.Namespace) -> int:
-    if args.ncu:
-        from tritongemm.tools import ncu
-
-        print(ncu.format_l2_table(ncu.compare(args.ncu, l2_bytes=int(args.l2_mb * 2**20))))
-        return 0
-    config = None
-    if args.block:
-        bm, bn, bk = args.block
-        config = launch_mod.MatmulConfig(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
-    estimates = sweep(
-        args.kernels, args.M, args.N, args.K, args.group_sizes,
-        dtype=args.dtype, config=config, num_sms=args.sms, l2_bytes=int(args.l2_mb * 2**20),
-    )  # fmt: skip
-    print(format_table(estimates))
-    if args.plot:
-        print(f"wrote {plot(estimates, args.plot)}")
-    return 0

@@ -4,9 +4,12 @@ The shared ground of the tools. Which tile a program computes comes from `triton
 (the functions the kernels are tested against); this module adds what the GPU does with the
 programs: how many run on one SM at once, and which tiles run at the same time ("a wave").
 
-- One tile per program (naive, grouped, tma_pipelined): the hardware starts programs in launch
-  order as SM slots free up; a wave is `num_sms x programs_per_sm` consecutive programs.
+- One tile per program (naive, grouped, tma_pipelined, swap_ab): the hardware starts programs in
+  launch order as SM slots free up; a wave is `num_sms x programs_per_sm` consecutive programs.
 - Persistent kernels launch P = min(num_sms, tiles) programs; wave s is step s of every program.
+
+Every tool here assumes that a tile is one program's, over all of K: the rungs that give a tile's
+K to several programs (SPLITS_K) are refused by name, with the reason.
 """
 
 from __future__ import annotations
@@ -16,24 +19,52 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from tritongemm import dispatch
+from tritongemm.core import device_info, registry
 from tritongemm.core.config import MatmulConfig
 from tritongemm.dispatch import tiles
 from tritongemm.primitives import tiling as tile_order
 
-# Rungs 9 and 11 (warp-specialized) lay their tiles out as rung 6 does: one program per SM over the
-# same schedulers; ping-pong's two consumers take a program's tiles in turn, on one SM.
-WARP_SPECIALIZED = ("tma_warp_specialized", "tma_ping_pong")
-KERNELS = (
-    "naive", "grouped", "persistent", "tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED,
-)  # fmt: skip
-PERSISTENT = ("persistent", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
-GLUON = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", *WARP_SPECIALIZED)
+# The persistent Gluon rungs' tile order: tile_order's "persistent" (strided, grouped) or "chunked",
+# as config.scheduler says.
+SCHEDULED = "scheduled"
+# Each rung's tile order, in tile_order's terms, for every rung the tools model.
+TILE_ORDERS = {
+    "naive": "column_major",  # 2D grid, axis 0 fastest
+    "grouped": "grouped",
+    "persistent": "persistent",  # the triton.language rung has only the strided-grouped loop
+    "tma_pipelined": "column_major",  # 2D grid
+    "tma_persistent": SCHEDULED,
+    "tma_persistent_pipelined": SCHEDULED,
+    # Rung 8 computes C.T's tiles row by row, C's column by column (`tile % num_pid_m`), a program
+    # a tile while K stays whole: config.split_k = 1 (a split: SWAP_AB_SPLITS).
+    "swap_ab": "column_major",
+    # Rungs 9 and 11 (warp-specialized) lay their tiles out as rung 6 does: one program per SM over the
+    # same schedulers; ping-pong's two consumers take a program's tiles in turn, on one SM.
+    "tma_warp_specialized": SCHEDULED,
+    "tma_ping_pong": SCHEDULED,
+    "odd_width": SCHEDULED,  # rung 6's schedulers over 160- or 192-wide tiles
+}
+# The rungs that give one tile's K to several programs, which no tool here draws or models.
+SPLITS_K = {
+    "split_k": "splits K across programs (S programs a tile, their fp32 partials summed by a second kernel)",
+    "stream_k": "splits K across programs (equal ranges of K-steps, across the tiles' boundaries)",
+    "split_tail": "splits K across programs (the tiles of a short last wave, as split_k)",
+}
+# Rung 8 splits K too, where its tiles are too few for the SMs: its default config does from K >=
+# 2N (swap_ab.default_config), which the models of l2 and predict (each problem at its default
+# config) would get wrong; schedule and explain draw it with K whole.
+SWAP_AB_SPLITS = "splits K across programs where its tiles are too few for the SMs (its default from K >= 2N)"
+KERNELS = tuple(k.name for k in registry.all_kernels("matmul") if k.name in TILE_ORDERS)  # ladder order
+PERSISTENT = tuple(k for k in KERNELS if TILE_ORDERS[k] in ("persistent", SCHEDULED))
 ITEMSIZE = {"float16": 2, "bfloat16": 2, "float32": 4}
 
 
 @dataclass(frozen=True)
 class GPU:
     name: str
+    device_name: str  # as torch names it: which dispatch table applies
+    capability: tuple[int, int]
     num_sms: int
     l2_bytes: int
     smem_per_sm: int  # bytes a program may share out of; 227 KB usable per block + 1 KB reserved
@@ -47,6 +78,8 @@ class GPU:
 # 3.0 TB/s of the 3.35 TB/s HBM3 peak; 50 MB of L2 (what torch reports as L2_cache_size).
 H100 = GPU(
     name="H100 SXM",
+    device_name="NVIDIA H100 80GB HBM3",
+    capability=(9, 0),
     num_sms=132,
     l2_bytes=50 * 2**20,
     smem_per_sm=228 * 1024,
@@ -57,27 +90,43 @@ H100 = GPU(
 )
 
 
+def check_kernel(kernel: str, kernels: tuple[str, ...] = KERNELS, refused: dict | None = None, tool: str = "") -> None:
+    """ValueError unless `kernel` is one of `kernels` (a tool's): for a rung in `refused` (default
+    SPLITS_K), why `tool` does not take it."""
+    refused = SPLITS_K if refused is None else refused
+    if kernel in refused:
+        raise ValueError(f"{tool}: kernel {kernel!r} {refused[kernel]}; expected one of {kernels}")
+    if kernel not in kernels:
+        raise ValueError(f"{tool}: unknown kernel {kernel!r}; expected one of {kernels}")
+
+
 def ordering_of(kernel: str, scheduler: str = "grouped") -> str:
     """The `tile_order` ordering a kernel follows (`scheduler`: the persistent Gluon kernels' choice)."""
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel {kernel!r}; expected one of {KERNELS}")
+    check_kernel(kernel, tool="ordering_of")
     if scheduler not in ("grouped", "chunked"):
         raise ValueError(f"scheduler must be 'grouped' or 'chunked', but got {scheduler!r}")
-    if kernel in ("naive", "tma_pipelined"):
-        return "column_major"  # 2D grid, axis 0 fastest
-    if kernel == "grouped":
-        return "grouped"
-    if kernel == "persistent":
-        return "persistent"  # the triton.language rung has only the strided-grouped loop
-    return "chunked" if scheduler == "chunked" else "persistent"
+    ordering = TILE_ORDERS[kernel]
+    if ordering == SCHEDULED:
+        return "chunked" if scheduler == "chunked" else "persistent"
+    return ordering
+
+
+def check_config(kernel: str, config: MatmulConfig) -> None:
+    """ValueError for a tile `kernel` does not compute: rung 13's are odd widths."""
+    if kernel == "odd_width" and not config.odd_width:
+        raise ValueError(
+            f"odd_width: BLOCK_N must be an odd width, the sum of two powers of two (96, 160, 192, ...), but got "
+            f"BLOCK_N={config.BLOCK_N}"
+        )
 
 
 def default_config(kernel: str, dtype: str, M: int, N: int, K: int, gpu: GPU = H100) -> MatmulConfig:
-    """The config `matmul(kernel=...)` picks on `gpu` (what a benchmark row labelled "default" ran)."""
-    if kernel in GLUON or kernel == "cublas":  # cuBLAS: modelled with the Gluon kernels' tile choice
-        rule = tiles.RULES.get(kernel)
-        return rule(M, N, K, gpu.num_sms) if rule else tiles.choose_config(M, N, gpu.num_sms)
-    return tiles.ladder_config(getattr(torch, dtype), M, N, K, num_sms=gpu.num_sms, interpret=False)
+    """The config `matmul(kernel=...)` picks on `gpu` (what a benchmark row labelled "default" ran):
+    the dispatch's own answer, asked with `gpu`'s facts for a CUDA device's."""
+    if kernel == "cublas":  # modelled with the Gluon kernels' tile choice
+        return tiles.choose_config(M, N, gpu.num_sms)
+    with device_info.modelled_gpu(gpu.device_name, gpu.capability, gpu.num_sms, gpu.l2_bytes):
+        return dispatch.default_config(registry.get(kernel), getattr(torch, dtype), M, N, K, torch.device("cuda", 0))
 
 
 def programs_per_sm(kernel: str, config: MatmulConfig, itemsize: int, gpu: GPU = H100) -> int:
@@ -141,6 +190,8 @@ class Launch:
         head = f"{self.kernel} ({self.ordering}"
         if self.ordering in ("grouped", "persistent"):
             head += f", GROUP_SIZE_M={c.GROUP_SIZE_M}"
+        if self.kernel == "swap_ab":
+            head += ", K whole: split_k=1"
         head += f") {self.M}x{self.N}, tiles {c.BLOCK_M}x{c.BLOCK_N}: {self.num_pid_m}x{self.num_pid_n} = "
         head += f"{self.num_tiles} tiles, "
         if self.ordering in ("persistent", "chunked"):
@@ -163,6 +214,7 @@ def plan(
     if M < 1 or N < 1:
         raise ValueError(f"plan: M and N must be >= 1, but got M={M}, N={N}")
     ordering = ordering_of(kernel, config.scheduler)
+    check_config(kernel, config)
     num_pid_m, num_pid_n = tile_order.cdiv(M, config.BLOCK_M), tile_order.cdiv(N, config.BLOCK_N)
     schedule = tile_order.schedule(ordering, num_pid_m, num_pid_n, config.GROUP_SIZE_M, num_programs=num_sms)
     per_sm = resident if resident is not None else programs_per_sm(kernel, config, itemsize, gpu)

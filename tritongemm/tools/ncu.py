@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from tritongemm.core import registry
 from tritongemm.tools import l2
 from tritongemm.tools import launch as launch_mod
 
@@ -98,7 +99,7 @@ def compare(log_dir: str | Path, l2_bytes: int = launch_mod.H100.l2_bytes) -> li
 
 def _by_shape_then_rung(row: L2Comparison):
     e = row.estimate
-    return e.launch.M, e.launch.N, e.K, launch_mod.KERNELS.index(e.launch.kernel), row.label
+    return e.launch.M, e.launch.N, e.K, registry.get(e.launch.kernel).rung, row.label
 
 
 def _pct(value) -> str:

@@ -18,16 +18,15 @@ benchmark CSVs by `calibrate` (`tritongemm predict --calibrate results/h100/*.cs
 predict_constants.json next to this file; without it the defaults below are used. cuBLAS is
 modelled as a persistent grouped kernel with the Gluon kernels' tile choice.
 The warp-specialized rungs (9, 11) are modelled as rung 6 is (one program per SM over the same
-schedulers); what their roles buy shows in their fitted constants.
-Not modelled: clocks dropping under sustained power (8192^3 runs ~7% below 4096^3 on an H100),
-operand layout (NT vs NN), split-K, L2 partitioning.
+schedulers); what their roles buy shows in their fitted constants. Rung 13 is rung 6 on its odd
+widths. Not modelled: clocks dropping under sustained power (8192^3 runs ~7% below 4096^3 on an
+H100), operand layout (NT vs NN), L2 partitioning, and a tile's K split across programs: split_k,
+stream_k, split_tail and swap_ab (whose default splits K on skinny problems) are refused (REFUSED).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
-import datetime
 import json
 import math
 import re
@@ -41,7 +40,13 @@ from tritongemm.tools import l2
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import GPU, H100, ITEMSIZE
 
-PROVIDERS = (*launch_mod.KERNELS, "cublas")
+# The rungs modelled (l2's: the DRAM bytes are its model's), and cuBLAS; those refused, with why.
+KERNELS = l2.KERNELS
+PROVIDERS = (*KERNELS, "cublas")
+REFUSED = {
+    kernel: f"{why}, which this model (a tile, one program, all of K) does not cover"
+    for kernel, why in (launch_mod.SPLITS_K | {"swap_ab": launch_mod.SWAP_AB_SPLITS}).items()
+}
 CONSTANTS_PATH = Path(__file__).with_name("predict_constants.json")
 TARGET_MEDIAN_ERROR = 0.10
 
@@ -92,6 +97,7 @@ DEFAULTS = Constants(
         # the epilogue runs beside the next tile's loads (rung 9) or MMAs (rung 11): less per tile
         "tma_warp_specialized": KernelConstants(0.70, 0.5),
         "tma_ping_pong": KernelConstants(0.70, 0.25),
+        "odd_width": KernelConstants(0.70, 1.0),  # rung 6's: its loop, on two accumulators
         "cublas": KernelConstants(0.77, 1.0),
     },
     source="built-in defaults (uncalibrated)",
@@ -134,8 +140,7 @@ class Terms:
 
 def terms(kernel: str, M: int, N: int, K: int, dtype: str, config: MatmulConfig | None = None, gpu: GPU = H100):
     """The parts of the model that need no constants (tile counts, padded work, DRAM bytes)."""
-    if kernel not in PROVIDERS:
-        raise ValueError(f"predict: unknown kernel {kernel!r}; expected one of {PROVIDERS}")
+    launch_mod.check_kernel(kernel, PROVIDERS, REFUSED, "predict")
     if min(M, N, K) < 1:
         raise ValueError(f"predict: M, N and K must be >= 1, but got {M}x{N}x{K}")
     config = config or launch_mod.default_config(kernel, dtype, M, N, K, gpu)
@@ -385,83 +390,3 @@ def _fixed_width(head: list[str], rows: list[list[str]]) -> str:
 
 def median_abs_error(pairs: list[tuple[Measured, Prediction]]) -> float:
     return float(np.median([abs(relative_error(m, p)) for m, p in pairs]))
-
-
-# ----------------------------------------------------------------------------------------------
-# Command
-# ----------------------------------------------------------------------------------------------
-
-
-def add_parser(commands) -> None:
-    from tritongemm.cli import existing_file, positive_int
-
-    p = commands.add_parser("predict", help="predicted time and TFLOP/s per kernel and for cuBLAS, with the terms")
-    p.add_argument("M", type=positive_int, nargs="?")
-    p.add_argument("N", type=positive_int, nargs="?")
-    p.add_argument("K", type=positive_int, nargs="?")
-    p.add_argument("--dtype", default="bfloat16", choices=sorted(ITEMSIZE))
-    p.add_argument("--kernel", action="append", choices=PROVIDERS, help="repeatable (default: all and cuBLAS)")
-    p.add_argument(
-        "--constants",
-        help=f"constants JSON, or 'defaults' for the uncalibrated ones (default: {CONSTANTS_PATH.name} if present)",
-    )
-    csvs = dict(nargs="+", metavar="CSV", type=existing_file)
-    p.add_argument("--calibrate", **csvs, help="fit the constants to benchmark CSVs and report")
-    p.add_argument("--write", help=f"with --calibrate: where to write the constants (default: {CONSTANTS_PATH})")
-    p.add_argument("--dry-run", action="store_true", help="with --calibrate: report only, write nothing")
-    p.add_argument("--compare", **csvs, help="predicted vs measured under the current constants")
-    p.add_argument("--markdown", action="store_true", help="with --calibrate / --compare: tables in markdown")
-
-
-def check(args: argparse.Namespace) -> None:
-    """One of M N K, --calibrate CSV... and --compare CSV...; --write and --dry-run with --calibrate."""
-    sizes = sum(v is not None for v in (args.M, args.N, args.K))
-    modes = [
-        m for m, given in (("M N K", sizes), ("--calibrate", args.calibrate), ("--compare", args.compare)) if given
-    ]
-    if len(modes) != 1 or 0 < sizes < 3:
-        got = " and ".join(modes) if len(modes) > 1 else f"{sizes} size(s)" if modes == ["M N K"] else "none"
-        raise ValueError(
-            f"predict: expected one of M N K (three sizes, e.g. 4096 4096 4096), --calibrate CSV... or "
-            f"--compare CSV..., but got {got}"
-        )
-    if args.calibrate is None and (args.write or args.dry_run):
-        raise ValueError(f"predict: {'--write' if args.write else '--dry-run'} applies with --calibrate only")
-    if args.constants and args.constants != "defaults" and not Path(args.constants).is_file():
-        raise ValueError(
-            f"predict: --constants {args.constants}: no such file; expected a constants JSON, or 'defaults' for "
-            "the built-in uncalibrated constants"
-        )
-    csvs = args.calibrate or args.compare or []
-    if csvs and not read_measurements(csvs):
-        raise ValueError(
-            f"predict: {'--calibrate' if args.calibrate else '--compare'} found no timed rows (status ok, timing "
-            f"graph, a known kernel) in {', '.join(map(str, csvs))}; give benchmark CSVs of `tritongemm bench`"
-        )
-
-
-def main(args: argparse.Namespace) -> int:
-    if args.calibrate:
-        rows = read_measurements(args.calibrate)
-        date = datetime.date.today().isoformat()
-        names = ", ".join(sorted({Path(p).name for p in args.calibrate}))
-        constants = calibrate(rows, source=f"calibrated {date} on {len(rows)} rows of {names}")
-        pairs = compare(rows, constants)
-        print(format_comparison(pairs, args.markdown))
-        print(f"\nlaunch {constants.launch_us} us; per kernel (efficiency, tile overhead us):")
-        for key, value in sorted(constants.kernels.items()):
-            print(f"  {key:<34} {value.efficiency:.3f}  {value.tile_overhead_us:.2f}")
-        if not args.dry_run:
-            out = Path(args.write) if args.write else CONSTANTS_PATH
-            out.write_text(constants.to_json())
-            print(f"wrote {out}")
-        return 0
-    constants = load_constants(args.constants)
-    if args.compare:
-        print(f"constants: {constants.source}\n")
-        print(format_comparison(compare(read_measurements(args.compare), constants), args.markdown))
-        return 0
-    kernels = args.kernel or list(PROVIDERS)
-    predictions = [predict(k, args.M, args.N, args.K, args.dtype, constants=constants) for k in kernels]
-    print(format_predictions(predictions, constants))
-    return 0

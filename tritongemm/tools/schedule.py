@@ -6,23 +6,29 @@ runs on SM p). The colour is the wave: tiles of one colour are computed at the s
 strips on the left (A row-panels) and on top (B column-panels) shade the panels wave 0 reads:
 fewer shaded panels for the same number of tiles means more reuse in L2 (see l2.py).
 
-The mapping is `tile_order.schedule`, the Python twin the kernels are tested against.
+The mapping is `tile_order.schedule`, the Python twin the kernels are tested against. A tile is
+one program's: the rungs that split a tile's K across programs (split_k, stream_k, split_tail)
+are not drawn, and swap_ab is drawn with K whole (split_k = 1).
 """
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 from pathlib import Path
 
 import numpy as np
 
-from tritongemm.core.config import MatmulConfig
 from tritongemm.tools import figures
 from tritongemm.tools import launch as launch_mod
 from tritongemm.tools.launch import Launch
 
 _MAX_LABELLED_TILES = 1600  # above this the numbers are unreadable: colour only
+# The rungs drawn (swap_ab with K whole), and those refused, with why.
+KERNELS = launch_mod.KERNELS
+REFUSED = {
+    kernel: f"{why}, which this picture (a tile, one program) does not draw"
+    for kernel, why in launch_mod.SPLITS_K.items()
+}
 
 
 def cell_labels(launch: Launch) -> np.ndarray:
@@ -35,7 +41,7 @@ def cell_labels(launch: Launch) -> np.ndarray:
 
 def draw(launch: Launch, path: str | Path, title: str | None = None) -> Path:
     plt = figures.pyplot()
-    from matplotlib.patches import Rectangle
+    from matplotlib.patches import Rectangle  # optional, as figures.pyplot's matplotlib
 
     m, n = launch.num_pid_m, launch.num_pid_n
     waves = launch.num_waves
@@ -77,37 +83,3 @@ def draw(launch: Launch, path: str | Path, title: str | None = None) -> Path:
     caption += f"{a0} A + {b0} B panels"
     ax.set_title(textwrap.fill(caption, width=int(width * 14)), fontsize=9)
     return figures.save(fig, path, dpi=80)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command
-# ----------------------------------------------------------------------------------------------
-
-
-def add_parser(commands) -> None:
-    from tritongemm.cli import positive_int, tile_size, tile_width
-
-    p = commands.add_parser("schedule", help="draw which program (SM, step) computes each output tile (PNG)")
-    p.add_argument("M", type=positive_int)
-    p.add_argument("N", type=positive_int)
-    p.add_argument("--kernel", default="grouped", choices=launch_mod.KERNELS)
-    p.add_argument("--scheduler", default="grouped", choices=("grouped", "chunked"), help="tma_persistent*: tiles")
-    p.add_argument("--block-m", type=tile_size, default=128)
-    p.add_argument("--block-n", type=tile_width, default=128, help="160 or 192: rung 13's odd widths")
-    p.add_argument("--group-size-m", type=positive_int, default=8)
-    p.add_argument(
-        "--sms", type=positive_int, default=launch_mod.H100.num_sms, help="number of SMs (default: H100, 132)"
-    )
-    p.add_argument("--programs-per-sm", type=positive_int, help="resident programs per SM (default: 1)")
-    p.add_argument("--out", help="PNG path (default: schedule-KERNEL-MxN.png)")
-
-
-def main(args: argparse.Namespace) -> int:
-    config = MatmulConfig(
-        BLOCK_M=args.block_m, BLOCK_N=args.block_n, GROUP_SIZE_M=args.group_size_m, scheduler=args.scheduler
-    )
-    launch = launch_mod.plan(args.kernel, args.M, args.N, config, num_sms=args.sms, resident=args.programs_per_sm or 1)
-    out = args.out or f"schedule-{args.kernel}-{args.M}x{args.N}.png"
-    print(launch.describe())
-    print(f"wrote {draw(launch, out)}")
-    return 0

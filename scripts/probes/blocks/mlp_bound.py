@@ -31,7 +31,7 @@ from tritongemm.bench.report import write_dicts
 from tritongemm.blocks.gated_pair import gated_pair
 from tritongemm.core.reference import rel_error, tolerance
 from tritongemm.dense import linear as fused
-from tritongemm.dense.api import matmul
+from tritongemm.dense.matmul import matmul
 
 TOKENS = (2048, 8192)
 ROUNDS = 3  # each provider timed once a round, rounds interleaved: the board's clock drifts under its power cap

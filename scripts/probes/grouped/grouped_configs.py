@@ -1,6 +1,6 @@
 """Probe: which tile serves the row-group kernel (grouped_mm's MoE forward) best on this GPU, on
 `bench grouped`'s problems, beside torch._grouped_mm, kernel-only (measure.check_then_time's
-"graph" timing). Each candidate is checked against the fp64 reference first. Feeds grouped/api.py's _GPU_TILES.
+"graph" timing). Each candidate is checked against the fp64 reference first. Feeds dispatch/grouped.py's _GPU_TILES.
 `--form k`: the K-group kernel instead, on the weight gradients of the same layers at training
 sizes (dW[g] = A_g^T dC_g, A (rows, k), dC (rows, n), the groups along the rows), beside
 torch._grouped_mm on the same operands: the backward an MoE training step spends most in.

@@ -2,11 +2,11 @@
 eager (back-to-back calls, host included): tritongemm's two launches (grouped/moe_decode.py),
 tritongemm's grouped path (moe.py with the decode path off) and transformers' `grouped_mm`
 experts. Mixtral's and Qwen3-MoE's layer dimensions, random bf16 weights, 1-16 tokens; each
-checked against a float64 loop first. Feeds moe_decode.PAIRS_PER_EXPERT and TILE.
+checked against a float64 loop first. Feeds moe_decode.PAIRS_PER_EXPERT and moe_build.TILE.
 
     PYTHONPATH=. python3 scripts/probes/grouped/moe_decode_probe.py --out moe-decode.csv [--tiles]
 
---tiles: the decode kernel's tile settings (moe_decode.TILE) instead, kernel-only, beside the
+--tiles: the decode kernel's tile settings (moe_build.TILE) instead, kernel-only, beside the
 grouped path, at 1, 2 and 4 tokens.
 """
 
@@ -112,11 +112,11 @@ def probe_family(family: str, writer) -> None:
 def probe_tiles(family: str, writer) -> None:
     from tritongemm.bench.measure import check_then_time
     from tritongemm.core.plans import PLANS
-    from tritongemm.grouped import moe, moe_decode
+    from tritongemm.grouped import moe, moe_build
 
     module, config = experts_module(family)
     weights64 = module.gate_up_proj.double(), module.down_proj.double()
-    chosen = dict(moe_decode.TILE)
+    chosen = dict(moe_build.TILE)
     problem = types.SimpleNamespace(flops=1, bytes=1)  # small: kernel-only timing in a CUDA graph
     for tokens in TOKENS[:3]:
         x = torch.randn(tokens, config.hidden_size, device="cuda", dtype=torch.bfloat16)
@@ -128,7 +128,7 @@ def probe_tiles(family: str, writer) -> None:
         ]
         rows = []
         for name, limit, tile in runs:  # each alone: the plan its check builds under this tile is the one timed
-            moe_decode.TILE.update(tile)
+            moe_build.TILE.update(tile)
             PLANS.clear()
             call = functools.partial(with_pair_limit(limit, moe.experts_forward), module, x, ids, weights)
             errors, results = check_then_time({name: call}, ref, 2e-2, problem, timings=("graph",))
@@ -139,7 +139,7 @@ def probe_tiles(family: str, writer) -> None:
             writer.writerow([family, tokens, name, "graph", ms and ms * 1e3, ratio, error, status])
             print(f"{family:18s} {tokens:3d} tokens {name:50s} {(ms or 0) * 1e3:8.1f} us x{ratio or 0:.3f} vs grouped "
                   f"{status}", flush=True)  # fmt: skip
-    moe_decode.TILE.update(chosen)
+    moe_build.TILE.update(chosen)
     PLANS.clear()
 
 

@@ -13,7 +13,7 @@ import torch
 import tritongemm
 from tritongemm.bench.measure import eager_timer
 from tritongemm.core.epilogue import PLAIN
-from tritongemm.dense.api import lookup
+from tritongemm.dense.matmul import lookup
 from tritongemm.primitives.launch import compiled_launches
 from tritongemm.primitives.tl.host import gemm_args
 

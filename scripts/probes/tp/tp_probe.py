@@ -179,7 +179,7 @@ GATHER_ONLY = set(VARIANTS) - {"whole", "side", "pull"}
 
 def _worker(rank: int, world: int, tmp: str, rounds: int, out_path: str, ops: tuple, names: tuple, tokens: set) -> None:
     from tritongemm.core.reference import rel_error, tolerance
-    from tritongemm.distributed import ops as tp_ops
+    from tritongemm.distributed import paths as tp_ops
 
     device = tp.join_gpu_group(rank, world, tmp)
     original = exchange.SymmetricExchanges

@@ -26,6 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.language.core import _aggregate as aggregate
 
 from tritongemm.core import device_info
+from tritongemm.primitives.gluon.tcgen05 import TCGen05MMA
 
 # One wgmma.mma_async instruction covers 16 rows of the tile per warp and 32 bytes of K.
 _WGMMA_INSTR_M = 16
@@ -122,8 +123,6 @@ def mma_for(kernel: str, device):
     if (major, minor) == (9, 0):
         return WGMMA
     if major == 10:
-        from tritongemm.primitives.gluon.tcgen05 import TCGen05MMA
-
         return TCGen05MMA
     raise RuntimeError(
         f"{kernel}: needs an sm_90 (Hopper: WGMMA) or sm_100 (Blackwell: tcgen05) GPU, but {device} is "

@@ -47,7 +47,9 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
+from tritongemm.core.epilogue import GLU_ACTIVATIONS
 from tritongemm.primitives.gluon.compat import reinterpret, tma_load, tma_store
+from tritongemm.primitives.gluon.mma import WGMMA
 
 # ----------------------------------------------------------------------------------------------
 # Device side
@@ -275,8 +277,6 @@ def check_gated_pair(kernel: str, a, b, c, config: MatmulConfig, glu: str, epilo
     (K, 2N) for C (M, N), the transpose of a (2N, K) weight [gate; up]; no other epilogue; WGMMA,
     whose accumulator's column halves are a register renaming (tcgen05's spreads a row over
     warpgroups)."""
-    from tritongemm.core.epilogue import GLU_ACTIVATIONS
-
     if glu not in GLU_ACTIVATIONS:
         raise ValueError(f"{kernel}: expected glu to be one of {GLU_ACTIVATIONS}, but got {glu!r}")
     if epilogue:
@@ -330,8 +330,6 @@ def check_tcgen05_tile(kernel: str, config: MatmulConfig) -> None:
 
 def check_mma_tile(kernel: str, config: MatmulConfig, mma) -> None:
     """check_wgmma_tile or check_tcgen05_tile, as `mma` (mma.mma_for's choice) is."""
-    from tritongemm.primitives.gluon.mma import WGMMA
-
     if mma is WGMMA:
         check_wgmma_tile(kernel, config)
     else:
@@ -341,8 +339,6 @@ def check_mma_tile(kernel: str, config: MatmulConfig, mma) -> None:
 def refuse_c_pieces_for_tcgen05(kernel: str, config: MatmulConfig, elem_bytes: int, mma) -> None:
     """Raise for a plan that stores C in column pieces under tcgen05, whose epilogue can't cut them
     (whole_c_config), naming the largest ring that keeps C whole. The caller knows it would."""
-    from tritongemm.primitives.gluon.mma import WGMMA
-
     if mma is not WGMMA:
         fitting = whole_c_config(config, elem_bytes).num_stages
         raise ValueError(

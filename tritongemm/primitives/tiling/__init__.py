@@ -6,10 +6,11 @@ numbers the tiles somehow. The numbering decides which tiles run at the same tim
 often the same A row-panel or B column-panel is found in L2 instead of DRAM.
 
 The functions here are plain integer arithmetic that works on Python ints and on numpy arrays
-alike, so the tools (schedule pictures, the L2 simulator) and the tests call them directly. The
-kernels use `@triton.jit` / `@gluon.jit` copies of the same formulas (``primitives/tl/tiles.py``,
-``primitives/tiling/gluon.py``); ``tests/test_tile_order.py`` and the GPU tests check that the copies
-agree with this file by letting a kernel record which program computed which tile.
+alike, so the tools (schedule pictures, the L2 simulator) and the tests call them directly. Beside
+them, the kernels' copies of the same formulas in each language: ``tl.py`` (`@triton.jit`) and
+``gluon.py`` (`@gluon.jit`, and the persistent schedulers built on them); tests/test_tile_order.py
+and the GPU tests check that the copies agree with this file by letting a kernel record which
+program computed which tile.
 """
 
 from __future__ import annotations

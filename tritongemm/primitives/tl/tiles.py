@@ -1,24 +1,11 @@
-"""The pieces every `triton.language` rung shares: tile numbering, the K loop, the store.
+"""The pieces every `triton.language` rung shares: the tile's offsets, the K loop, the store.
 
-Each rung is "which tile am I?" plus these three helpers, so the rungs differ only in the one
-idea they add. The pid -> tile formulas are the `@triton.jit` twins of `tritongemm.primitives.tiling`;
-the tests run the kernels with TRACE=True and compare what they record with that module.
+Each rung is "which tile am I?" (primitives/tiling/tl.py) plus these helpers, so the rungs differ
+only in the one idea they add. `record_tile` lets the tests see which program computed which tile.
 """
 
 import triton
 import triton.language as tl
-
-
-@triton.jit
-def grouped_tile(pid, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
-    """Tile (pid_m, pid_n) of program `pid` in the grouped (swizzled) order; see primitives/tiling/__init__.py."""
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_SIZE_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
-    return pid_m, pid_n
 
 
 @triton.jit

@@ -17,6 +17,7 @@ from tritongemm.blocks.qkv import NAMES as QKV_NAMES
 from tritongemm.blocks.qkv import QKVProjection
 from tritongemm.blocks.rms_norm import RMSNorm, kernel_serves, rms_norm_reference
 from tritongemm.core.epilogue import GLU_ACTIVATIONS, activation_of
+from tritongemm.dense.module import Linear
 
 # transformers' MLP classes whose forward is down_proj(act_fn(gate_proj(x)) * up_proj(x)).
 GATED_MLP_CLASSES = frozenset({"LlamaMLP", "MistralMLP", "Qwen2MLP", "Qwen3MLP", "GemmaMLP", "Gemma2MLP",
@@ -50,8 +51,6 @@ def _why_not_plain(module: torch.nn.Module, projections: tuple[str, ...]) -> str
     """Why one of `module`'s projections is not a plain linear whose weight a fused module can take
     over (None: each is): exactly nn.Linear or tritongemm's, its forward neither replaced nor
     hooked, plain-tensor weights, no activation of its own."""
-    from tritongemm.nn import Linear
-
     for proj in projections:
         linear = getattr(module, proj)
         if type(linear) not in (torch.nn.Linear, Linear):

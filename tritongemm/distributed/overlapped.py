@@ -24,23 +24,14 @@ from __future__ import annotations
 
 import torch
 import torch.distributed as dist
+from torch.distributed import distributed_c10d
 
-from tritongemm.core import checks, device_info
-from tritongemm.core.epilogue import ACTIVATIONS, Epilogue, Fused
-from tritongemm.dense.api import lookup, matmul
-from tritongemm.dense.linear import _requires_grad, linear
-from tritongemm.distributed import gathered as gathered_gemm
-from tritongemm.distributed import pushed as pushed_gather
-from tritongemm.distributed import pushed_scatter
-from tritongemm.distributed.exchange import (
-    TRANSPORTS,
-    all_gather_tensor,
-    arrival_words,
-    exchanges_for,
-    rank_and_world,
-    reduce_scatter_tensor,
-)
-from tritongemm.distributed.reduce import reduce_partials
+from tritongemm.core import checks
+from tritongemm.core.epilogue import ACTIVATIONS
+from tritongemm.core.operators import LIB
+from tritongemm.core.problem import requires_grad
+from tritongemm.dense.matmul import matmul
+from tritongemm.distributed.exchange import TRANSPORTS, all_gather_tensor, rank_and_world, reduce_scatter_tensor
 
 REDUCE_OPS = ("sum", "avg")
 
@@ -91,7 +82,7 @@ def all_gather_matmul(
     moved = a_shard.movedim(gather_dim, 0)
     lead = moved.shape[:-1]
     a2 = moved.reshape(-1, moved.shape[-1])
-    if torch.is_grad_enabled() and _requires_grad(a2, b, bias):
+    if torch.is_grad_enabled() and requires_grad(a2, b, bias):
         _refuse_activation_grad("all_gather_matmul", activation)
         gathered, c2 = _AllGatherMatmul.apply(a2, b, bias, group, (overlap, transport), return_a)
     else:
@@ -147,7 +138,7 @@ def matmul_reduce_scatter(
     a2 = moved.reshape(-1, moved.shape[-1])
     residual2 = None if residual is None else residual.movedim(scatter_dim, 0).reshape(-1, N)
     alpha = 1.0 / world if reduce_op == "avg" else 1.0
-    if torch.is_grad_enabled() and _requires_grad(a2, b, bias, residual2):
+    if torch.is_grad_enabled() and requires_grad(a2, b, bias, residual2):
         _refuse_activation_grad("matmul_reduce_scatter", activation)
         c2 = _MatmulReduceScatter.apply(a2, b, bias, residual2, alpha, group, (overlap, transport))
     else:
@@ -155,7 +146,7 @@ def matmul_reduce_scatter(
     return c2.view(*lead, N).movedim(0, scatter_dim)
 
 
-# --- the overlapped and sequential paths, on (rows, K) matrices ------------------------------
+# --- the compiled and eager paths, on (rows, K) matrices -----------------------------------
 
 
 def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered: bool = True):
@@ -163,182 +154,28 @@ def _all_gather_matmul(a2, b, bias, activation, group, how: tuple, keep_gathered
     `how`: (overlap, transport). Without `keep_gathered` A is None: the overlapped path then
     never copies this rank's own shard into it (its GEMM reads the shard), 2 x the shard's bytes
     of memory traffic less beside the first GEMM. While torch.compile traces, the operator
-    (tritongemm/ops.py), which runs `all_gather_rows`."""
+    (below), which runs `paths.all_gather_rows`."""
     if torch.compiler.is_compiling():
-        from tritongemm import ops
-
-        gathered, c2 = ops.all_gather_matmul(a2, b, group.group_name, bias, activation, *how, keep_gathered)
+        gathered, c2 = all_gather_matmul_op(a2, b, group.group_name, bias, activation, *how, keep_gathered)
         return (gathered if keep_gathered else None), c2
-    return all_gather_rows(a2, b, bias, activation, group, how, keep_gathered)
-
-
-def all_gather_rows(a2, b, bias, activation, group, how: tuple, keep_gathered: bool):
-    """`_all_gather_matmul`, run."""
-    overlap, transport = how
-    if overlap and not keep_gathered and transport != "nccl" and a2.numel() and _pushes():
-        # Each rank copies its shard into its peers' memory (pushed.py), where it can. (With the
-        # gathered A kept, each shard is pulled into it instead: pushed, the chunks land in the
-        # group's buffer, and copying them out would take the SMs.)
-        pushed = pushed_gather.plan_for(a2, b, bias, activation, group)
-        if pushed is not None:
-            return None, pushed.run(a2, b, bias)
-    rank, world = rank_and_world(group)
-    m, K = a2.shape
-    gathered = a2.new_empty((world * m, K))
-    c2 = a2.new_empty((world * m, b.shape[1]))
-    if not overlap or a2.numel() == 0:
-        if a2.numel():
-            all_gather_tensor(gathered, a2, group=group)
-        _gemm_into(gathered, b, c2, bias, activation)
-        return (gathered if keep_gathered else None), c2
-    shards, outs = gathered.view(world, m, K), c2.view(world, m, -1)
-    exchanges = exchanges_for(a2.device, group, transport)
-    with device_info.sparing_sms(exchanges.spare_sms):  # room for the transport's kernels beside the GEMMs
-        # The other chunks' GEMM: one over all their rows, which waits for each chunk in the
-        # kernel (gathered.py), where it runs; else one GEMM per chunk as it lands.
-        own, whole, words, pieces = _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges)
-        # This rank's own shard's GEMM first: it waits on nothing, and the host's time on the rest
-        # hides under it. (Queued after the shard's publishing copy, it started after that copy's
-        # end in a CUDA graph: 30 us later, H200 pair.)
-        if own is not None and OWN_CHUNK_ON_SHARED_TILES and gathered_gemm.own_fits(a2):
-            own(a2, b, outs[rank], bias)
-        else:
-            _gemm_into(a2, b, outs[rank], bias, activation)
-        if whole is not None:
-            exchanges.reset_arrivals(words)
-        exchanges.publish(a2)
-        # The shards' transfers run back to back beside the compute stream (none depends on a
-        # GEMM), which works through the chunks as they land. Each chunk's reader is queued as
-        # soon as its transfer is (`gather` yields it), before the host queues the next one.
-        spread = whole is None and _spread_chunks(m, b.shape[1], a2.device)
-        landings = exchanges.gather(a2, shards, keep_own=keep_gathered, words=words, pieces=pieces)
-        for step, (source, handles) in enumerate(landings):
-            if whole is None:
-                with exchanges.landed(handles, spread):
-                    _gemm_into(shards[source], b, outs[source], bias, activation)
-            elif step == 0:
-                # Queued once the first chunk has landed, not at once: its programs would take SMs
-                # from the own chunk's GEMM and spin there (four H100s, q,k,v at 8192 tokens: 1.20x
-                # the sequential path against 1.49x; docs/tensor-parallel.md). (Its first piece, where
-                # the chunks travel in pieces: `handles` mark that.) The rest they wait for.
-                with exchanges.landed(handles):
-                    whole(gathered, b, c2, bias)
-    exchanges.finish()
-    return (gathered if keep_gathered else None), c2
+    return _paths().all_gather_rows(a2, b, bias, activation, group, how, keep_gathered)
 
 
 def _matmul_reduce_scatter(a2, b, alpha, bias, activation, residual2, group, how: tuple) -> torch.Tensor:
     """This rank's (m, N) rows of epilogue(alpha * sum over ranks of a2 @ b), a2 (world * m, K).
-    `how`: (overlap, transport). While torch.compile traces, the operator (tritongemm/ops.py),
-    which runs `reduce_scatter_rows`."""
+    `how`: (overlap, transport). While torch.compile traces, the operator (below), which runs
+    `paths.reduce_scatter_rows`."""
     if torch.compiler.is_compiling():
-        from tritongemm import ops
-
-        return ops.matmul_reduce_scatter(a2, b, group.group_name, alpha, bias, activation, residual2, *how)
-    return reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how)
+        return matmul_reduce_scatter_op(a2, b, group.group_name, alpha, bias, activation, residual2, *how)
+    return _paths().reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how)
 
 
-def reduce_scatter_rows(a2, b, alpha, bias, activation, residual2, group, how: tuple) -> torch.Tensor:
-    """`_matmul_reduce_scatter`, run."""
-    overlap, transport = how
-    rank, world = rank_and_world(group)
-    M, K = a2.shape
-    m, N = M // world, b.shape[1]
-    epilogue = dict(alpha=alpha, bias=bias, activation=activation, residual=residual2)
-    if K == 0 or m * N == 0:  # every partial is zero (or empty): nothing to send
-        return reduce_partials(a2.new_zeros((1, m, N)), **epilogue)
-    if overlap and transport != "nccl" and PUSH_SCATTER:
-        # Each rank copies its partial products into their receivers' memory (pushed_scatter.py),
-        # where it can: a decision on what every rank's call shares, the geometry, never on this
-        # rank's pointers. (Ranks on different paths would wait at each other's barriers forever.)
-        planned = pushed_scatter.plan_for(a2, b, alpha, bias, activation, residual2, group)
-        if planned is not None:
-            return planned.run(a2, b, bias, residual2)
-    if not overlap:
-        full = a2.new_empty((M, N))
-        _gemm_into(a2, b, full, None, None)
-        reduced = a2.new_empty((m, N))
-        reduce_scatter_tensor(reduced, full, group=group)
-        plain = alpha == 1.0 and bias is None and activation is None and residual2 is None
-        return reduced if plain else reduce_partials(reduced[None], **epilogue)
-    rows = [a2[r * m : (r + 1) * m] for r in range(world)]
-    # partials[w]: rank w's product of this rank's rows. Each GEMM for another rank's rows goes
-    # out as soon as it is done, while the next one runs; this rank's own rows go last.
-    partials = a2.new_empty((world, m, N))
-    exchanges = exchanges_for(a2.device, group, transport)
-    pending = []
-    with device_info.sparing_sms(exchanges.spare_sms):
-        for step, to in enumerate((rank + s) % world for s in range(1, world)):
-            outbox = exchanges.outbox(step + 1, (m, N), a2.dtype, a2.device)
-            _gemm_into(rows[to], b, outbox, None, None)
-            pending.append(exchanges.scatter(step + 1, outbox, partials))
-        _gemm_into(rows[rank], b, partials[rank], None, None)
-    for handles in pending:
-        exchanges.wait(handles)
-    out = reduce_partials(partials, **epilogue)
-    exchanges.finish()
-    return out
+def _paths():
+    """paths.py, imported on the first call: its paths plan kernels (gathered.py, reduce.py), and
+    with them import Triton, whose decoration of a kernel reads TRITON_INTERPRET."""
+    from tritongemm.distributed import paths
 
-
-def _gemm_into(a, b, out, bias, activation) -> None:
-    """out = activation(a @ b + bias) by tritongemm's kernels, writing `out` in place (a chunk of
-    the op's output): `matmul`'s plan, or `linear`'s epilogue planned with an out tensor."""
-    if bias is None and activation is None:
-        matmul(a, b, out=out)
-    elif out.numel() == 0 or a.shape[1] == 0:  # no kernel: linear computes an empty sum's epilogue
-        out.copy_(linear(a, b.T, bias, activation=activation))
-    else:
-        fused = Fused(Epilogue(activation, 1.0, bias is not None), bias, None, out.dtype)
-        lookup(a, b, out, "auto", None, fused).run(a, b, out, bias, None, None)
-
-
-# Whether all_gather_rows may run the gathered chunks as one GEMM that waits for them in the
-# kernel (gathered.py) where it can: on by default; scripts/probes/tp/tp_probe.py turns it off to compare.
-WHOLE_GATHERED_GEMM = True
-# Whether that GEMM's chunks are pushed (each rank copies its shard into its peers' memory) rather
-# than pulled (each publishes its shard in its own buffer, which its peers copy from) where the
-# gathered A is not kept: publishing is a copy on the SMs, which held back the own chunk's GEMM
-# (docs/tensor-parallel.md). On by default; scripts/probes/tp/tp_probe.py turns it off to compare.
-PUSH_GATHER = True
-# Whether a reduce-scatter's partial products are pushed (each rank copies them into their
-# receivers' memory as soon as each is computed) rather than pulled (each receiver copies them from
-# its senders' buffers after a barrier of every rank, a step at a time): pushed_scatter.py. On by
-# default; scripts/probes/tp/tp_probe.py turns it off to compare.
-PUSH_SCATTER = True
-# Whether this rank's own chunk's GEMM then runs on that GEMM's tiles rather than on `auto`'s for
-# its shape: the other chunks' GEMM fills its last wave, so what counts is the tile's speed, not
-# how many waves it makes (four H100s, q,k,v of Llama-3-70B: results/h100x4/probes/tp/tp-own-tiles.csv,
-# docs/tensor-parallel.md). On by default; scripts/probes/tp/tp_probe.py turns it off to compare.
-OWN_CHUNK_ON_SHARED_TILES = True
-
-
-def _pushes() -> bool:
-    """Whether an all-gather that keeps no gathered A may push (pushed.py, which runs the own chunk
-    on the gathered chunks' GEMM's tiles): the switches above, as they are now."""
-    return PUSH_GATHER and WHOLE_GATHERED_GEMM and OWN_CHUNK_ON_SHARED_TILES
-
-
-def _gathered_gemm(gathered, b, c2, bias, activation, rank, exchanges):
-    """(own, others, words, pieces): gathered.plan's two launches for this call, the arrival words
-    the second waits on and the pieces each chunk travels in, or (None, None, None, 1): the chunks
-    then run a GEMM each."""
-    if not (WHOLE_GATHERED_GEMM and exchanges.announces):
-        return None, None, None, 1
-    words = arrival_words(exchanges.group, gathered.device)
-    launches = gathered_gemm.plan(gathered, b, c2, bias, activation, rank, words)
-    return (None, None, None, 1) if launches is None else (launches.own, launches.others, words, launches.pieces)
-
-
-def _spread_chunks(m: int, n: int, device: torch.device) -> bool:
-    """Whether the gathered chunks' GEMMs (m x n each) should run side by side, each on a stream of
-    its own (exchange.py `SymmetricExchanges.landed`): where one is at most two waves of 128 x 256
-    tiles on the SMs the ops plan for. A threshold on a fixed tile, not on the one `auto` runs
-    (128 x 128 at 2048 x 2560, say): it is what was measured, on four H100s, every all-gather of
-    bench tp (scripts/probes/tp/tp_probe.py, docs/tensor-parallel.md)."""
-    if device.type != "cuda":
-        return False
-    tiles = -(-m // 128) * -(-n // 256)
-    return tiles <= 2 * device_info.sm_count(device)
+    return paths
 
 
 def _unfold(t2: torch.Tensor, world: int, lead, dim: int) -> torch.Tensor:
@@ -463,3 +300,58 @@ def _refuse_activation_grad(op: str, activation) -> None:
             f"{op}: activation={activation!r} has no backward yet; call it under torch.no_grad(), or apply the "
             "activation to its output"
         )
+
+
+# --- the operators --------------------------------------------------------------------------
+# Dynamo can't trace what the ops do between their GEMMs (streams, events, symmetric-memory
+# handles, point-to-point sends), so a compiled graph calls each as one operator on (rows, K)
+# matrices. A process group is named by its group_name, as torch's symm_mem operators take it.
+# The autograd Functions around them (above) give the backward, which calls the
+# other operator; the operators themselves are never differentiated.
+
+LIB.define(
+    "all_gather_matmul(Tensor a, Tensor b, str group_name, Tensor? bias, str? activation, bool overlap, "
+    "str transport, bool keep_gathered) -> (Tensor, Tensor)"
+)
+
+
+def all_gather_matmul_impl(a, b, group_name, bias, activation, overlap, transport, keep_gathered):
+    gathered, c = _paths().all_gather_rows(
+        a, b, bias, activation, _group(group_name), (overlap, transport), keep_gathered
+    )
+    return (a.new_empty((0, a.shape[1])) if gathered is None else gathered), c
+
+
+LIB.impl("all_gather_matmul", all_gather_matmul_impl, "CompositeExplicitAutograd")
+all_gather_matmul_op = torch.ops.tritongemm.all_gather_matmul.default
+
+
+@torch.library.register_fake("tritongemm::all_gather_matmul", lib=LIB)
+def _all_gather_matmul_fake(a, b, group_name, bias, activation, overlap, transport, keep_gathered):
+    rows = _group(group_name).size() * a.shape[0]
+    return a.new_empty((rows if keep_gathered else 0, a.shape[1])), a.new_empty((rows, b.shape[1]))
+
+
+LIB.define(
+    "matmul_reduce_scatter(Tensor a, Tensor b, str group_name, float alpha, Tensor? bias, str? activation, "
+    "Tensor? residual, bool overlap, str transport) -> Tensor"
+)
+
+
+def matmul_reduce_scatter_impl(a, b, group_name, alpha, bias, activation, residual, overlap, transport):
+    return _paths().reduce_scatter_rows(
+        a, b, alpha, bias, activation, residual, _group(group_name), (overlap, transport)
+    )
+
+
+LIB.impl("matmul_reduce_scatter", matmul_reduce_scatter_impl, "CompositeExplicitAutograd")
+matmul_reduce_scatter_op = torch.ops.tritongemm.matmul_reduce_scatter.default
+
+
+@torch.library.register_fake("tritongemm::matmul_reduce_scatter", lib=LIB)
+def _matmul_reduce_scatter_fake(a, b, group_name, alpha, bias, activation, residual, overlap, transport):
+    return a.new_empty((a.shape[0] // _group(group_name).size(), b.shape[1]))
+
+
+def _group(group_name: str):
+    return distributed_c10d._resolve_process_group(group_name)

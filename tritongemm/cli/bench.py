@@ -1,0 +1,178 @@
+"""`tritongemm bench`: the suites and --shapes, their options, the checks of the options taken
+together, and the run; --markdown prints a results CSV instead."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+
+import torch
+
+from tritongemm import bench
+from tritongemm.bench import epilogue, fp8, grouped, mlp, model, overhead, report, tp
+from tritongemm.bench.measure import TIMINGS
+from tritongemm.bench.suites import LAYOUTS, SUITES
+from tritongemm.cli.args import config_labels, dtypes, existing_file, kernel_names, names, shapes
+
+# Suites with their own module, problems and columns, beside bench.suites.SUITES.
+OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped", "mlp", "tp"]
+# Which of bench's options each of those takes (--out-dir and --no-plot: all).
+OWN_SUITE_OPTIONS = {
+    "overhead": ("kernels",),
+    "epilogue": ("shapes", "dtypes", "timing", "name"),
+    "model": ("layers", "models", "phases", "providers", "name"),
+    "fp8": ("shapes", "timing", "name"),
+    "grouped": ("timing", "name"),
+    "mlp": ("timing", "name"),
+    "tp": ("timing", "name", "profile"),
+}
+BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers", "models", "phases",
+                 "providers")  # fmt: skip
+MODEL_ONLY_OPTIONS = ("layers", "models", "phases", "providers")
+
+
+def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
+    parser.add_argument(
+        "suite", nargs="?", choices=sorted(SUITES) + OWN_SUITES,
+        help="a named suite; overhead: host cost of one eager call on launch-bound problems (matmul, linear, "
+        "nn.Linear), vs torch's counterpart of each; "
+        "epilogue: tritongemm.linear's fused bias+activation/residual vs F.linear + torch and torch.compile; "
+        "model: Llama-3-8B's, Qwen2-7B's and Pythia-1.4B's layers in prefill, generate and a training step, "
+        "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers); "
+        "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block); "
+        "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs; "
+        "mlp: the gated MLP block as tritongemm.blocks.GatedMLP vs the unfused torch block and torch.compile of it; "
+        "tp: tensor-parallel GEMMs on every GPU here, all_gather_matmul and matmul_reduce_scatter overlapped vs "
+        "sequential vs torch's symm_mem ops (--profile: a timeline of one call instead)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--shapes", type=shapes,
+        help=f"instead of a suite: 'M,N,K;M,N,K;...' (without a GPU: M*N*K <= {bench.CPU_MAX_VOLUME}, for the "
+        "interpreter)",
+    )  # fmt: skip
+    parser.add_argument("--dtypes", type=dtypes, help="e.g. float16,bfloat16 (default: the suite's, or both)")
+    parser.add_argument("--kernels", type=kernel_names, help="e.g. grouped,persistent (default: all available)")
+    parser.add_argument("--layout", choices=LAYOUTS, help="with --shapes: n = as is, t = transposed view (default nn)")
+    parser.add_argument(
+        "--out-dir",
+        help="where the CSV, JSON and PNG go (default: results; without a GPU, bench epilogue writes only if given)",
+    )
+    parser.add_argument("--name", help="base name of the result files (default: the suite's, plus -eager if eager)")
+    parser.add_argument(
+        "--timing", choices=TIMINGS,
+        help="graph: the kernel alone (default); eager: back-to-back calls without out=, host time included",
+    )  # fmt: skip
+    parser.add_argument("--profile", action="store_true", help="run each kernel once, untimed, for ncu")
+    parser.add_argument("--no-plot", action="store_true")
+    parser.add_argument(
+        "--configs", type=config_labels, help="'128x256x64 g8 w8 s3;...': run every kernel with each of these"
+    )
+    parser.add_argument("--layers", type=int, choices=model.LAYERS, help="bench model: decoder layers (default 2)")
+    for option, choices in (("--models", model.FAMILIES), ("--phases", model.PHASES),
+                            ("--providers", model.PROVIDERS)):  # fmt: skip
+        model_help = f"bench model: some of {','.join(choices)} (default all)"
+        parser.add_argument(option, type=names(list(choices)), help=model_help)
+    parser.add_argument(
+        "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
+    )
+
+
+def check(args: argparse.Namespace) -> None:
+    """What argparse can't check alone: arguments that exclude or need each other, and values that
+    depend on others. Raises ValueError or TypeError; runs nothing."""
+    if args.markdown:
+        _check_markdown_source(args.markdown)
+        return
+    if args.suite is None and args.shapes is None:
+        raise ValueError(f"bench: expected a suite ({', '.join(sorted(SUITES) + OWN_SUITES)}) or --shapes 'M,N,K;...'")
+    if args.suite in OWN_SUITES:
+        takes = OWN_SUITE_OPTIONS[args.suite]
+        given = [f"--{k}" for k in BENCH_OPTIONS if getattr(args, k) and k not in takes]
+        if given:
+            raise ValueError(
+                f"bench {args.suite}: {', '.join(given)} does not apply: this suite takes "
+                f"{', '.join('--' + k for k in takes)}, --out-dir and --no-plot"
+            )
+        if args.suite == "epilogue":
+            epilogue.plan_problems(args.shapes, args.dtypes, on_gpu=torch.cuda.is_available())
+        if args.suite == "model":
+            model.check_arguments(**_model_arguments(args))
+            problem = model.requirements_error()
+            if problem:
+                raise ValueError(problem)
+        return
+    given = [f"--{k}" for k in MODEL_ONLY_OPTIONS if getattr(args, k)]
+    if given:
+        raise ValueError(f"bench: {given[0]} applies to bench model only")
+    if args.layout and args.shapes is None:
+        raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
+    bench.check_arguments(args.suite, **_problem_arguments(args))
+
+
+def _check_markdown_source(path) -> None:
+    """--markdown pivots a GEMM suite's rows (kernels in columns): say so for another suite's CSV
+    (tp, model, fp8 ...), whose rows have other columns, rather than fail on a missing one."""
+    with open(path, newline="") as f:
+        columns = next(csv.reader(f), [])
+    missing = [c for c in report.MARKDOWN_COLUMNS if c not in columns]
+    if missing:
+        raise ValueError(
+            f"--markdown reads a GEMM suite's CSV (columns {', '.join(report.MARKDOWN_COLUMNS)}), but {path} lacks "
+            f"{', '.join(missing)}: its columns are {', '.join(columns) or 'none'}"
+        )
+
+
+def _problem_arguments(args: argparse.Namespace) -> dict:
+    """What `bench` measures, as run_bench and check_arguments take it."""
+    return dict(
+        shapes=args.shapes,
+        dtypes=args.dtypes,
+        kernels=args.kernels,
+        layout=args.layout or "nn",
+        timing=args.timing or "graph",
+    )
+
+
+def _model_arguments(args: argparse.Namespace) -> dict:
+    """What `bench model` measures, as run_model and its check_arguments take it."""
+    return dict(
+        families=args.models or tuple(model.FAMILIES),
+        phases=args.phases or model.PHASES,
+        providers=args.providers or model.PROVIDERS,
+        layers=args.layers or 2,
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.markdown:
+        print(report.markdown_pivot(report.read_rows(args.markdown)))
+        return 0
+    timings = (args.timing,) if args.timing else TIMINGS
+    # Without a GPU the own suites' runs are smoke runs: their files only where asked for.
+    out_dir = args.out_dir or ("results" if torch.cuda.is_available() else None)
+    if args.suite == "overhead":
+        overhead.run_overhead(kernels=args.kernels, out_dir=args.out_dir or "results", plot=not args.no_plot)
+    elif args.suite == "epilogue":
+        epilogue.run_epilogue(shapes=args.shapes, dtypes=args.dtypes, timings=timings, out_dir=out_dir,
+                              name=args.name, plot=not args.no_plot)  # fmt: skip
+        if out_dir is None:
+            print("No files written (without a GPU, only where --out-dir is given).")
+    elif args.suite == "fp8":
+        fp8.run_fp8(shapes=args.shapes, timings=timings, out_dir=out_dir, name=args.name, plot=not args.no_plot)
+    elif args.suite == "grouped":
+        grouped.run_grouped(timings=timings, out_dir=out_dir, name=args.name)
+    elif args.suite == "mlp":
+        mlp.run_mlp(timings=timings, out_dir=out_dir, name=args.name)
+    elif args.suite == "tp":
+        # with fewer GPUs than two: files only where asked for
+        out_dir = args.out_dir or ("results" if torch.cuda.device_count() >= 2 else None)
+        tp_timings = (args.timing,) if args.timing else tp.TIMINGS
+        tp.run_tp(timings=tp_timings, out_dir=out_dir, name=args.name, profile=args.profile,
+                  plot=not args.no_plot)  # fmt: skip
+    elif args.suite == "model":
+        model.run_model(**_model_arguments(args), out_dir=args.out_dir or "results", name=args.name or "model",
+                        plot=not args.no_plot)  # fmt: skip
+    else:
+        bench.run_bench(args.suite, **_problem_arguments(args), configs=args.configs, out_dir=args.out_dir or "results",
+                        name=args.name, profile=args.profile, plot=not args.no_plot)  # fmt: skip
+    return 0
