@@ -16,6 +16,9 @@ from pathlib import Path
 
 import torch
 
+import tritongemm
+from tritongemm.bench import plots
+from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import (
     TIMINGS,
     Row,
@@ -26,7 +29,9 @@ from tritongemm.bench.measure import (
     runnable_kernels,
     unfilled_operand,
 )
+from tritongemm.bench.report import format_table, write_results
 from tritongemm.bench.suites import LAYOUTS, SUITES, Problem, Suite, parse_shapes, problems
+from tritongemm.core import registry
 
 DTYPES = ("float16", "bfloat16", "float32")
 # Without a GPU the harness still runs end to end, on the interpreter: the given shapes up to
@@ -65,9 +70,6 @@ def run_bench(
     plan = _checked_plan(suite, shapes, dtypes, kernels, layout, timing, on_gpu)
     if configs:
         plan = dataclasses.replace(plan, configs=tuple(configs))
-    import tritongemm
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import format_table, write_results
 
     env = describe_environment()
     device = torch.device("cuda" if on_gpu else "cpu")
@@ -146,8 +148,6 @@ def _checked_plan(suite, shapes, dtypes, kernels, layout, timing, on_gpu) -> _Pl
 
 
 def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
-    from tritongemm.core import registry
-
     if suite is not None and suite not in SUITES:
         raise ValueError(f"bench: unknown suite {suite!r}; expected one of {sorted(SUITES)}")
     if layout not in LAYOUTS:
@@ -178,8 +178,6 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
 
 def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
     """The interpreter's plan: the given shapes if small enough, else the smoke test; no bf16."""
-    from tritongemm.core import registry
-
     wall_clock = "Times are CPU wall-clock and say nothing about GPU speed."
     if dtypes and "bfloat16" in dtypes:
         raise ValueError(
@@ -211,8 +209,6 @@ def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
 
 def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     """cuBLAS first, then each kernel (x each config of a sweep) that runs this problem here."""
-    from tritongemm.core import registry
-
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
     providers = [("cublas", "torch.matmul", provider(torch.matmul, eager))]
@@ -226,6 +222,7 @@ def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
 def _auto_choice(problem: Problem, device) -> str:
     """What kernel="auto" runs for the problem, as '<kernel> <config>', for the row's config column
     (from unfilled operands laid out as measure.operand lays them out)."""
+    # Lazy: dispatch loads the ladder (Triton), and the CLI imports this module before it sets TRITON_INTERPRET.
     from tritongemm import dispatch
 
     dtype = getattr(torch, problem.dtype)
@@ -241,6 +238,7 @@ def _auto_choice(problem: Problem, device) -> str:
 def _config_label(info, problem: Problem, device) -> str:
     """The config a kernel's default resolves to for the problem, as a row's config column names it
     (a bare "default" would name different configs as the defaults change)."""
+    # Lazy: dispatch loads the ladder (Triton), and the CLI imports this module before it sets TRITON_INTERPRET.
     from tritongemm import dispatch
 
     config = dispatch.default_config(info, getattr(torch, problem.dtype), problem.M, problem.N, problem.K, device)
@@ -256,8 +254,6 @@ def provider(fn, eager: bool, **kwargs):
 
 
 def _plot(rows: list[Row], plan: _Plan, path: Path, device: str, timing: str) -> Path:
-    from tritongemm.bench import plots
-
     title = f"tritongemm {plan.name} on {device}" + (", eager calls (host time included)" if timing == "eager" else "")
     if plan.name == "ksweep":
         return plots.plot_k_sweep(rows, path, title)

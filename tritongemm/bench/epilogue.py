@@ -24,7 +24,14 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import tritongemm
+from tritongemm.bench import CPU_MAX_VOLUME, DTYPES, Progress
+from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import ROUNDS, TIMINGS, cpu_timer, describe_error, eager_timer, gpu_timer, wants_graph
+from tritongemm.bench.plots import plot_epilogue
+from tritongemm.bench.report import format_epilogue_table, write_results
+from tritongemm.core.epilogue import reference_linear
+from tritongemm.core.reference import rel_error, tolerance
 
 # nn.Linear weights (out_features, in_features) of Llama 3; gate_up is the 8B's gate and up
 # projections in one (2 x 14336), the 70B's up projection alone is as wide.
@@ -157,8 +164,6 @@ def plan_problems(
 ) -> tuple[tuple[EpilogueProblem, ...], str]:
     """The problems to run and a note to print first ("" when it is the suite as asked). Given
     `shapes` (M, N, K) run every epilogue; else the SUITE. Raises ValueError on a mistake."""
-    from tritongemm.bench import CPU_MAX_VOLUME, DTYPES
-
     unknown = [d for d in dtypes or () if d not in DTYPES]
     if unknown:
         raise ValueError(f"bench epilogue: --dtypes: expected names from {', '.join(DTYPES)}, but got {unknown[0]!r}")
@@ -194,8 +199,6 @@ def plan_problems(
 
 def _providers(epilogue: EpilogueCase, on_gpu: bool) -> list[tuple[str, object]]:
     """(name, callable taking (x, weight, bias[, residual=])): each called as a user calls it."""
-    import tritongemm
-
     providers = [
         ("tritongemm", functools.partial(tritongemm.linear, activation=epilogue.activation)),
         (UNFUSED, epilogue.unfused),
@@ -248,9 +251,6 @@ def measure_epilogue(
     also compiles and autotunes, untimed); the correct ones are timed in `rounds` interleaved
     rounds per timing (ours, unfused, compiled, ours, ...), each keeping its median. `providers`
     and `timers` (timing -> measure.Timer) replace the defaults, for tests."""
-    from tritongemm.core.epilogue import reference_linear
-    from tritongemm.core.reference import rel_error, tolerance
-
     epilogue = EPILOGUES[problem.epilogue]
     on_gpu = torch.device(device).type == "cuda"
     if on_gpu:
@@ -340,9 +340,6 @@ def run_epilogue(
     if unknown or not timings:
         raise ValueError(f"bench epilogue: expected timings from {TIMINGS}, but got {timings!r}")
     problems, note = plan_problems(shapes, dtypes, epilogues, on_gpu=on_gpu)
-    from tritongemm.bench import Progress
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import format_epilogue_table, write_results
 
     env = describe_environment()
     device = torch.device("cuda" if on_gpu else "cpu")
@@ -369,8 +366,6 @@ def run_epilogue(
     if out_dir is None or not rows:
         return rows
     if plot and timed:
-        from tritongemm.bench.plots import plot_epilogue
-
         title = f"fused epilogue: speed / F.linear + torch's, on {env['device']}"
         paths += (plot_epilogue(timed, out_dir / f"{base}.png", title),)
     print("wrote " + ", ".join(str(p) for p in paths))

@@ -19,7 +19,12 @@ from pathlib import Path
 
 import torch
 
+import tritongemm
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
+from tritongemm.bench.plots import plot_fp8
+from tritongemm.bench.report import run_suite
+from tritongemm.core.reference import fp8_tolerance, rel_error
+from tritongemm.fp8 import quantize_fp8, reference_scaled_mm
 
 RECIPES = ("tensor", "row", "block")
 PROVIDERS = ("tritongemm", "torch")
@@ -90,8 +95,6 @@ def plan_problems(shapes: list[tuple[int, int, int]] | None, *, on_gpu: bool) ->
 def operands(problem: Fp8Problem, device) -> tuple[torch.Tensor, ...]:
     """(a, b, scale_a, scale_b) as scaled_mm and torch._scaled_mm take them: a (M, K) row-major,
     b = weight.T, the scales of `problem.recipe`."""
-    from tritongemm.fp8 import quantize_fp8
-
     x = torch.randn(problem.M, problem.K, device=device)
     weight = torch.randn(problem.N, problem.K, device=device) * problem.K**-0.5
     if problem.recipe == "block":
@@ -116,8 +119,6 @@ def torch_block_scales(a, b, scale_a, scale_b, reference: torch.Tensor, bound: f
     of them is wrong. So each layout is tried and the first whose product passes the check is
     timed; failing that, the first torch took (to be reported wrong); failing that, torch's first
     refusal is raised."""
-    from tritongemm.core.reference import rel_error
-
     accepted, first = None, None
     for sa in (scale_a, _outer_major(scale_a)):
         for sb in (scale_b, _outer_major(scale_b), scale_b.t(), scale_b.t().contiguous()):
@@ -135,8 +136,6 @@ def torch_block_scales(a, b, scale_a, scale_b, reference: torch.Tensor, bound: f
 
 
 def _providers() -> dict:
-    import tritongemm
-
     return {
         "tritongemm": lambda a, b, sa, sb: tritongemm.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
         "torch": _torch_scaled_mm,
@@ -147,9 +146,6 @@ def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMING
                 providers: dict | None = None) -> list[Fp8Row]:  # fmt: skip
     """One row per (timing, provider): each checked first, the correct ones timed in `rounds`
     interleaved rounds. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the default, for tests."""
-    from tritongemm.core.reference import fp8_tolerance
-    from tritongemm.fp8 import reference_scaled_mm
-
     args = operands(problem, device)
     reference = reference_scaled_mm(*args, out_dtype=torch.float64)
     bound = fp8_tolerance(torch.bfloat16, problem.K)
@@ -214,8 +210,6 @@ def run_fp8(*, shapes=None, timings=TIMINGS, out_dir: str | Path | None = "resul
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     problems, note = plan_problems(shapes, on_gpu=on_gpu)
-    from tritongemm.bench.report import run_suite
-
     if note:
         print(note)
     base = name or ("fp8" if on_gpu else "fp8-cpu")
@@ -224,8 +218,6 @@ def run_fp8(*, shapes=None, timings=TIMINGS, out_dir: str | Path | None = "resul
     print(format_table(rows))
     print("\n".join(summary(rows)))
     if out_dir is not None and plot and any(r.ratio_to_torch for r in rows):
-        from tritongemm.bench.plots import plot_fp8
-
         paths += (plot_fp8(rows, Path(out_dir) / f"{base}.png", f"fp8 scaled_mm / torch._scaled_mm, {env['device']}"),)
     if paths:
         print("wrote " + ", ".join(str(p) for p in paths))

@@ -17,7 +17,12 @@ from pathlib import Path
 
 import torch
 
+import tritongemm
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
+from tritongemm.bench.report import problems_here, run_suite
+from tritongemm.core.reference import tolerance
+from tritongemm.grouped import reference_grouped_mm
+from tritongemm.grouped.api import grouped_mm_ws
 
 # tritongemm-ws: the Hopper Gluon kernel (grouped/ws.py, grouped.api.grouped_mm_ws), which
 # grouped_mm does not take yet; an sm_90 GPU's rows only.
@@ -98,8 +103,6 @@ def operands(problem: GroupedProblem, device) -> tuple[torch.Tensor, torch.Tenso
 
 
 def _providers(offs: torch.Tensor) -> dict:
-    import tritongemm
-
     bounds = [0, *offs.tolist()]  # the loop's host offsets, taken once here: a loop needs them
 
     def loop(a, b, offs):
@@ -110,16 +113,11 @@ def _providers(offs: torch.Tensor) -> dict:
 
     providers = {"tritongemm": tritongemm.grouped_mm, BASELINE: torch._grouped_mm, "torch.mm loop": loop}
     if offs.device.type == "cuda" and torch.cuda.get_device_capability(offs.device) == (9, 0):
-        from tritongemm.grouped.api import grouped_mm_ws
-
         providers["tritongemm-ws"] = grouped_mm_ws
     return providers
 
 
 def measure_grouped(problem: GroupedProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):
-    from tritongemm.core.reference import tolerance
-    from tritongemm.grouped import reference_grouped_mm
-
     args = operands(problem, device)
     calls = {name: functools.partial(fn, *args) for name, fn in _providers(args[2]).items()}
     reference = reference_grouped_mm(*args).double()
@@ -140,8 +138,6 @@ def run_grouped(*, timings=TIMINGS, out_dir: str | Path | None = "results", name
                 rounds: int = ROUNDS) -> list[GroupedRow]:  # fmt: skip
     """The SUITE on a GPU (a smoke run on tiny problems under the interpreter without one): prints
     the rows, writes `out_dir`/`name`.csv (COLUMNS, timed rows) and .json unless out_dir is None."""
-    from tritongemm.bench.report import problems_here, run_suite
-
     problems, base = problems_here(SUITE, CPU_SMOKE, name, "grouped")
     rows, _, _ = run_suite(problems, measure_grouped, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
                            rounds=rounds)  # fmt: skip

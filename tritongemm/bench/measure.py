@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from tritongemm.bench.suites import Problem
+from tritongemm.core import registry
 from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
 Provider = Callable[..., object]  # graph: (a, b, out) writes a @ b into out; eager: (a, b) -> a new a @ b
@@ -131,8 +132,6 @@ def _batch(fn: Callable[[], None], n: int, sync: Callable[[], None]) -> float:
 def runnable_kernels(dtype: torch.dtype, device, names=None) -> list[str]:
     """The kernels among `names` (default: all, in ladder order) that run `dtype` on `device`;
     "auto" where any of them does."""
-    from tritongemm.core import registry
-
     names = names or [k.name for k in registry.all_kernels("matmul") if not k.experimental]
     device = torch.device(device)
     runs = {k.name for k in registry.all_kernels("matmul") if k.available_on(device) and dtype in k.dtypes_on(device)}

@@ -21,6 +21,10 @@ import torch
 import torch.nn.functional as F
 
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
+from tritongemm.bench.plots import plot_mlp
+from tritongemm.bench.report import problems_here, run_suite
+from tritongemm.blocks import GatedMLP
+from tritongemm.core.reference import tolerance
 
 # tritongemm-rung6 and -rung9: GatedMLP(kernel=...) with the gated pair on that rung's gated
 # epilogue and the down projection on that rung (blocks/gated_pair.py); a GPU's rows only.
@@ -101,8 +105,6 @@ def _operands(problem: MlpProblem, device):
 
 def _providers(problem: MlpProblem, x, gate, up, down, on_gpu: bool) -> dict:
     """name -> fn(x) for the block, each over its own copy of the weights (gradients apart)."""
-    from tritongemm.blocks import GatedMLP
-
     training = problem.direction == "forward+backward"
     fused = GatedMLP(problem.hidden, problem.intermediate, "silu", device="meta")
     fused.gate_up_weight = torch.nn.Parameter(torch.cat([gate, up]), requires_grad=training)
@@ -148,8 +150,6 @@ def _reference(problem: MlpProblem, x, gate, up, down) -> torch.Tensor:
 
 
 def measure_mlp(problem: MlpProblem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS):
-    from tritongemm.core.reference import tolerance
-
     operands = _operands(problem, device)
     calls = _providers(problem, *operands, on_gpu=device.type == "cuda")
     # Two GEMMs in a row (four with the backward), each on the last one's rounded output.
@@ -191,8 +191,6 @@ def run_mlp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: st
             rounds: int = ROUNDS) -> list[MlpRow]:  # fmt: skip
     """The SUITE on a GPU (a smoke run on tiny problems under the interpreter without one): prints
     the rows, writes `out_dir`/`name`.csv (COLUMNS, timed rows) and .json unless out_dir is None."""
-    from tritongemm.bench.report import problems_here, run_suite
-
     problems, base = problems_here(SUITE, CPU_SMOKE, name, "mlp")
     rows, env, paths = run_suite(problems, measure_mlp, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
                                  rounds=rounds)  # fmt: skip
@@ -203,8 +201,6 @@ def run_mlp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: st
               f"vs torch, compile {ratios}  {r.status}")  # fmt: skip
     print("\n".join(summary(rows)))
     if out_dir is not None and any(r.ratio_to_torch for r in rows):
-        from tritongemm.bench.plots import plot_mlp
-
         timed = [r for r in rows if r.ms is not None]
         paths += (plot_mlp(timed, Path(out_dir) / f"{base}.png", f"gated MLP block / torch's, {env['device']}"),)
     if paths:

@@ -42,7 +42,13 @@ from pathlib import Path
 
 import torch
 
+import tritongemm
+from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import describe_error, eager_timer
+from tritongemm.bench.plots import _ratio_bars
+from tritongemm.bench.report import _fmt, _grouped_table, write_results
+from tritongemm.blocks import GatedMLP
+from tritongemm.tools import figures
 
 # The fp8 providers: tritongemm.patch(model, fp8=recipe, fuse=...), inference only (prefill and
 # generate); -fused: the RMSNorms one kernel each too, the GEMMs as without it.
@@ -348,8 +354,6 @@ def _on_sm90(device) -> bool:
 
 def _gated_pairs_on(model: torch.nn.Module, kernel: str) -> torch.nn.Module:
     """`model` with each GatedMLP's gated pair on `kernel` (its down projection as patched)."""
-    from tritongemm.blocks import GatedMLP
-
     for module in model.modules():
         if isinstance(module, GatedMLP):
             module.pair_kernel = kernel
@@ -362,8 +366,6 @@ def build_models(
     """provider -> the module it calls: the random-weight model, a copy of its module tree sharing
     every parameter and buffer with tritongemm.patch applied, and torch.compile of each."""
     import transformers
-
-    import tritongemm
 
     info = FAMILIES[family]
     config = getattr(transformers, info.config)(**config_kwargs)
@@ -469,8 +471,6 @@ def gradients(model: torch.nn.Module, params: dict[str, torch.nn.Parameter]) -> 
     """The gradient of each of eager torch's linear parameters (`params`, by name) as `model`
     computed it: the shared parameter's own, or where a GatedMLP holds the gate and up weights
     joined (a copy), the matching half of the joined weight's gradient."""
-    from tritongemm.blocks import GatedMLP
-
     model = getattr(model, "_orig_mod", model)  # a torch.compile'd module: the one it wraps
     grads = {}
     for name, p in params.items():
@@ -641,9 +641,6 @@ def run_model(
     problem = requirements_error()
     if problem:
         raise RuntimeError(problem)
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import write_results
-
     env = describe_environment()
     settings = tuple(s for s in settings if s.phase in phases)
     device = torch.device("cuda")
@@ -714,8 +711,6 @@ def _model_environment(env: dict, family: str, config: dict, model) -> dict:
 
 def format_table(rows: list[ModelRow]) -> str:
     """One line per (model, setting, provider), a blank line between settings."""
-    from tritongemm.bench.report import _fmt, _grouped_table
-
     header = (f"{'model':<12} {'phase':<8} {'setting':<16} {'provider':<18} {'ms':>9} {'tokens/s':>10} "
               f"{'vs torch':>8} {'logits':>8} {'loss':>8} {'grads':>8} {'same':>4}  status")  # fmt: skip
 
@@ -770,9 +765,6 @@ def target_misses(rows: list[ModelRow]) -> list[str]:
 
 def plot_rows(rows: list[ModelRow], path: Path, title: str) -> Path:
     """One panel per model: for every setting, each provider's speed as a fraction of eager torch's."""
-    from tritongemm.bench.plots import _ratio_bars
-    from tritongemm.tools import figures
-
     plt = figures.pyplot()
     models = list(dict.fromkeys(r.model for r in rows))
     key = lambda r: (r.phase, r.batch, r.tokens, r.new_tokens)  # noqa: E731

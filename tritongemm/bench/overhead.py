@@ -23,8 +23,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+import tritongemm
+from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import ROUNDS, describe_error, eager_timer, operand, runnable_kernels
+from tritongemm.bench.plots import plot_overhead
+from tritongemm.bench.report import format_overhead_table, write_results
 from tritongemm.bench.suites import Problem
+from tritongemm.core import registry
 from tritongemm.core.epilogue import reference_linear
 from tritongemm.core.reference import reference_matmul, rel_error, tolerance
 
@@ -152,9 +157,6 @@ def run_overhead(
     rounds = rounds or (OVERHEAD_ROUNDS if on_gpu else CPU_SMOKE_ROUNDS)
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
-    from tritongemm.bench.environment import describe_environment
-    from tritongemm.bench.report import format_overhead_table, write_results
-
     env = describe_environment()
     device = torch.device("cuda" if on_gpu else "cpu")
     if not on_gpu:
@@ -175,8 +177,6 @@ def run_overhead(
     timed = [r for r in rows if r.us_per_call is not None]
     paths = write_results(timed, env, out_dir, "overhead", columns=COLUMNS, json_rows=rows)
     if plot and timed:
-        from tritongemm.bench.plots import plot_overhead
-
         title = f"eager call, tritongemm vs its torch counterpart, on {env['device']}"
         paths += (plot_overhead(timed, out_dir / "overhead.png", title),)
     print("wrote " + ", ".join(str(p) for p in paths))
@@ -188,8 +188,6 @@ def measure_overhead(
 ) -> list[OverheadRow]:
     """One row per tritongemm kernel that runs `case` on `device` (None: every one, and "auto"),
     the op's torch counterpart timed beside it."""
-    from tritongemm.core import registry
-
     p = case.problem
     dtype = getattr(torch, p.dtype)
     every = (k.name for k in registry.all_kernels("matmul") if k.name not in MULTI_LAUNCH and not k.experimental)
@@ -292,8 +290,6 @@ def torch_call(case: Case, operands: Operands) -> Callable[[], torch.Tensor]:
 def our_call(case: Case, operands: Operands, kernel: str) -> Callable[[], torch.Tensor]:
     """tritongemm's `case.op` with `kernel` on `operands`; nn.Linear: a tritongemm.nn.Linear
     sharing the torch module's parameters."""
-    import tritongemm
-
     o = operands
     if case.op == "matmul":
         return functools.partial(tritongemm.matmul, o.x, o.weight, kernel=kernel)

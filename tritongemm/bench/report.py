@@ -9,7 +9,9 @@ import math
 from collections import Counter
 from pathlib import Path
 
+from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import Row
+from tritongemm.bench.plots import plot_ratio_vs_m
 
 COLUMNS = list(Row.__dataclass_fields__)
 
@@ -64,8 +66,6 @@ def combine_timings(out_dir: Path, name: str) -> tuple[Path, ...]:
     NAME --timing eager`, into one `name`.csv and .json with both timings (the `timing` column
     tells them apart), the graph run's environment with the eager run's date, and a picture of
     the ratio to cuBLAS against M for each timing. The -eager files are left as they are."""
-    from tritongemm.bench.plots import plot_ratio_vs_m
-
     out_dir = Path(out_dir)
     graph, eager = (rows_from_csv(out_dir / f"{base}.csv") for base in (name, f"{name}-eager"))
     if {r.timing for r in graph} != {"graph"} or {r.timing for r in eager} != {"eager"}:
@@ -239,8 +239,6 @@ def write_remeasured(base: Path, *remeasures: Path) -> tuple[Path, ...]:
     come from the run that re-measured it), for the kernels base holds. The JSON keeps base's
     environment and names each re-measure and its date under "remeasured"; the partial CSVs
     stay, as the raw record."""
-    from tritongemm.bench.plots import plot_ratio_vs_m
-
     base = Path(base)
     kernels = {r.kernel for r in rows_from_csv(base)}  # a re-measure's other kernels stay in its own CSV
     rows = [r for r in newest_rows(base, *remeasures) if r.kernel in kernels]
@@ -282,8 +280,6 @@ def run_suite(problems, measure, *, name: str, out_dir: str | Path | None, colum
     import time
 
     import torch
-
-    from tritongemm.bench.environment import describe_environment
 
     env = describe_environment()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -9,7 +9,7 @@ one rank's GEMM's; `m` the tokens of the whole batch.
 
 Providers, each checked first on every rank against the float64 product of the whole tensors
 (a wrong one is reported and not timed):
-- tritongemm: the chunks' GEMMs overlapped with their transfers (distributed/ops.py), through
+- tritongemm: the chunks' GEMMs overlapped with their transfers (distributed/paths.py), through
   symmetric memory (copy-engine copies);
 - tritongemm-nccl: the same through NCCL's point-to-point kernels, which take SMs from the GEMMs;
 - sequential: the same functions with overlap=False: NCCL's collective, then tritongemm's GEMM
@@ -45,6 +45,12 @@ from unittest import mock
 
 import torch
 import torch.distributed as dist
+
+from tritongemm.bench.environment import describe_environment
+from tritongemm.bench.measure import describe_error
+from tritongemm.bench.report import write_dicts, write_results
+from tritongemm.core.reference import rel_error, tolerance
+from tritongemm.distributed import all_gather_matmul, matmul_reduce_scatter
 
 PROVIDERS = ("tritongemm", "tritongemm-nccl", "sequential", "torch-symm-mem")
 COLUMNS = ["device", "gpus", "op", "m", "n", "k", "provider", "ms", "speedup_vs_sequential", "layer", "timing",
@@ -111,8 +117,6 @@ def run_tp(*, timings=TIMINGS, out_dir: str | Path | None = "results", name: str
               f"x{speedup} vs sequential  {r.vs_sequential} {r.error}")  # fmt: skip
     print("\n".join(summary(rows)))
     if out_dir is not None:
-        from tritongemm.bench.report import write_results
-
         base = name or ("tp" if on_gpu else "tp-cpu")
         timed = [r for r in rows if r.ms is not None]
         paths = write_results(timed, result["environment"], Path(out_dir), base, columns=COLUMNS, json_rows=rows)
@@ -152,8 +156,6 @@ def _worker(rank: int, world: int, tmp: str, timings: tuple, profile: bool) -> N
     if profile:
         result = {"events": _timeline(rank, world, device, layers)}
     else:
-        from tritongemm.bench.environment import describe_environment
-
         rows = []
         for layer in layers:
             for m in tokens:
@@ -190,15 +192,16 @@ def join_gpu_group(rank: int, world: int, tmp: str) -> torch.device:
 @contextlib.contextmanager
 def pulled():
     """Inside: the ops' symmetric transfers pulled (each receiver copies from its senders' buffers)
-    rather than pushed (ops.PUSH_GATHER, ops.PUSH_SCATTER): for probes that compare the two."""
-    from tritongemm.distributed import ops
+    rather than pushed (paths.PUSH_GATHER, paths.PUSH_SCATTER): for probes that compare the two."""
+    # Lazy: paths loads Triton and the overlapped kernels, for the probes alone; the CLI imports tp for every suite.
+    from tritongemm.distributed import paths
 
-    before = ops.PUSH_GATHER, ops.PUSH_SCATTER
-    ops.PUSH_GATHER = ops.PUSH_SCATTER = False
+    before = paths.PUSH_GATHER, paths.PUSH_SCATTER
+    paths.PUSH_GATHER = paths.PUSH_SCATTER = False
     try:
         yield
     finally:
-        ops.PUSH_GATHER, ops.PUSH_SCATTER = before  # as found: a caller's own setting survives
+        paths.PUSH_GATHER, paths.PUSH_SCATTER = before  # as found: a caller's own setting survives
 
 
 def _enable_symmetric_memory() -> None:
@@ -216,8 +219,6 @@ def _enable_symmetric_memory() -> None:
 def _problem(layer, m: int, rank: int, world: int, device):
     """This rank's operands, its share of the whole-tensor float64 reference, and the calls of
     each provider, for one layer at m tokens."""
-    from tritongemm.distributed import all_gather_matmul, matmul_reduce_scatter
-
     name, op, N, K = layer
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float16
     generator = torch.Generator(device=device).manual_seed(0)
@@ -252,9 +253,6 @@ def _problem(layer, m: int, rank: int, world: int, device):
 
 
 def _measure(layer, m: int, rank: int, world: int, device, timings) -> list[TpRow]:
-    from tritongemm.bench.measure import describe_error
-    from tritongemm.core.reference import rel_error, tolerance
-
     name, op, _, K = layer
     (n, k), reference, calls = _problem(layer, m, rank, world, device)
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -320,8 +318,6 @@ def _time(call, timing: str, device) -> tuple[float | None, str]:
         try:
             fn = _captured(call)
         except Exception as exc:  # noqa: BLE001 - a capture that fails leaves the eager row
-            from tritongemm.bench.measure import describe_error
-
             return None, f"graph capture failed: {describe_error(exc)}"
     flush = torch.empty(256 * 2**20, dtype=torch.int8, device=device)  # > L2 (50 MB on H100)
     line_up = torch.zeros(1, device=device)
@@ -445,8 +441,6 @@ def _gpu_activity(prof, rank: int, layer: str, op: str, path: str, timing: str) 
 
 
 def _write_timeline(events: list[dict], out_dir, plot: bool) -> list:
-    from tritongemm.bench.report import write_dicts
-
     if out_dir is None or not events:
         print(f"{len(events)} GPU events; no files written")
         return events
