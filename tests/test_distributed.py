@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from cases import DEVICE
 
 from tritongemm.core.reference import rel_error, tolerance
 
@@ -112,7 +113,8 @@ def test_the_planned_sum_of_partials_is_reduce_partials(dtype):
     def fresh(seed):  # partials, a bias and a strided residual (every second row)
         generator = torch.Generator().manual_seed(seed)
         parts, bias, rows = (
-            torch.randn(*shape, generator=generator).to(dtype) for shape in ((world, m, N), (N,), (2 * m, N))
+            torch.randn(*shape, generator=generator).to(device=DEVICE, dtype=dtype)
+            for shape in ((world, m, N), (N,), (2 * m, N))
         )
         return parts, bias, rows[::2]
 
@@ -236,7 +238,7 @@ _PATHS = ({}, {"transport": "nccl"}, {"overlap": False})
 
 def _whole(*shape, dtype, device, seed):
     generator = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=generator).to(device=device, dtype=dtype)
+    return torch.randn(*shape, generator=generator).to(device=DEVICE, dtype=dtype)
 
 
 def _close(out, ref, K, dtype, what):
