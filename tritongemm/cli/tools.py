@@ -118,16 +118,21 @@ def _run_schedule(args: argparse.Namespace) -> int:
     return 0
 
 
+def _model_problem_arguments(p: argparse.ArgumentParser) -> None:
+    """l2's and predict's problem and dtype; M N K are optional, as each can read its problems from
+    files instead (l2 --ncu DIR, predict --calibrate/--compare CSV)."""
+    for axis in "MNK":
+        p.add_argument(axis, type=positive_int, nargs="?")
+    p.add_argument("--dtype", default="bfloat16", choices=sorted(launch.ITEMSIZE))
+
+
 # ----------------------------------------------------------------------------------------------
 # l2
 # ----------------------------------------------------------------------------------------------
 
 
 def _l2_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("M", type=positive_int, nargs="?")
-    p.add_argument("N", type=positive_int, nargs="?")
-    p.add_argument("K", type=positive_int, nargs="?")
-    p.add_argument("--dtype", default="bfloat16", choices=sorted(launch.ITEMSIZE))
+    _model_problem_arguments(p)
     p.add_argument(
         "--kernels", type=kernel_list(l2.KERNELS, l2.REFUSED),
         help=f"comma-separated, of {','.join(l2.KERNELS)} (default: all; with --block, all but odd_width); "
@@ -270,10 +275,7 @@ def _run_explain(args: argparse.Namespace) -> int:
 
 
 def _predict_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("M", type=positive_int, nargs="?")
-    p.add_argument("N", type=positive_int, nargs="?")
-    p.add_argument("K", type=positive_int, nargs="?")
-    p.add_argument("--dtype", default="bfloat16", choices=sorted(launch.ITEMSIZE))
+    _model_problem_arguments(p)
     p.add_argument(
         "--kernel", action="append", type=kernel(predict.REFUSED), choices=predict.PROVIDERS,
         help=f"repeatable (default: all and cuBLAS); {_refused_help(predict.REFUSED)}",
