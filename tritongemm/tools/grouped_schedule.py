@@ -1,6 +1,6 @@
-"""The pure-Python twin of the row-group kernel's schedule (kernels._groups_along_m_kernel): which
-program computes which output tile, and in which of its steps, for groups of given sizes. For
-the docs' picture and the tests; the kernel computes the same from `offs` on the device.
+"""The pure-Python twin of the row-group kernel's schedule (grouped/tl.py's _groups_along_m_kernel):
+which program computes which output tile, and in which of its steps, for groups of given sizes.
+For the docs' picture and the tests; the kernel computes the same from `offs` on the device.
 
     python3 -m tritongemm.tools.grouped_schedule --out docs/img/grouped-schedule.png
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from tritongemm.primitives import tiling
 from tritongemm.tools import figures
 
 
@@ -22,20 +23,11 @@ class Tile:
     step: int  # the program's how-manieth tile
 
 
-def swizzled(local: int, tiles_m: int, tiles_n: int, group_size_m: int) -> tuple[int, int]:
-    """(tile row, tile column) of a group's `local`-th tile in the L2 order of ladder/_tiles.grouped_tile:
-    `group_size_m` tile rows walked column by column."""
-    per_band = group_size_m * tiles_n
-    first_m = local // per_band * group_size_m
-    band_m = min(tiles_m - first_m, group_size_m)
-    return first_m + local % per_band % band_m, local % per_band // band_m
-
-
 def schedule(sizes: list[int], tail: int, N: int, BLOCK_M: int, BLOCK_N: int, programs: int,
              group_size_m: int = 1) -> list[Tile]:  # fmt: skip
     """Every output tile of groups of `sizes` rows (then `tail` rows past the last group): each
-    group's tiles numbered on from the groups before, in the L2 order within the group, and tile
-    t taken by program t % programs, as the kernel does."""
+    group's tiles numbered on from the groups before, in the ladder's L2 order within the group
+    (tiling.grouped_tile), and tile t taken by program t % programs, as the kernel does."""
     tiles_n = -(-N // BLOCK_N)
     tiles, seen, start, steps = [], 0, 0, [0] * programs
     for group, rows in enumerate([*sizes, tail]):
@@ -43,7 +35,7 @@ def schedule(sizes: list[int], tail: int, N: int, BLOCK_M: int, BLOCK_N: int, pr
         count = tiles_m * tiles_n
         for t in range(seen, seen + count):
             program = t % programs
-            tile_m, tile_n = swizzled(t - seen, tiles_m, tiles_n, group_size_m)
+            tile_m, tile_n = map(int, tiling.grouped_tile(t - seen, tiles_m, tiles_n, group_size_m))
             tiles.append(Tile(group, start + tile_m * BLOCK_M, tile_n * BLOCK_N, program, steps[program]))
             steps[program] += 1
         seen += count
