@@ -12,6 +12,7 @@ from cases import ON_GPU
 
 from tritongemm import cli
 from tritongemm.bench import fp8
+from tritongemm.core import registry
 
 
 def test_the_suite_covers_every_recipe_on_the_llm_shapes_and_8192_cubed():
@@ -52,6 +53,35 @@ def test_a_wrong_provider_is_reported_and_not_timed():
     assert ours.status == "wrong" and ours.ms is None
 
 
-def test_the_cli_refuses_options_the_suite_does_not_take(capsys):
-    assert cli.main(["bench", "fp8", "--kernels", "grouped"]) == 2
-    assert "bench fp8: --kernels does not apply" in capsys.readouterr().err
+def test_named_kernels_are_timed_beside_auto_on_the_recipes_they_take(tmp_path):
+    """Each kernel named is timed on the recipes it takes (fp8_ws: tensor and row scales, not block)."""
+    kernels = ("fp8_grouped", "fp8_ws") if ON_GPU else ("fp8_grouped",)
+    rows = fp8.run_fp8(
+        shapes=[(16, 32, 128)], out_dir=tmp_path, rounds=1, timings=("graph",), kernels=(*kernels, "auto")
+    )
+    named = {(r.recipe, r.provider) for r in rows if r.provider not in fp8.PROVIDERS}
+    takes = {k: registry.get(k, family="scaled_mm").recipes for k in kernels}
+    assert named == {(recipe, k) for k in kernels for recipe in fp8.RECIPES if recipe in takes[k]}
+    assert all(r.status == "ok" for r in rows if r.provider in kernels)
+    assert (tmp_path / ("fp8.png" if ON_GPU else "fp8-cpu.png")).exists()
+
+
+def test_a_kernel_this_device_cannot_run_is_named_not_timed():
+    kept, refused = fp8.runnable_kernels(("fp8_grouped", "fp8_tma"), "cpu")
+    assert kept == ("fp8_grouped",) and refused == [
+        "fp8_tma: not timed: Gluon kernel: needs a CUDA GPU (Gluon has no interpreter)"
+    ]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["bench", "fp8", "--kernels", "grouped"], "bench fp8: --kernels grouped is not a scaled_mm kernel"),
+        (["bench", "ladder", "--kernels", "fp8_tma"], "bench ladder: --kernels fp8_tma is not a matmul kernel"),
+        (["bench", "fp8", "--kernels", "nope"], "argument --kernels: expected comma-separated names"),
+        (["bench", "grouped", "--kernels", "fp8_tma"], "bench grouped: --kernels does not apply"),
+    ],
+)
+def test_the_cli_refuses_kernels_of_another_family(capsys, argv, message):
+    assert cli.main(argv) == 2
+    assert message in capsys.readouterr().err

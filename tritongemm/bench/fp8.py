@@ -23,11 +23,12 @@ import tritongemm
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
 from tritongemm.bench.plots import plot_fp8
 from tritongemm.bench.report import run_suite
+from tritongemm.core import registry
 from tritongemm.core.reference import fp8_tolerance, rel_error
 from tritongemm.fp8 import quantize_fp8, reference_scaled_mm
 
 RECIPES = ("tensor", "row", "block")
-PROVIDERS = ("tritongemm", "torch")
+PROVIDERS = ("tritongemm", "torch")  # and the fp8 kernels asked for by name (--kernels)
 # Llama-3-8B's nn.Linear weights (N, K): q/k/v together, o, gate/up together, down.
 WEIGHTS = ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336))
 TOKENS = (16, 128, 2048, 8192)
@@ -70,7 +71,7 @@ class Fp8Row:
     m: int
     n: int
     k: int
-    provider: str  # one of PROVIDERS
+    provider: str  # one of PROVIDERS, or an fp8 kernel's name
     timing: str  # one of measure.TIMINGS
     ms: float | None
     tflops: float | None
@@ -135,22 +136,35 @@ def torch_block_scales(a, b, scale_a, scale_b, reference: torch.Tensor, bound: f
     raise first
 
 
-def _providers() -> dict:
-    return {
-        "tritongemm": lambda a, b, sa, sb: tritongemm.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16),
-        "torch": _torch_scaled_mm,
-    }
+def _providers(recipe: str, kernels: tuple[str, ...]) -> dict:
+    """scaled_mm's own choice ("tritongemm"), each of `kernels` that takes `recipe` (by its name),
+    and torch."""
+
+    def ours(kernel: str):
+        return lambda a, b, sa, sb: tritongemm.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, kernel=kernel)
+
+    named = {k: ours(k) for k in kernels if recipe in registry.get(k, family="scaled_mm").recipes}
+    return {"tritongemm": ours("auto"), **named, "torch": _torch_scaled_mm}
+
+
+def runnable_kernels(kernels: tuple[str, ...], device) -> tuple[tuple[str, ...], list[str]]:
+    """Those of `kernels` (scaled_mm's names) that run on `device`, and a line for each that doesn't."""
+    infos = [registry.get(k, family="scaled_mm") for k in kernels]
+    reasons = {info.name: info.unavailable_reason(device) for info in infos}
+    return tuple(k for k in kernels if not reasons[k]), [f"{k}: not timed: {r}" for k, r in reasons.items() if r]
 
 
 def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS,
-                providers: dict | None = None) -> list[Fp8Row]:  # fmt: skip
+                providers: dict | None = None, kernels: tuple[str, ...] = ()) -> list[Fp8Row]:  # fmt: skip
     """One row per (timing, provider): each checked first, the correct ones timed in `rounds`
-    interleaved rounds. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the default, for tests."""
+    interleaved rounds. `kernels`: fp8 kernels to time by name beside scaled_mm's own choice, each
+    on the recipes it takes. `providers` (name -> fn(a, b, scale_a, scale_b)) replaces the
+    default, for tests."""
     args = operands(problem, device)
     reference = reference_scaled_mm(*args, out_dtype=torch.float64)
     bound = fp8_tolerance(torch.bfloat16, problem.K)
     calls = {}
-    for name, fn in (providers or _providers()).items():
+    for name, fn in (providers or _providers(problem.recipe, kernels)).items():
         try:  # the scales' layout this torch takes: a refusal of every one is torch's result
             block = name == "torch" and problem.recipe == "block"
             given = torch_block_scales(*args, reference, bound) if block else args
@@ -174,13 +188,13 @@ def _raise(exc: Exception):
 
 
 def format_table(rows: list[Fp8Row]) -> str:
-    lines = [f"{'recipe':7s} {'M x N x K':>20s} {'provider':11s} {'timing':6s} {'ms':>9s} {'TFLOP/s':>8s} "
+    lines = [f"{'recipe':7s} {'M x N x K':>20s} {'provider':13s} {'timing':6s} {'ms':>9s} {'TFLOP/s':>8s} "
              f"{'vs torch':>8s}  status"]  # fmt: skip
     for r in rows:
         ms = f"{r.ms:9.4f}" if r.ms else f"{'-':>9s}"
         tflops = f"{r.tflops:8.1f}" if r.tflops else f"{'-':>8s}"
         ratio = f"{r.ratio_to_torch:8.3f}" if r.ratio_to_torch else f"{'-':>8s}"
-        lines.append(f"{r.recipe:7s} {f'{r.m}x{r.n}x{r.k}':>20s} {r.provider:11s} {r.timing:6s} {ms} {tflops} "
+        lines.append(f"{r.recipe:7s} {f'{r.m}x{r.n}x{r.k}':>20s} {r.provider:13s} {r.timing:6s} {ms} {tflops} "
                      f"{ratio}  {r.status}")  # fmt: skip
     return "\n".join(lines)
 
@@ -202,18 +216,23 @@ def summary(rows: list[Fp8Row]) -> list[str]:
 
 
 def run_fp8(*, shapes=None, timings=TIMINGS, out_dir: str | Path | None = "results", name: str | None = None,
-            plot: bool = True, rounds: int = ROUNDS) -> list[Fp8Row]:  # fmt: skip
-    """Run the SUITE (or the given shapes, every recipe) for both providers; print the table and
-    the targets' summary; write `out_dir`/`name`.csv (COLUMNS, timed rows), .json (the environment
-    and every row) and .png unless out_dir is None. `name` defaults to "fp8" ("fp8-cpu" without a GPU)."""
+            plot: bool = True, rounds: int = ROUNDS, kernels: tuple[str, ...] = ()) -> list[Fp8Row]:  # fmt: skip
+    """Run the SUITE (or the given shapes, every recipe) for scaled_mm's own choice, each of
+    `kernels` (fp8 kernel names, on the recipes each takes) and torch; print the table and the
+    targets' summary; write `out_dir`/`name`.csv (COLUMNS, timed rows), .json (the environment and
+    every row) and .png unless out_dir is None. `name` defaults to "fp8" ("fp8-cpu" without a GPU)."""
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")
     problems, note = plan_problems(shapes, on_gpu=on_gpu)
     if note:
         print(note)
+    kernels, refused = runnable_kernels(tuple(k for k in kernels if k != "auto"), "cuda" if on_gpu else "cpu")
+    for line in refused:
+        print(line)
     base = name or ("fp8" if on_gpu else "fp8-cpu")
-    rows, env, paths = run_suite(problems, measure_fp8, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
+    measure = functools.partial(measure_fp8, kernels=kernels)
+    rows, env, paths = run_suite(problems, measure, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
                                  rounds=rounds)  # fmt: skip
     print(format_table(rows))
     print("\n".join(summary(rows)))

@@ -176,22 +176,26 @@ def plot_ratio_vs_m(rows: list[Row], path: Path, title: str) -> Path:
 
 def plot_fp8(rows: list, path: Path, title: str) -> Path:
     """A panel per (timing, recipe): tritongemm.scaled_mm's speed / torch._scaled_mm's (the
-    dashed line) per shape. `rows` are bench.fp8.Fp8Row; a recipe torch refused has no bars."""
+    dashed line) per shape, and each fp8 kernel's timed by name beside it. `rows` are
+    bench.fp8.Fp8Row; a recipe torch refused has no bars."""
     plt = figures.pyplot()
     timings = list(dict.fromkeys(r.timing for r in rows))
     recipes = list(dict.fromkeys(r.recipe for r in rows))
     key = lambda r: (r.m, r.n, r.k)  # noqa: E731
-    ratio = {(r.timing, r.recipe, key(r)): r.ratio_to_torch for r in rows if r.provider == "tritongemm"}
+    ratio = {(r.timing, r.recipe, key(r), r.provider): r.ratio_to_torch for r in rows}
+    ours = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
     most = max((len({key(r) for r in rows if r.recipe == e}) for e in recipes), default=1)
     fig, axes = plt.subplots(len(timings), len(recipes), figsize=(max(5, 0.35 * most) * len(recipes),
                                                                   4.5 * len(timings)), squeeze=False)  # fmt: skip
     for row_axes, timing in zip(axes, timings):
         for ax, recipe in zip(row_axes, recipes):
             shapes = list(dict.fromkeys(key(r) for r in rows if r.recipe == recipe and r.timing == timing))
-            _ratio_bars(ax, shapes, ["tritongemm"], lambda shape, p, t=timing, e=recipe: ratio.get((t, e, shape)),
+            _ratio_bars(ax, shapes, ours, lambda shape, p, t=timing, e=recipe: ratio.get((t, e, shape, p)),
                         "torch._scaled_mm", "speed / torch's", lambda shape: "{}x{}x{}".format(*shape),
                         rotation=60)  # fmt: skip
             ax.set_title(f"{recipe}-wise scales, {timing} timing", fontsize=10)
+            if len(ours) > 1:  # "tritongemm" is scaled_mm's own choice; the others, kernels by name
+                ax.legend(fontsize=7)
     fig.suptitle(title)
     return figures.save(fig, path, dpi=110)
 

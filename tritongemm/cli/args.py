@@ -136,9 +136,15 @@ def dtypes(text: str) -> tuple[str, ...]:
     return names(DTYPES, DTYPE_SPELLINGS)(text)
 
 
+# The families whose kernels `bench` times by name: the GEMM suites and overhead take matmul's,
+# bench fp8 scaled_mm's (cli/bench.py checks which suite takes which).
+BENCHED_FAMILIES = ("matmul", "scaled_mm")
+
+
 def kernel_names(text: str) -> tuple[str, ...]:
-    """Kernels of the ladder; "auto" too, which the overhead suite times."""
-    return names([k.name for k in registry.all_kernels("matmul")] + ["auto"])(text)
+    """Kernels of the benched families; "auto" too, which the overhead suite times."""
+    rows = [k.name for family in BENCHED_FAMILIES for k in registry.all_kernels(family)]
+    return names([*dict.fromkeys(rows), "auto"])(text)
 
 
 def config_labels(text: str) -> tuple:

@@ -13,6 +13,7 @@ from tritongemm.bench import epilogue, fp8, grouped, mlp, model, overhead, repor
 from tritongemm.bench.measure import TIMINGS
 from tritongemm.bench.suites import LAYOUTS, SUITES
 from tritongemm.cli.args import config_labels, dtypes, existing_file, kernel_names, names, shapes
+from tritongemm.core import registry
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
 OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped", "mlp", "tp"]
@@ -21,7 +22,7 @@ OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
     "epilogue": ("shapes", "dtypes", "timing", "name"),
     "model": ("layers", "models", "phases", "providers", "name"),
-    "fp8": ("shapes", "timing", "name"),
+    "fp8": ("shapes", "kernels", "timing", "name"),
     "grouped": ("timing", "name"),
     "mlp": ("timing", "name"),
     "tp": ("timing", "name", "profile"),
@@ -51,7 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         "interpreter)",
     )  # fmt: skip
     parser.add_argument("--dtypes", type=dtypes, help="e.g. float16,bfloat16 (default: the suite's, or both)")
-    parser.add_argument("--kernels", type=kernel_names, help="e.g. grouped,persistent (default: all available)")
+    parser.add_argument(
+        "--kernels", type=kernel_names,
+        help="e.g. grouped,persistent (default: all available); bench fp8: fp8 kernels to time by name beside "
+        "scaled_mm's own choice, e.g. fp8_tma,fp8_ws",
+    )  # fmt: skip
     parser.add_argument("--layout", choices=LAYOUTS, help="with --shapes: n = as is, t = transposed view (default nn)")
     parser.add_argument(
         "--out-dir",
@@ -93,6 +98,7 @@ def check(args: argparse.Namespace) -> None:
                 f"bench {args.suite}: {', '.join(given)} does not apply: this suite takes "
                 f"{', '.join('--' + k for k in takes)}, --out-dir and --no-plot"
             )
+        _check_kernel_family(args.suite, args.kernels or ())
         if args.suite == "epilogue":
             epilogue.plan_problems(args.shapes, args.dtypes, on_gpu=torch.cuda.is_available())
         if args.suite == "model":
@@ -106,7 +112,20 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError(f"bench: {given[0]} applies to bench model only")
     if args.layout and args.shapes is None:
         raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
+    _check_kernel_family(args.suite, args.kernels or ())
     bench.check_arguments(args.suite, **_problem_arguments(args))
+
+
+def _check_kernel_family(suite: str | None, kernels: tuple[str, ...]) -> None:
+    """bench fp8 times scaled_mm's kernels, the others matmul's: a name of the other family is a mistake."""
+    family = "scaled_mm" if suite == "fp8" else "matmul"
+    theirs = [k.name for k in registry.all_kernels(family)]
+    wrong = [k for k in kernels if k != "auto" and k not in theirs]
+    if wrong:
+        raise ValueError(
+            f"bench {suite or '--shapes'}: --kernels {wrong[0]} is not a {family} kernel: expected names from "
+            f"{', '.join(theirs)}"
+        )
 
 
 def _check_markdown_source(path) -> None:
@@ -158,7 +177,8 @@ def run(args: argparse.Namespace) -> int:
         if out_dir is None:
             print("No files written (without a GPU, only where --out-dir is given).")
     elif args.suite == "fp8":
-        fp8.run_fp8(shapes=args.shapes, timings=timings, out_dir=out_dir, name=args.name, plot=not args.no_plot)
+        fp8.run_fp8(shapes=args.shapes, kernels=args.kernels or (), timings=timings, out_dir=out_dir, name=args.name,
+                    plot=not args.no_plot)  # fmt: skip
     elif args.suite == "grouped":
         grouped.run_grouped(timings=timings, out_dir=out_dir, name=args.name)
     elif args.suite == "mlp":
