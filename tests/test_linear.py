@@ -90,6 +90,17 @@ def test_strided_operands(kernel):
     check(x, w, b, r, "silu", 0.5, kernel)
 
 
+@pytest.mark.parametrize("negated", ["x", "weight", "bias", "residual"])
+def test_negated_views_are_read_as_their_values(negated):
+    """torch._neg_view (what conj/neg views leave) on any operand: its values, on the first call
+    and on a planned one, on the general path and the launch-as-given one."""
+    dtype = torch.float16 if ON_GPU else torch.float32
+    tensors = dict(zip(("x", "weight", "bias", "residual"), inputs((3, 5), 16, 24, dtype, True, True, "neg")))
+    tensors[negated] = torch._neg_view(-tensors[negated])
+    for _ in range(2):
+        check(*tensors.values(), "gelu", 0.5)
+
+
 @pytest.mark.parametrize("kernel", LADDER + ("auto",))
 @pytest.mark.parametrize("dtype", [d for d in DTYPES if d != torch.float32], ids=str)
 def test_float32_output_of_half_inputs(dtype, kernel):

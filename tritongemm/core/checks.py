@@ -36,8 +36,7 @@ def gemm(a, b, out, kernel, config, fused: Fused | None = None) -> Gemm:
         check_out(out, a, b)  # what the geometry decides; the caller checks aliasing per call
     out_dtype = a.dtype if fused is None else fused.out_dtype
     info = _kernel(kernel, config, a.dtype, a.device, out_dtype)
-    resolve_neg = a.is_neg() or b.is_neg()
-    return Gemm(a.resolve_neg(), b.resolve_neg(), out, out_dtype, kernel, info, config, fused, resolve_neg)
+    return Gemm.of(a, b, out, out_dtype, kernel, info, config, fused)
 
 
 def linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, config) -> tuple[torch.dtype, KernelInfo]:

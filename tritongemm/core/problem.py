@@ -51,6 +51,13 @@ class Gemm:
     fused: object = None  # linear's epilogue (core.epilogue.Fused), or None
     resolve_neg: bool = False  # a or b was a negated view: each call resolves it first
 
+    @staticmethod
+    def of(a, b, out, out_dtype, kernel, info, config, fused=None) -> Gemm:
+        """The problem of checked operands, the one way to build one: a negated view
+        (torch._neg_view) is resolved here, and the plan resolves it again on every call."""
+        resolve_neg = a.is_neg() or b.is_neg()
+        return Gemm(a.resolve_neg(), b.resolve_neg(), out, out_dtype, kernel, info, config, fused, resolve_neg)
+
     @property
     def M(self) -> int:
         return self.a.shape[0]

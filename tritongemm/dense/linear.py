@@ -105,7 +105,7 @@ class LinearCall:
             *lead, K = x.shape
             return EmptyLinear(tuple(lead), weight.shape[0], activation, out_dtype, store_preact)
         x2, b, fused, lead = prepared
-        gemm = Gemm(x2, b, None, out_dtype, kernel, info, config, fused)  # right by construction
+        gemm = Gemm.of(x2, b, None, out_dtype, kernel, info, config, fused)  # checks.linear checked these
         plan = lookup(x2, b, None, kernel, config, fused, problem=gemm)
         M, K = x2.shape
         as_given = _serves_as_given(plan, x, x2, b, bias, residual, fused, out_dtype)
