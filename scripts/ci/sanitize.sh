@@ -18,7 +18,7 @@ mkdir -p "$out"
 limit=${SANITIZE_TIMEOUT:-240}
 tools=("${@:-memcheck racecheck synccheck consan}")
 read -r -a tools <<<"${tools[*]}"
-kernels=${SANITIZE_KERNELS:-$(python3 -c "import tritongemm; print(' '.join(k['name'] for k in tritongemm.kernels(family="matmul") if k['available'] and not k['experimental']))")}
+kernels=${SANITIZE_KERNELS:-$(python3 -c "import tritongemm; print(' '.join(k['name'] for k in tritongemm.kernels(family='matmul') if k['available'] and not k['experimental']))")}
 start=$SECONDS
 
 for tool in "${tools[@]}"; do

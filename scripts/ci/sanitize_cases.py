@@ -77,7 +77,7 @@ def check(kernel: str, a, b, config, launch=None) -> str | None:
 
 
 def launch_on_few_programs(info: registry.KernelInfo, a, b, c, config) -> torch.Tensor:
-    info.launch(a, b, c, config, num_programs=3)
+    info.implementation().launch(a, b, c, config, num_programs=3, **dict(info.options))  # ping-pong: consumers=2
     return c
 
 

@@ -14,7 +14,7 @@ cat > "$out/one.py" << 'PY'
 import sys
 import torch
 from tritongemm.core.config import MatmulConfig
-from tritongemm.dispatch.tiles import odd_width, tma_persistent_pipelined
+from tritongemm.ladder import odd_width, tma_persistent_pipelined
 M, N, K = (int(v) for v in sys.argv[1].split(","))
 bm, bn, warps, stages = (int(v) for v in sys.argv[2].split("x"))
 a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)

@@ -14,8 +14,7 @@ import torch
 from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
 from tritongemm.bench.measure import eager_timer, gpu_timer
 from tritongemm.core.reference import fp8_tolerance, rel_error
-from tritongemm.dispatch import fp8 as api
-from tritongemm.fp8 import reference_scaled_mm
+from tritongemm.fp8 import api, reference_scaled_mm
 
 WEIGHTS = ((14336, 4096), (28672, 4096), (4096, 14336))  # (N, K): gate or up, both, down
 TOKENS = (1, 4, 16, 64)

@@ -18,9 +18,9 @@ cat > "$out/one.py" << 'PY'
 import sys
 import torch
 from tritongemm.bench.fp8 import Fp8Problem, _torch_scaled_mm, operands, torch_block_scales
-from tritongemm.kernels.epilogue import PLAIN
+from tritongemm.core.epilogue import PLAIN
 from tritongemm.fp8 import reference_scaled_mm
-from tritongemm.dispatch.tiles import fp8_block, fp8_ws
+from tritongemm.fp8 import block as fp8_block, ws as fp8_ws
 from tritongemm.core.reference import fp8_tolerance
 M, N, K = (int(v) for v in sys.argv[1].split(","))
 which = sys.argv[2]
