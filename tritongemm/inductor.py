@@ -96,7 +96,7 @@ class Site:
     as its generated code calls it: `site(*arguments, out=buf)`, the operator's arguments in schema
     order and the output buffer Inductor laid out for it (contiguous, the result's size and dtype).
 
-    The first run plans as the direct call does (checked, then kept in plan.PLANS) and keeps what
+    The first run plans as the direct call does (checked, then kept in core.plans.PLANS) and keeps what
     launches the plan; a later run launches it at once when its tensors' data pointers, out's
     included, are 16-byte aligned (the one fact of a plan's key a graph doesn't fix) and the plan
     cache was not cleared since (`tritongemm.plans.clear()`, after a tuning run). The lowering

@@ -10,7 +10,7 @@ The kernels that compute it:
     interpreter), two accumulators per tile.
 "auto" takes the one measured fastest for M rows (dispatch/gated_pair.py).
 
-A plan per problem (every fact it reads in its key), built once and kept in plan.PLANS with the
+A plan per problem (every fact it reads in its key), built once and kept in core.plans.PLANS with the
 other plans; later calls allocate the output and launch.
 """
 
@@ -23,8 +23,8 @@ from tritongemm.core.epilogue import GLU_ACTIVATIONS
 from tritongemm.core.operators import LIB, no_context, register_autograd
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import allow_tf32, tensor_facts
+from tritongemm.core.registry import GATED_RUNGS
 
-GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
 KERNELS = ("auto", *GATED_RUNGS)
 
 
@@ -36,11 +36,11 @@ def gated_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel
 
 
 def planned_pair(rows: torch.Tensor, weight: torch.Tensor, activation: str, kernel: str = "auto"):
-    """(call, writes_into) for operands like these, planned once (plan.PLANS): `call(rows, weight,
+    """(call, writes_into) for operands like these, planned once (core.plans.PLANS): `call(rows, weight,
     out=None) -> h`, which writes into `out` (a contiguous (M, I) tensor of rows' dtype) where
     `writes_into`, else allocates h itself (a rung whose stores need rows padded to 16 bytes, an
     empty problem) and takes no out."""
-    # float32's plan reads torch's TF32 switch (ladder/_host.input_precision): the key holds it.
+    # float32's plan reads torch's TF32 switch (primitives/tl/host.input_precision): the key holds it.
     tf32 = rows.dtype == torch.float32 and allow_tf32()
     key = ("gated_pair", activation, kernel, tensor_facts(rows), tensor_facts(weight), tf32)
     return planned(key, lambda: _build(rows, weight, activation, kernel))

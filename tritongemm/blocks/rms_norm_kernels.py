@@ -1,5 +1,5 @@
 """The kernels behind `RMSNorm` (rms_norm.py, which says what they compute and why) and their
-launchers, compiled once per problem and kept in plan.PLANS. Imported on a norm's first call, not
+launchers, compiled once per problem and kept in core.plans.PLANS. Imported on a norm's first call, not
 with tritongemm: Triton reads TRITON_INTERPRET when a kernel is decorated."""
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ COMMANDS = {
     "demo": Command(
         "demo", "run every available kernel on a real problem, check it and time it vs torch.matmul (cuBLAS on a GPU)"
     ),
-    "kernels": Command("kernels", "list the kernels of the ladder and where they run"),
+    "kernels": Command("kernels", "list every family's kernels (the registry) and where they run"),
     "bench": Command("bench", "benchmark kernels against cuBLAS (tables, CSV/JSON, plots)"),
     "schedule": Command("tools", "draw which program (SM, step) computes each output tile (PNG)"),
     "l2": Command("tools", "L2 reuse model: DRAM bytes per wave and in all, per ordering and GROUP_SIZE_M"),

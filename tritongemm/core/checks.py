@@ -14,13 +14,9 @@ from tritongemm.core import device_info, registry
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.epilogue import ACTIVATIONS, Fused
 from tritongemm.core.problem import Gemm
-from tritongemm.core.registry import KernelInfo, sm_name
+from tritongemm.core.registry import KernelInfo, dtype_name, sm_name
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _shape(t: torch.Tensor) -> str:
@@ -99,13 +95,13 @@ def _check_dtype_and_device(op: str, *named: tuple[str, torch.Tensor]) -> None:
     for name, t in named:
         if t.dtype not in SUPPORTED_DTYPES:
             raise TypeError(
-                f"{op}: {name} has dtype {_dtype_name(t.dtype)}, but only float16, bfloat16 and float32 are supported"
+                f"{op}: {name} has dtype {dtype_name(t.dtype)}, but only float16, bfloat16 and float32 are supported"
             )
     (first, a), (second, b) = named
     if a.dtype != b.dtype:
         raise TypeError(
             f"{op}: expected {first} and {second} to have the same dtype, "
-            f"but got {first}: {_dtype_name(a.dtype)} != {second}: {_dtype_name(b.dtype)}"
+            f"but got {first}: {dtype_name(a.dtype)} != {second}: {dtype_name(b.dtype)}"
         )
     if a.device != b.device:
         raise ValueError(
@@ -138,29 +134,29 @@ def check_device(kernel: KernelInfo, device: torch.device) -> None:
 
 def check_kernel_dtype(kernel: KernelInfo, dtype: torch.dtype, device: torch.device) -> None:
     if dtype not in kernel.dtypes:
-        supported = ", ".join(_dtype_name(d) for d in kernel.dtypes)
+        supported = ", ".join(dtype_name(d) for d in kernel.dtypes)
         raise TypeError(
-            f"matmul: kernel {kernel.name!r} supports {supported}, but the operands are {_dtype_name(dtype)}"
+            f"matmul: kernel {kernel.name!r} supports {supported}, but the operands are {dtype_name(dtype)}"
         )
     if dtype not in kernel.dtypes_on(device):
-        supported = ", ".join(_dtype_name(d) for d in kernel.dtypes_on(device))
+        supported = ", ".join(dtype_name(d) for d in kernel.dtypes_on(device))
         raise TypeError(
-            f"matmul: the operands are {_dtype_name(dtype)} CPU tensors, but the Triton interpreter computes "
-            f"{_dtype_name(dtype)} dots wrongly (on raw bit patterns), so the CPU takes {supported} only; "
-            f"use a CUDA GPU for {_dtype_name(dtype)}, or convert with .to(torch.float32)"
+            f"matmul: the operands are {dtype_name(dtype)} CPU tensors, but the Triton interpreter computes "
+            f"{dtype_name(dtype)} dots wrongly (on raw bit patterns), so the CPU takes {supported} only; "
+            f"use a CUDA GPU for {dtype_name(dtype)}, or convert with .to(torch.float32)"
         )
 
 
 def check_out_dtype(kernel: KernelInfo, dtype: torch.dtype, out_dtype: torch.dtype) -> None:
     if out_dtype != dtype and not kernel.any_out_dtype:
         raise TypeError(
-            f"linear: kernel {kernel.name!r} writes the output in the inputs' dtype ({_dtype_name(dtype)}), "
-            f"but out_dtype is {_dtype_name(out_dtype)}; use kernel='auto' or a triton.language kernel"
+            f"linear: kernel {kernel.name!r} writes the output in the inputs' dtype ({dtype_name(dtype)}), "
+            f"but out_dtype is {dtype_name(out_dtype)}; use kernel='auto' or a triton.language kernel"
         )
 
 
 def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> torch.dtype:
-    """linear's own arguments (see fused.linear); returns the output dtype. The GEMM's operands
+    """linear's own arguments (see dense/linear.linear); returns the output dtype. The GEMM's operands
     are then checked as matmul's."""
     for name, t in (("x", x), ("weight", weight)):
         _check_dense("linear", name, t)
@@ -181,9 +177,9 @@ def check_linear(x, weight, bias, residual, activation, alpha, out_dtype) -> tor
     out_dtype = x.dtype if out_dtype is None else out_dtype
     allowed = (x.dtype,) if x.dtype == torch.float32 else (x.dtype, torch.float32)
     if out_dtype not in allowed:
-        names = " or ".join(_dtype_name(d) for d in allowed)
+        names = " or ".join(dtype_name(d) for d in allowed)
         raise TypeError(
-            f"linear: expected out_dtype to be None, {names} for {_dtype_name(x.dtype)} x, but got {out_dtype}"
+            f"linear: expected out_dtype to be None, {names} for {dtype_name(x.dtype)} x, but got {out_dtype}"
         )
     N = weight.shape[0]
     _check_epilogue_tensor("bias", bias, (N,), (x.dtype,), x.device)
@@ -200,8 +196,8 @@ def _check_epilogue_tensor(name: str, t, shape: tuple, dtypes: tuple, device: to
     if tuple(t.shape) != tuple(shape):
         raise ValueError(f"{op}: expected {name} of shape {tuple(shape)}, but got {tuple(t.shape)}")
     if t.dtype not in dtypes:
-        names = " or ".join(_dtype_name(d) for d in dtypes)
-        raise TypeError(f"{op}: expected {name} to have dtype {names}, but got {_dtype_name(t.dtype)}")
+        names = " or ".join(dtype_name(d) for d in dtypes)
+        raise TypeError(f"{op}: expected {name} to have dtype {names}, but got {dtype_name(t.dtype)}")
     if t.device != device:
         raise ValueError(f"{op}: expected {name} on {device}, the operands' device, but got {t.device}")
 
@@ -253,7 +249,7 @@ def check_out_metadata(out, a: torch.Tensor, shape: tuple[int, ...]) -> None:
     """out's type, layout, shape, dtype and device: what torch.compile can check while tracing."""
     check_out_shape(out, shape)
     if out.dtype != a.dtype:
-        raise TypeError(f"matmul: expected out to have dtype {_dtype_name(a.dtype)}, but got {_dtype_name(out.dtype)}")
+        raise TypeError(f"matmul: expected out to have dtype {dtype_name(a.dtype)}, but got {dtype_name(out.dtype)}")
     if out.device != a.device:
         raise ValueError(f"matmul: expected out to be on {a.device}, like the operands, but it is on {out.device}")
 

@@ -4,7 +4,7 @@
 
 all in fp32 while the tile is still in registers, so the output crosses memory once where
 `F.linear` followed by an activation and an add crosses it three or four times. It is written
-once per language, in `kernels.py`: `apply_tl` for the `triton.language` rungs and `apply_gl`
+once per language, in `primitives/epilogue.py`: `apply_tl` for the `triton.language` rungs and `apply_gl`
 for the Gluon ones. Here: what a call asks for (`Epilogue`, `Fused`) and the torch function the
 tests and benchmarks compare both with (`reference_linear`). This half imports no Triton, so
 `import tritongemm` doesn't either (Triton reads TRITON_INTERPRET when a kernel is decorated).

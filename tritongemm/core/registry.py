@@ -130,9 +130,9 @@ class KernelInfo:
             "family": self.family,
             "rung": self.rung,
             "idea": self.idea,
-            "dtypes": [_dtype_name(d) for d in self.dtypes],
+            "dtypes": [dtype_name(d) for d in self.dtypes],
             "interpreter": self.interpretable,
-            "interpreter_dtypes": [_dtype_name(d) for d in self.dtypes if d in INTERPRETER_DTYPES]
+            "interpreter_dtypes": [dtype_name(d) for d in self.dtypes if d in INTERPRETER_DTYPES]
             if self.interpretable
             else [],
             "gpu": self.capability_range() + (f" ({self.never_run_on})" if self.never_run_on else ""),
@@ -145,7 +145,7 @@ def sm_name(capability: tuple[int, int]) -> str:
     return f"sm_{capability[0]}{capability[1]}"
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
@@ -277,6 +277,10 @@ FAMILIES = tuple(dict.fromkeys(k.family for k in KERNELS))
 AUTO_FALLBACK = "naive"
 _BY_KEY = {(k.family, k.name): k for k in KERNELS}
 assert len(_BY_KEY) == len(KERNELS), "a family's kernel names are unique"
+# What gated_pair's kernel= names; the family's other rows (grouped_mm_rows, glu) are pieces its
+# rules choose (decode's narrow pair, training's gating), not a kernel= choice.
+GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
+assert all(("gated_pair", name) in _BY_KEY for name in GATED_RUNGS)
 
 
 def all_kernels(family: str | None = None) -> list[KernelInfo]:

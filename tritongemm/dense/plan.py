@@ -59,7 +59,7 @@ class Plan:
 
 def problem_key(a, b, out, kernel, config, fused: Fused | None = None) -> tuple:
     """Every fact a plan's decisions read (see the module docstring). Raises for operands that
-    are not strided tensors; the caller then lets `build_plan` give the proper error."""
+    are not strided tensors; the caller then lets `checks.gemm` give the proper error."""
     tf32 = a.dtype == torch.float32 and allow_tf32()
     out_facts = None if out is None else tensor_facts(out)
     fused_facts = None if fused is None else fused.key()

@@ -213,7 +213,7 @@ def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, 
     layout = info.unsupported_reason(a, b)
     if layout is None:
         return None
-    if info.aligned_copy_fits is None or not info.aligned_copy_fits(a, b):
+    if not info.aligned_copy_fits(a, b):
         return layout
     flops = 2 * a.shape[0] * a.shape[1] * b.shape[1]
     if flops < STAGING_MIN_FLOPS and not copy_any_size:

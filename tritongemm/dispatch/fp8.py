@@ -14,6 +14,7 @@ from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
 from tritongemm.fp8.recipes import SCALE_BLOCK
 from tritongemm.ladder.odd_width import wave_fill
+from tritongemm.primitives.tiling import cdiv
 
 # "auto"'s tiles, from scripts/probes/fp8/fp8_configs.py (results/h100/probes/fp8/fp8-configs.csv, the H100;
 # results/h200/probes/fp8/fp8-ws-configs-large.csv and -small.csv, an H200):
@@ -133,7 +134,7 @@ def _decide(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None, str]:
         # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
         why = "not Hopper, or TMA can't take the operands: the `tl` rung's wide tile"
         return "fp8_grouped", _WIDE if hopper and recipe != "block" else _BLOCK_TL, why
-    wide = _cdiv(M, 64) * _cdiv(N, 64) >= device_info.sm_count(a.device)
+    wide = cdiv(M, 64) * cdiv(N, 64) >= device_info.sm_count(a.device)
     deep = recipe != "block" and hopper  # 96 KB of ring, near an Ada SM's 100 KB
     tile = MatmulConfig(BLOCK_M=64, BLOCK_N=64 if wide else 32, BLOCK_K=256 if deep else SCALE_BLOCK,
                         GROUP_SIZE_M=8, num_warps=4, num_stages=3 if deep else 4)  # fmt: skip
@@ -183,7 +184,3 @@ def default_config(recipe: str, M: int, N: int, K: int, device: torch.device, ke
 # Each persistent Gluon rung's own default tile (its module's DEFAULT_CONFIG).
 DEFAULT_CONFIGS = {"fp8_block": fp8_block.DEFAULT_CONFIG, "fp8_ws": fp8_ws.DEFAULT_CONFIG,
                    "fp8_odd_width": fp8_odd_width.DEFAULT_CONFIG}  # fmt: skip
-
-
-def _cdiv(x: int, y: int) -> int:
-    return -(-x // y)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import torch
 
 from tritongemm.core import device_info
+from tritongemm.core.registry import GATED_RUNGS
 from tritongemm.core.tma import empty_output, tma_unsupported_reason
 
-GATED_RUNGS = ("tma_persistent_pipelined", "tma_warp_specialized")
 # "auto" by M, from bench mlp (H100, bf16, Llama-3-8B's and Qwen2-7B's MLPs, the block's forward,
 # torch's unfused block's time over ours): the row-group kernel at 1 and 16 rows (0.93-1.04, rung 6
 # 0.83-0.94, in the first run, efef208's results/h100/mlp.csv; on its decode tile, dispatch/grouped.py

@@ -70,7 +70,7 @@ RULES_MARGIN = 0.03
 # short as a call's host time the two can disagree: at 64 and 128 x 4096 x 4096 (bf16, H100) rung
 # 6's deep ring ran 0.94x cuBLAS kernel-only against swap_ab's 0.90x, and 25-26 us a call eagerly
 # against swap_ab's 22-23 (results/h100/probes/dense/deep-ring-eager-check.txt; it then encoded TMA descriptors
-# for each call's new operands, which fast_launch now keeps by address). So a winner that is not the
+# for each call's new operands, which primitives/launch.py now keeps by address). So a winner that is not the
 # rules' choice is timed eagerly beside it, and kept only if it is not slower there by more than
 # RULES_MARGIN.
 

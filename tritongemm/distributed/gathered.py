@@ -10,7 +10,7 @@ whose blocks wait inside the kernel for the rows they read.)
 
 This one is rung 6 (ladder/tma_persistent_pipelined.py) over every chunk but this rank's own,
 with a scheduler that hands out the tiles in the order the chunks land and waits, before it
-hands one out, for its chunk's arrival word (hopper/schedulers.arrival_scheduler). The stream
+hands one out, for its chunk's arrival word (primitives/tiling/gluon.arrival_scheduler). The stream
 that copies a chunk in sets its word after the copy (exchange.py, a stream memory operation: no
 SM): the sender's, which pushes it into this rank's memory, or, where the gathered A is kept,
 this rank's side stream, which pulls it; each rank resets its words before its call's first

@@ -7,7 +7,7 @@ epilogue) and `quantize_fp8`, for the tensor-, row- and block-wise scaling recip
     >>> y = scaled_mm(x_fp8, w_fp8.T, sx, sw.T, bias=bias, activation="gelu")
 
 Hopper's fp8 MMA does twice the work per cycle of bf16. The family's first rung is a
-`triton.language` kernel (kernels.py), which the CPU runs under the interpreter; the Gluon WGMMA
+`triton.language` kernel (tl.py), which the CPU runs under the interpreter; the Gluon WGMMA
 rungs that share the bf16 rungs' building blocks are the next.
 """
 

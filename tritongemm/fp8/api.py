@@ -65,7 +65,7 @@ def scaled_mm(
         bias: (N,), residual: (M, N); bfloat16, float16 or float32, added in fp32.
         out_dtype: bfloat16 (default), float16 or float32.
         activation, alpha: as for `tritongemm.linear`.
-        kernel: "auto" (the measured choice of `_auto`), "fp8_grouped" (the `triton.language`
+        kernel: "auto" (the measured choice of `dispatch.fp8.choose`), "fp8_grouped" (the `triton.language`
             rung, any input), "fp8_swap_ab" (the same computing C.T's tiles, for a few tokens),
             "fp8_tma" (the Gluon rung: Hopper, one fp8 dtype for a and b,
             bf16 or fp16 out, TMA-aligned operands), "fp8_ws" (its warp-specialized persistent

@@ -226,7 +226,7 @@ def _fp8_block_kernel(
     a_desc,  # (M, K) fp8, block [BLOCK_M, 128]
     b_desc,  # (N, K) fp8, the weight whose transpose is B, block [BLOCK_N, 128]
     c_desc,  # (M, N) bf16 or fp16, block [BLOCK_M / CONSUMERS, piece_n]: a consumer's rows of a column piece
-    # the fused epilogue (epilogue/), after the scales
+    # the fused epilogue (primitives/epilogue.py), after the scales
     bias_ptr,
     residual_ptr,
     preact_ptr,
@@ -242,7 +242,7 @@ def _fp8_block_kernel(
     stride_sbn,
     stride_sbk,
     # meta-parameters
-    Scheduler: gl.constexpr,  # a class from schedulers.py
+    Scheduler: gl.constexpr,  # a class from primitives/tiling/gluon.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)

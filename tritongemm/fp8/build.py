@@ -21,6 +21,7 @@ from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scal
 from tritongemm.fp8.tl import _absmax_kernel, _quantize_kernel, _scaled_mm_kernel
 from tritongemm.ladder.swap_ab import transposed_alignment
 from tritongemm.primitives.launch import compile_launch
+from tritongemm.primitives.tiling import cdiv
 from tritongemm.primitives.tl.host import alignment_hints
 
 # - "fp8_grouped": the `triton.language` rung (fp8/tl.py), every input;
@@ -65,7 +66,7 @@ def quantize_call(x, recipe, block=None, dtype=torch.float8_e4m3fn):
     else:
         group_rows, group_cols = group
         if group_cols == K:  # "row": the whole row, in steps
-            group_cols = _cdiv(K, _QUANT_COLS) * _QUANT_COLS
+            group_cols = cdiv(K, _QUANT_COLS) * _QUANT_COLS
     if group_rows > 1:  # a weight's 128 x 128 blocks: all their rows at once
         rows, cols = group_rows, min(_QUANT_COLS, group_cols)
     else:
@@ -76,9 +77,9 @@ def quantize_call(x, recipe, block=None, dtype=torch.float8_e4m3fn):
         # programs were 64 for 2048 tokens, each reading its rows twice from one SM: 1.4 of a 2-layer
         # Llama-3-8B-shaped prefill's 5.6 ms of GPU time on an H200, the 1 x 128 blocks' 0.24.
         rows = min(_QUANT_ROWS, _next_power_of_2(R))
-        groups_per_row = _cdiv(K, group_cols)
+        groups_per_row = cdiv(K, group_cols)
         if x.device.type == "cuda":
-            while rows > 1 and _cdiv(R, rows) * groups_per_row < _PROGRAMS_PER_SM * device_info.sm_count(x.device):
+            while rows > 1 and cdiv(R, rows) * groups_per_row < _PROGRAMS_PER_SM * device_info.sm_count(x.device):
                 rows //= 2
         cols = min(_QUANT_ROWS * _QUANT_COLS // rows, _next_power_of_2(group_cols))
     x2 = x.reshape(R, K)
@@ -91,10 +92,10 @@ def quantize_call(x, recipe, block=None, dtype=torch.float8_e4m3fn):
     meta = dict(GROUP_R=group_rows, GROUP_C=group_cols, BLOCK_R=rows, BLOCK_C=cols,
                 WHOLE_TENSOR=whole, FP8_MAX=fp8_max(dtype), **fp8_format(dtype))  # fmt: skip
     amax = x2.new_zeros((), dtype=torch.float32)
-    quantize = compile_launch(_quantize_kernel, (_cdiv(R, rows), _cdiv(K, group_cols)),
+    quantize = compile_launch(_quantize_kernel, (cdiv(R, rows), cdiv(K, group_cols)),
                               (x2, q2, scale, amax, *sizes), meta, x.device)  # fmt: skip
     if whole:
-        absmax_grid = (_cdiv(R, _QUANT_ROWS), _cdiv(K, _QUANT_COLS))
+        absmax_grid = (cdiv(R, _QUANT_ROWS), cdiv(K, _QUANT_COLS))
         absmax = compile_launch(_absmax_kernel, absmax_grid, (x2, amax, R, K, *x2.stride()),
                                 dict(BLOCK_R=_QUANT_ROWS, BLOCK_C=_QUANT_COLS), x.device)  # fmt: skip
 
@@ -184,7 +185,7 @@ def scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
                 ALIGN_T=transposed_alignment(align, K) if swap else None, num_warps=config.num_warps,
                 num_stages=config.num_stages,
                 **spec.constexprs())  # fmt: skip
-    grid = (_cdiv(M, config.BLOCK_M) * _cdiv(N, config.BLOCK_N),)
+    grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)
     runtime = (a, b, c, scale_a, scale_b, *sizes, *spec.pointers(bias, residual), *fixed)
     launch = compile_launch(_scaled_mm_kernel, grid, runtime, meta, a.device)
 
@@ -207,7 +208,3 @@ def _empty_scaled_mm(M, N, out_dtype, activation, a, b, scale_a, scale_b, bias, 
 
 def _next_power_of_2(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
-
-
-def _cdiv(x: int, y: int) -> int:
-    return -(-x // y)

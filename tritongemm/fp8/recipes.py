@@ -20,8 +20,9 @@ import math
 
 import torch
 
-from tritongemm.core.checks import _check_dense, _dtype_name
+from tritongemm.core.checks import _check_dense
 from tritongemm.core.epilogue import ACTIVATIONS, reference_linear
+from tritongemm.core.registry import dtype_name
 
 RECIPES = ("tensor", "row", "block")
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)  # what Hopper's fp8 MMA takes, in any pairing
@@ -65,7 +66,7 @@ def check_quantize(x, recipe: str, block, dtype) -> tuple[int, int]:
         raise ValueError(f"quantize_fp8: expected recipe to be one of {RECIPES}, but got {recipe!r}")
     if x.dtype not in EPILOGUE_DTYPES:
         raise TypeError(
-            f"quantize_fp8: expected x of dtype bfloat16, float16 or float32, but got {_dtype_name(x.dtype)}"
+            f"quantize_fp8: expected x of dtype bfloat16, float16 or float32, but got {dtype_name(x.dtype)}"
         )
     if dtype not in FP8_DTYPES:
         raise TypeError(f"quantize_fp8: expected dtype float8_e4m3fn or float8_e5m2, but got {dtype}")
@@ -160,7 +161,7 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
     for name, t in named[:2]:
         if t.dtype not in FP8_DTYPES:
             raise TypeError(
-                f"scaled_mm: expected {name} of dtype float8_e4m3fn or float8_e5m2, but got {_dtype_name(t.dtype)}"
+                f"scaled_mm: expected {name} of dtype float8_e4m3fn or float8_e5m2, but got {dtype_name(t.dtype)}"
             )
         if t.dim() != 2:
             raise ValueError(f"scaled_mm: expected {name} to be 2D, but got shape {tuple(t.shape)}")
@@ -182,7 +183,7 @@ def check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, o
         )
     for name, t in named[2:]:
         if t.dtype != torch.float32:
-            raise TypeError(f"scaled_mm: expected {name} of dtype float32, but got {_dtype_name(t.dtype)}")
+            raise TypeError(f"scaled_mm: expected {name} of dtype float32, but got {dtype_name(t.dtype)}")
     for name, t in named[1:]:
         if t.device != a.device:
             raise ValueError(f"scaled_mm: expected {name} on {a.device}, the device of a, but got {t.device}")

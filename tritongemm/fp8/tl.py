@@ -114,7 +114,7 @@ def _scaled_mm_kernel(
     stride_cm, stride_cn,
     stride_sam, stride_sak,  # scale_a's row and column strides (row: its column stride unused)
     stride_sbn, stride_sbk,  # scale_b's strides along N (its blocks, for block) and K
-    # the fused epilogue (epilogue/), after the scales
+    # the fused epilogue (primitives/epilogue.py), after the scales
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     # meta-parameters
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,

@@ -67,7 +67,7 @@ def _fp8_tma_kernel(
     a_desc,  # (M, K) fp8, block [BLOCK_M, BLOCK_K]
     b_desc,  # (N, K) fp8, the weight whose transpose is B, block [BLOCK_N, BLOCK_K]
     c_desc,  # (M, N) bf16 or fp16, block [BLOCK_M, BLOCK_N]
-    # the fused epilogue (epilogue/), after the scales
+    # the fused epilogue (primitives/epilogue.py), after the scales
     bias_ptr,
     residual_ptr,
     preact_ptr,
@@ -221,7 +221,7 @@ def planned_scaled_launch(kernel, grid, desc, constexprs, spec, scale_a, scale_b
                           tails: tuple = ()):  # fmt: skip
     """`run(a, b, c, scale_a, scale_b, bias, residual)` for an fp8 Gluon kernel that takes (a_desc,
     b_desc, c_desc, *tails, *the epilogue's arguments, scale_a, scale_b, *their strides), compiled
-    once: each call moves the plan's descriptors onto its tensors (fast_launch), nothing else.
+    once: each call moves the plan's descriptors onto its tensors (primitives/launch.py), nothing else.
     `desc`: a's, b's and c's descriptors; `tails`: () or a second pair on b and c (odd_width's
     tile tails)."""
     fixed = (*spec.fixed_args(residual), scale_a, scale_b, *scale_strides)

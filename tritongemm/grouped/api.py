@@ -16,11 +16,12 @@ from __future__ import annotations
 import torch
 
 from tritongemm.core import operators
-from tritongemm.core.checks import SUPPORTED_DTYPES, _check_dense, _dtype_name
+from tritongemm.core.checks import SUPPORTED_DTYPES, _check_dense
 from tritongemm.core.epilogue import GLU_ACTIVATIONS, activate_torch, activation_backward
 from tritongemm.core.operators import LIB, register_autograd
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import allow_tf32, tensor_facts
+from tritongemm.core.registry import dtype_name
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
@@ -104,7 +105,7 @@ def check_grouped(a, b, offs, out_dtype) -> str:
             raise TypeError(f"grouped_mm: expected {name} of dtype float16, bfloat16 or float32, but got {t.dtype}")
     if a.dtype != b.dtype:
         raise TypeError(
-            f"grouped_mm: expected a and b of one dtype, but got {_dtype_name(a.dtype)} and {_dtype_name(b.dtype)}"
+            f"grouped_mm: expected a and b of one dtype, but got {dtype_name(a.dtype)} and {dtype_name(b.dtype)}"
         )
     if b.device != a.device:
         raise ValueError(f"grouped_mm: expected b on {a.device}, the device of a, but got {b.device}")
@@ -132,7 +133,7 @@ def check_grouped(a, b, offs, out_dtype) -> str:
             raise TypeError(f"grouped_mm: expected offs, an int32 tensor of group ends, but got {type(offs).__name__}")
         if offs.dtype != torch.int32 or offs.dim() != 1:
             raise TypeError(
-                f"grouped_mm: expected offs a 1-D int32 tensor, but got {offs.dim()}-D {_dtype_name(offs.dtype)}"
+                f"grouped_mm: expected offs a 1-D int32 tensor, but got {offs.dim()}-D {dtype_name(offs.dtype)}"
             )
         if offs.device != a.device:
             raise ValueError(f"grouped_mm: expected offs on {a.device}, the device of a, but got {offs.device}")
@@ -141,14 +142,14 @@ def check_grouped(a, b, offs, out_dtype) -> str:
                 f"grouped_mm: expected offs of {b.shape[0]} group ends (b's groups), but got {offs.shape[0]}"
             )
     if out_dtype not in (None, a.dtype, torch.float32):
-        allowed = "None or float32" if a.dtype == torch.float32 else f"None, {_dtype_name(a.dtype)} or float32"
+        allowed = "None or float32" if a.dtype == torch.float32 else f"None, {dtype_name(a.dtype)} or float32"
         raise TypeError(f"grouped_mm: expected out_dtype {allowed}, but got {out_dtype}")
     return form
 
 
 def _check_offsets(offs: torch.Tensor, length: int) -> None:
     """offs sorted, from 0 to at most `length`: at once on the CPU, without a wait on a GPU (one
-    kernel eagerly, kernels.py `_check_offsets_kernel`; torch ops under torch.compile)."""
+    kernel eagerly, tl.py `_check_offsets_kernel`; torch ops under torch.compile)."""
     if offs.numel() == 0:
         return
     compiling = torch.compiler.is_compiling()
@@ -267,9 +268,9 @@ def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) ->
 
 
 def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
-    """The kernel of `form` on checked operands (kernels.py), into a new output. The hot path: a
+    """The kernel of `form` on checked operands (tl.py), into a new output. The hot path: a
     plan per problem (every fact `_plan` reads in its key), built and compiled once, kept in
-    plan.PLANS with linear's (bounded, thread-safe); later calls allocate and launch. `tile`
+    core.plans.PLANS with linear's (bounded, thread-safe); later calls allocate and launch. `tile`
     replaces the dispatch's choice, unplanned (scripts/probes/grouped/grouped_configs.py sweeps it)."""
     if tile is not None:
         return _build().grouped_call(a, b, offs, out_dtype, form, glu, tile)(a, b, offs)
@@ -284,11 +285,6 @@ def _build():
     from tritongemm.grouped import build
 
     return build
-
-
-def dense_pair_plan(rows: torch.Tensor, weight: torch.Tensor, activation: str):
-    """A dense gated pair's call on the row-group kernel over one group (grouped/build.py)."""
-    return _build().dense_pair_plan(rows, weight, activation)
 
 
 def grouped_mm_ws(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, *, glu: str | None = None) -> torch.Tensor:

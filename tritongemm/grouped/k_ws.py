@@ -9,7 +9,7 @@ weight gradients; this is rung 9's load warp, ring and MMA warpgroups on it: 0.7
 (docs/grouped.md, "The weight gradient on Gluon").
 
 The schedule. Every group has the same grid of C tiles; stacked, they are one (G * tiles_m) x
-tiles_n grid, which a persistent scheduler (schedulers.py) hands out as it would one tall C. A
+tiles_n grid, which a persistent scheduler (primitives/tiling/gluon.py) hands out as it would one tall C. A
 tile's K-steps start at its group's first row and step BLOCK_K rows while they are in the group:
 the load warp and the MMA warps read the group's ends from offs and count the same steps. An
 empty group's tiles take no step and store zeros.
@@ -204,7 +204,7 @@ def _grouped_k_ws_kernel(
     M,
     N,
     G,
-    Scheduler: gl.constexpr,  # a class from schedulers.py, over the stacked grid
+    Scheduler: gl.constexpr,  # a class from primitives/tiling/gluon.py, over the stacked grid
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     LOAD_REGS: gl.constexpr,

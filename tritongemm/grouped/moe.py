@@ -137,7 +137,7 @@ def check_combine(rows: torch.Tensor, order: torch.Tensor, top_k_weights: torch.
 def combine_grads(grad, rows, order, top_k_weights, needs) -> tuple:
     """(d rows, None, d weights) of `combine` for grad (tokens, hidden), fp32 products: row i, pair
     order[i] of token order[i] // top_k, gets that token's grad times the pair's weight; the pair's
-    weight gets the dot product of the two. Eager: one kernel (kernels.py `_combine_backward_kernel`),
+    weight gets the dot product of the two. Eager: one kernel (tl.py `_combine_backward_kernel`),
     planned once per geometry. Traced (torch.compile, opcheck: fake or functional tensors), on a
     tensor subclass, or on a CPU without the interpreter: torch's ops (`combine_grads_torch`),
     which Inductor fuses."""

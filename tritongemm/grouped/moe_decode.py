@@ -6,7 +6,7 @@ about fifteen launches a layer. At one token they cost more host time than the G
 time: in a Qwen3-MoE-shaped decode the experts took 0.52 ms of host time a call against 0.24 ms
 for transformers' own path (cProfile, `scripts/probes/model/decode_probe.py qwen3-30b-moe`, on an H200).
 
-Here the router's choice is read as it is. `_expert_rows_kernel` (kernels.py) runs each pair as
+Here the router's choice is read as it is. `_expert_rows_kernel` (tl.py) runs each pair as
 one row times its expert's weights:
     h[p]   = act(x[p // top_k] @ gate[e_p]) * (x[p // top_k] @ up[e_p])     one launch, all pairs
     out[t] = sum_j w[t, j] * (h[t * top_k + j] @ down[e_tj])                 one launch, all tokens
@@ -43,7 +43,7 @@ def serves(tokens: int, top_k: int, experts: int) -> bool:
 def experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> torch.Tensor:
     """x (tokens, hidden); gate_up (experts, hidden, 2 x width) with [gate; up] columns and down
     (experts, width, hidden), as grouped_mm's b (any strides); top_k_index and top_k_weights
-    (tokens, top_k). Returns (tokens, hidden) in x's dtype. Planned once per problem (plan.PLANS):
+    (tokens, top_k). Returns (tokens, hidden) in x's dtype. Planned once per problem (core.plans.PLANS):
     the shapes are checked as the plan is built, the kernels compiled, the grids fixed."""
     call = planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu)
     return call(x, gate_up, down, top_k_index.reshape(-1), top_k_weights.reshape(-1))
@@ -51,7 +51,7 @@ def experts_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str) -> to
 
 def planned_decode(x, gate_up, down, top_k_index, top_k_weights, glu: str):
     """`call(x, gate_up, down, ids, weights, out=None) -> out` for arguments like these, planned
-    once (plan.PLANS): ids and weights flat (tokens x top_k,), out (tokens, hidden) contiguous in
+    once (core.plans.PLANS): ids and weights flat (tokens x top_k,), out (tokens, hidden) contiguous in
     x's dtype, allocated where not given."""
     key = ("moe decode", glu, *map(tensor_facts, (x, gate_up, down, top_k_index, top_k_weights)))
 

@@ -36,7 +36,7 @@ def _grouped_kernel(
     stride_cm, stride_cn,
     # debugging: trace[pid_m, pid_n] = (program, 0) when TRACE
     trace_ptr,
-    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the fused epilogue (primitives/epilogue.py): bias (N,), residual and pre-activation (M, N), alpha; used where
     # the constexprs say
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     # meta-parameters

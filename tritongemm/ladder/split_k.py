@@ -91,7 +91,7 @@ def _split_k_partial_kernel(
 
 
 def ring_split_plan(M: int, N: int, K: int, config: MatmulConfig, num_sms: int) -> tuple[int, int]:
-    """(S, k_per_split) as _split.split_plan gives, each split at least num_stages - 2 K-steps: the
+    """(S, k_per_split) as primitives/tl/split.split_plan gives, each split at least num_stages - 2 K-steps: the
     ring's prologue loads that many ahead and must stay inside its split (the kernel's step 2)."""
     return split_plan(M, N, K, config, num_sms, max(MIN_STEPS_PER_SPLIT, config.num_stages - 2))
 

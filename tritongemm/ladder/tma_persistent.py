@@ -1,7 +1,7 @@
 """Rung 5: the pipelined TMA/WGMMA kernel made persistent.
 
 Idea: launch one program per SM and let each loop over its tiles, in the order a tile scheduler
-(schedulers.py: chunked or grouped-strided) gives. What carries over between tiles is the state
+(primitives/tiling/gluon.py: chunked or grouped-strided) gives. What carries over between tiles is the state
 that is costly or awkward to rebuild: the mbarriers (initialized once, their phases tracked by the
 program-wide producer/consumer counters) and the MMA accumulator registers. Each tile still runs
 prologue -> steady state -> drain -> epilogue in turn; rung 6 overlaps those across tiles.
@@ -41,7 +41,7 @@ def _tma_persistent_kernel(
     a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
-    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the fused epilogue (primitives/epilogue.py): bias (N,), residual and pre-activation (M, N), alpha; used where
     # the constexprs say
     bias_ptr,
     residual_ptr,
@@ -51,7 +51,7 @@ def _tma_persistent_kernel(
     stride_pm,
     alpha,
     # meta-parameters
-    Scheduler: gl.constexpr,  # a class from schedulers.py
+    Scheduler: gl.constexpr,  # a class from primitives/tiling/gluon.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     A_M_MAJOR: gl.constexpr,

@@ -52,7 +52,7 @@ def _tma_persistent_pipelined_kernel(
     a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N // EPI_SPLIT]: one epilogue piece
-    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the fused epilogue (primitives/epilogue.py): bias (N,), residual and pre-activation (M, N), alpha; used where
     # the constexprs say
     bias_ptr,
     residual_ptr,
@@ -63,7 +63,7 @@ def _tma_persistent_pipelined_kernel(
     alpha,
     # meta-parameters
     MMA: gl.constexpr,  # the tensor-core step: mma.WGMMA (Hopper) or tcgen05.TCGen05MMA (Blackwell)
-    Scheduler: gl.constexpr,  # a class from schedulers.py
+    Scheduler: gl.constexpr,  # a class from primitives/tiling/gluon.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     STEAL_B: gl.constexpr,  # stage C in free B slots instead of a buffer of its own
@@ -190,7 +190,7 @@ def plan(
     `num_programs` replaces the SM count (tests: several tiles per program). `glu`: a gated pair,
     C = act(A @ B[:, :N]) * (A @ B[:, N:]) for C (M, N) and b the transpose of a (2N, K) weight
     [gate; up] (pipeline.check_gated_pair), C staged in a buffer of its own. `scheduler`: a class
-    of schedulers.py in the place of `config.scheduler`'s (distributed/gathered.py's, which waits
+    of primitives/tiling/gluon.py in the place of `config.scheduler`'s (distributed/gathered.py's, which waits
     for rows still in flight)."""
     name = "tma_persistent_pipelined"
     gated = glu is not None

@@ -35,7 +35,7 @@ def _tma_pipelined_kernel(
     a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
-    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the fused epilogue (primitives/epilogue.py): bias (N,), residual and pre-activation (M, N), alpha; used where
     # the constexprs say
     bias_ptr,
     residual_ptr,

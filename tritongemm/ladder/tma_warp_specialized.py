@@ -213,7 +213,7 @@ def _tma_warp_specialized_kernel(
     a_desc,  # (M, K) block [BLOCK_M, BLOCK_K]; (K, M) block [BLOCK_K, BLOCK_M] if A_M_MAJOR
     b_desc,  # (K, N) block [BLOCK_K, BLOCK_N]; (N, K) block [BLOCK_N, BLOCK_K] if B_K_MAJOR
     c_desc,  # (M, N), block [BLOCK_M, BLOCK_N]
-    # the fused epilogue (epilogue/): bias (N,), residual and pre-activation (M, N), alpha; used where
+    # the fused epilogue (primitives/epilogue.py): bias (N,), residual and pre-activation (M, N), alpha; used where
     # the constexprs say
     bias_ptr,
     residual_ptr,
@@ -228,7 +228,7 @@ def _tma_warp_specialized_kernel(
     sb_ptr,
     # meta-parameters
     MMA: gl.constexpr,  # the tensor-core step: mma.WGMMA (Hopper) or tcgen05.TCGen05MMA (Blackwell)
-    Scheduler: gl.constexpr,  # a class from schedulers.py
+    Scheduler: gl.constexpr,  # a class from primitives/tiling/gluon.py
     NUM_BUFFERS: gl.constexpr,
     BARRIERS_PER_SLOT: gl.constexpr,  # 1; 2 under ConSan (pipeline.barriers_per_slot)
     A_M_MAJOR: gl.constexpr,

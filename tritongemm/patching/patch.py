@@ -17,7 +17,7 @@ import torch
 from tritongemm.blocks.residual import fuse_residuals
 from tritongemm.core import registry
 from tritongemm.core.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
-from tritongemm.core.checks import _dtype_name
+from tritongemm.core.registry import dtype_name
 from tritongemm.dense.module import Linear
 from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
@@ -210,13 +210,13 @@ def _why_not(module: torch.nn.Linear, served, fp8: str | None = None) -> str | N
     if fp8 is not None:  # the input is quantized: any dtype fp8 takes, where the kernels run
         unavailable = served(weight.device)[1]
         return fp8_unsupported_reason(module, fp8) or (unavailable and f"{weight.device} weights: {unavailable}")
-    dtype = _dtype_name(weight.dtype)
+    dtype = dtype_name(weight.dtype)
     if weight.dtype not in _DTYPES:
-        return f"{dtype} weights: tritongemm computes {', '.join(map(_dtype_name, _DTYPES))}"
+        return f"{dtype} weights: tritongemm computes {', '.join(map(dtype_name, _DTYPES))}"
     dtypes, unavailable = served(weight.device)
     if unavailable is not None:
         return f"{weight.device} weights: {unavailable}"
     if dtype not in dtypes:
-        there = ", ".join(d for d in map(_dtype_name, _DTYPES) if d in dtypes)
+        there = ", ".join(d for d in map(dtype_name, _DTYPES) if d in dtypes)
         return f"{dtype} weights on {weight.device}: the kernels there compute {there}"
     return None

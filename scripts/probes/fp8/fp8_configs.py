@@ -1,6 +1,6 @@
 """Probe: which kernel and tile serve `scaled_mm` best, per recipe and size, on this GPU, beside
 torch._scaled_mm with and without fast accumulation, kernel-only (measure.check_then_time's "graph").
-Each candidate is checked against the fp64 reference first. Feeds fp8/api.py's tile table.
+Each candidate is checked against the fp64 reference first. Feeds dispatch/fp8.py's tile table.
 
     PYTHONPATH=. python3 scripts/probes/fp8/fp8_configs.py --out fp8-configs.csv [--recipes tensor,row,block] \
         [--min-m 2048] [--max-m 128] [--split] [--partitions] [--odd] [--swap]

@@ -72,7 +72,7 @@ def planned_launch(
 
     A descriptor is its tensor's address, shape, strides and block: only the address changes from
     call to call, so each call encodes the plan's descriptors at the new tensors' addresses
-    (fast_launch.CompiledLaunch.with_descriptors), 0.56 us each on the H100 machine, where
+    (primitives/launch.py's CompiledLaunch.with_descriptors), 0.56 us each on the H100 machine, where
     building and checking one from scratch took about 40 us; an operand at an address it was
     called at before (a weight, always) reuses that call's encoding.
     """

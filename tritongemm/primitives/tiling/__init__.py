@@ -110,7 +110,7 @@ def schedule(
 
 def arrival_tile(tile_id, chunks: int, own: int, chunk_pid_m: int, num_pid_n: int, group_size_m: int, pieces: int = 1):
     """Tile of ``tile_id`` in a GEMM over an all-gather's rows that starts before they have all
-    landed (``hopper/schedulers.arrival_scheduler``, ``distributed/gathered.py``). C's rows are
+    landed (``gluon.arrival_scheduler``, ``distributed/gathered.py``). C's rows are
     ``chunks`` chunks of ``chunk_pid_m`` rows of tiles, chunk r gathered from rank r, each in
     ``pieces`` pieces of ``chunk_pid_m // pieces`` rows of tiles that travel one after another.
     This rank's own chunk, ``own``, is another GEMM's (it waits on nothing); the tile ids run over

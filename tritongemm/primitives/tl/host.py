@@ -56,7 +56,7 @@ def planned_launch(
     preact=None, *, middle: tuple | None = None,
 ):  # fmt: skip
     """Compile a ladder kernel for this geometry and return `launch(a, b, c, bias=None,
-    residual=None, preact=None)` for tensors of the same geometry (see fast_launch). Every ladder
+    residual=None, preact=None)` for tensors of the same geometry (see primitives/launch.py). Every ladder
     kernel takes `gemm_args`, then its own arguments, then the epilogue's. Rungs 1-3 take
     `trace_ptr` there (the optional tile trace of _tiles.record_tile; 0, never written, when off,
     as Epilogue.pointers says why) and the TRACE constexpr; a kernel without them passes `middle`,
