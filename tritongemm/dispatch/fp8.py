@@ -12,6 +12,7 @@ import tritongemm.fp8.tma as fp8_tma
 import tritongemm.fp8.ws as fp8_ws
 from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
+from tritongemm.core.registry import dtype_name
 from tritongemm.fp8.recipes import SCALE_BLOCK
 from tritongemm.ladder.odd_width import wave_fill
 from tritongemm.primitives.tiling import cdiv
@@ -104,7 +105,7 @@ def explain(a, b, c, recipe: str) -> str:
     kernel, config, why = _decide(a, b, c, recipe)
     M, K = a.shape
     config = config or default_config(recipe, M, c.shape[1], K, a.device, kernel)
-    dtype = str(a.dtype).removeprefix("torch.")
+    dtype = dtype_name(a.dtype)
     return f"{M} x {c.shape[1]} x {K} {dtype} {recipe}-wise on {a.device}: {kernel}, {config.short()}\n  because {why}"
 
 

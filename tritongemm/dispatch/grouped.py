@@ -7,6 +7,7 @@ from __future__ import annotations
 import tritongemm.grouped.k_ws as grouped_k_ws
 import tritongemm.grouped.ws as grouped_ws
 from tritongemm.core import device_info
+from tritongemm.core.registry import dtype_name
 
 # The GPU's tiles, by the groups' mean size (rows / groups), from scripts/probes/grouped/grouped_configs.py on
 # the H100 (results/h100/probes/grouped/grouped-configs.csv): a decode step gives each expert a few rows,
@@ -111,6 +112,6 @@ def explain(a, b, glu: str | None = None) -> str:
         why = f"{rows // max(groups, 1)} rows a group, or not an sm_90 GPU, or operands TMA can't read in place"
         chosen = tile(rows, groups, a.device.type == "cpu", glu, a.element_size())
         shown = ", ".join(f"{k}={v}" for k, v in chosen.items())
-    dtype = str(a.dtype).removeprefix("torch.")
+    dtype = dtype_name(a.dtype)
     problem = f"{groups} groups of {rows} rows x {width} x {a.shape[1]} {dtype} on {a.device}"
     return f"{problem}: {kernel}, {shown}\n  because {why}"

@@ -24,6 +24,7 @@ import torch
 
 from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
+from tritongemm.core.registry import dtype_name
 from tritongemm.core.tma import tma_unsupported_reason
 
 FORMAT = 1  # the JSON layout below; a table of another format is ignored
@@ -50,7 +51,7 @@ def bucket_of(a: torch.Tensor, b: torch.Tensor) -> Bucket:
     N = b.shape[1]
     layout = ("t" if a.stride(1) != 1 else "n") + ("t" if b.stride(1) != 1 else "n")
     aligned = tma_unsupported_reason(a, b) is None
-    dtype = str(a.dtype).removeprefix("torch.")
+    dtype = dtype_name(a.dtype)
     if a.dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
         dtype += "+tf32"  # another precision, other winners
     return Bucket(dtype, layout, aligned, _ceil_pow2(M), _ceil_pow2(N), _ceil_pow2(K))
