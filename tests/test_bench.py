@@ -10,7 +10,7 @@ import torch
 
 from tritongemm.bench import SUITES, _plan, run_bench
 from tritongemm.bench.measure import Row, eager_timer, measure_problem, wants_graph
-from tritongemm.bench.report import COLUMNS, read_rows
+from tritongemm.bench.report import COLUMNS, csv_fields, read_rows
 from tritongemm.bench.suites import Problem, parse_shapes
 
 REQUIRED_COLUMNS = {"device", "dtype", "layout", "m", "n", "k", "kernel", "config", "ms", "tflops",
@@ -109,7 +109,7 @@ def test_run_writes_schema_and_plot(tmp_path):
                      progress=False)  # fmt: skip
     assert {r.kernel for r in rows} == {"cublas", "naive"} and all(r.status == "ok" for r in rows)
     csv_rows = read_rows(tmp_path / "smoke.csv")
-    assert REQUIRED_COLUMNS <= set(csv_rows[0]) and list(csv_rows[0]) == COLUMNS
+    assert REQUIRED_COLUMNS <= set(csv_rows[0]) and list(csv_rows[0]) == csv_fields(COLUMNS)
     assert len(csv_rows) == len(rows)
     data = json.loads((tmp_path / "smoke.json").read_text())
     assert {"device", "torch", "triton", "date"} <= set(data["environment"])

@@ -10,6 +10,7 @@ import torch
 
 import tritongemm
 from tritongemm.bench import epilogue as E
+from tritongemm.bench.report import csv_fields
 from tritongemm.cli import main
 
 ON_CPU = not torch.cuda.is_available()
@@ -102,7 +103,7 @@ def test_epilogue_smoke_run_writes_the_columns(tmp_path, capsys):
     with (tmp_path / "epilogue-cpu.csv").open() as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert reader.fieldnames == EPILOGUE_COLUMNS
+    assert reader.fieldnames == csv_fields(EPILOGUE_COLUMNS)
     assert {(r["epilogue"], r["provider"], r["timing"]) for r in rows} == {
         (e, p, t) for e in E.EPILOGUES for p in ("tritongemm", "cublas+torch") for t in ("graph", "eager")
     }

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from tritongemm.bench import overhead as O
+from tritongemm.bench.report import csv_fields
 from tritongemm.core.epilogue import reference_linear
 from tritongemm.core.reference import rel_error, tolerance
 
@@ -81,8 +82,8 @@ def test_overhead_suite_writes_a_row_per_op_and_kernel(tmp_path, capsys):
     with (tmp_path / "overhead.csv").open() as f:
         reader = csv.DictReader(f)
         rows = list(reader)
-    assert reader.fieldnames == O.COLUMNS
-    assert reader.fieldnames == ["device", "op", "dtype", "m", "n", "k", "batch", "kernel", "us_per_call",
+    assert reader.fieldnames == csv_fields(O.COLUMNS)
+    assert reader.fieldnames == ["device", "triton", "op", "dtype", "m", "n", "k", "batch", "kernel", "us_per_call",
                                  "torch_us_per_call"]  # fmt: skip
     cases = {(r["op"], r["dtype"], r["m"], r["n"], r["k"], r["batch"]) for r in rows}
     assert len(cases) == len(O.CPU_SMOKE_CASES) and {r["op"] for r in rows} == set(O.OPS)

@@ -16,17 +16,25 @@ from tritongemm.bench.plots import plot_ratio_vs_m
 COLUMNS = list(Row.__dataclass_fields__)
 
 
+def csv_fields(columns: list[str]) -> list[str]:
+    """A results CSV's header: `columns`, with "triton" after "device". One GPU's suites differ
+    between Triton releases (issue 66), so each row says which one compiled its kernels."""
+    at = columns.index("device") + 1 if "device" in columns else 0
+    return [*columns[:at], "triton", *columns[at:]]
+
+
 def write_results(
     rows: list, env: dict, out_dir: Path, name: str, columns: list[str] = COLUMNS, json_rows: list | None = None
 ) -> tuple[Path, Path]:
-    """`name`.csv (one row per measurement, `columns` of each row's as_dict()) and `name`.json
-    (the environment and the whole rows; `json_rows` instead where given, e.g. the untimed too)."""
+    """`name`.csv (one row per measurement, `columns` of each row's as_dict(), and after `device`
+    the Triton that compiled the kernels, from `env`) and `name`.json (the environment and the
+    whole rows; `json_rows` instead where given, e.g. the untimed too)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out_dir / f"{name}.csv", out_dir / f"{name}.json"
     with csv_path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore")
+        writer = csv.DictWriter(f, fieldnames=csv_fields(columns), extrasaction="ignore")
         writer.writeheader()
-        writer.writerows(r.as_dict() for r in rows)
+        writer.writerows({**r.as_dict(), "triton": env.get("triton")} for r in rows)
     json_path.write_text(
         json.dumps({"environment": env, "rows": [r.as_dict() for r in json_rows or rows]}, indent=1) + "\n"
     )
