@@ -17,6 +17,7 @@ from cases import DEVICE, ON_GPU, ON_HOPPER
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.reference import fp8_tolerance, rel_error
 from tritongemm.fp8 import quantize_fp8, reference_quantize, reference_scaled_mm, scaled_mm
+from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 # The interpreter has no bf16 arithmetic, but quantization only widens x to fp32: bf16 runs everywhere.
@@ -352,6 +353,55 @@ def test_the_block_scaled_rung_with_several_tiles_a_program(num_programs, consum
     run(a, b, c, sa, sb)
     expected = reference_scaled_mm(a, b, sa, sb, out_dtype=torch.float64)
     assert rel_error(c, expected) <= fp8_tolerance(torch.bfloat16, 1152)
+
+
+CLUSTER_CASES = [((256, 256, 128), None), ((300, 520, 1280), None), ((1000, 1504, 768), None), ((900, 760, 1152), 1),
+                 ((900, 760, 1152), 7), ((2100, 2056, 2048), None)]  # fmt: skip
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon fp8 rungs need an sm_90 GPU")
+@pytest.mark.skipif(not CLUSTER_MULTICAST, reason="a two-CTA cluster needs TMA multicast (triton >= 3.8)")
+@pytest.mark.parametrize("shape, num_programs", CLUSTER_CASES, ids=str)
+def test_the_block_scaled_rung_on_a_two_cta_cluster_gives_the_one_cta_bits(shape, num_programs):
+    """fp8/block.py's cluster (CLUSTER = 2: the weight's tile multicast into both CTAs) runs each
+    row's MMAs and promotions in the one-CTA kernel's order, so its result is the same bits:
+    rows past the cluster's last whole tile, one and several tiles a cluster (the ring's phases and
+    both CTAs' barriers carried across tiles), a fused bias and GELU on the 1000-row shape; and
+    against the fp64 reference."""
+    from tritongemm.core.epilogue import PLAIN, Epilogue
+    from tritongemm.fp8 import block as fp8_block
+
+    M, N, K = shape
+    a, b, sa, sb = operands(*shape, "block", seed="cluster")
+    fused = M == 1000
+    bias = rand(N, seed="bias") if fused else None
+    spec = Epilogue(activation="gelu", bias=True) if fused else PLAIN
+    outs = []
+    for cluster in (1, 2):
+        c = torch.full((M, N), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+        run = fp8_block.plan(a, b, c, sa, sb, fp8_block.DEFAULT_CONFIG, spec, bias, num_programs=num_programs,
+                             cluster=cluster)  # fmt: skip
+        run(a, b, c, sa, sb, bias)
+        outs.append(c)
+    expected = reference_scaled_mm(a, b, sa, sb, bias=bias, activation="gelu" if fused else None,
+                                   out_dtype=torch.float64)  # fmt: skip
+    assert rel_error(outs[1], expected) <= fp8_tolerance(torch.bfloat16, K)
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_the_cluster_is_taken_where_it_was_measured_to_help(monkeypatch):
+    """fp8_block.cluster_for: two CTAs on the wide two-consumer tile from CLUSTER_MIN_M rows, where
+    this Triton multicasts; one otherwise (narrow tiles, one consumer, small M, older Tritons)."""
+    from tritongemm.fp8 import block as fp8_block
+
+    wide, narrow = fp8_block.DEFAULT_CONFIG, fp8_block.NARROW_CONFIG
+    monkeypatch.setattr(fp8_block, "CLUSTER_MULTICAST", True)
+    assert fp8_block.cluster_for(wide, fp8_block.CLUSTER_MIN_M, 2) == 2
+    assert fp8_block.cluster_for(wide, fp8_block.CLUSTER_MIN_M - 1, 2) == 1
+    assert fp8_block.cluster_for(wide, 8192, 1) == 1
+    assert fp8_block.cluster_for(narrow, 8192, 2) == 1
+    monkeypatch.setattr(fp8_block, "CLUSTER_MULTICAST", False)
+    assert fp8_block.cluster_for(wide, 8192, 2) == 1
 
 
 # fp8 on rung 9 (fp8/ws.py): auto's four tiles (fp8_ws.TILES; the first stores C in halves), and ping-pong's.

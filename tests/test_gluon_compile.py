@@ -21,6 +21,7 @@ import torch
 from tritongemm.core.epilogue import PLAIN, Epilogue
 from tritongemm.dispatch.tiles import MID_TILE, TILES
 from tritongemm.ladder.tma_warp_specialized import smem_bytes as warp_specialized_smem_bytes
+from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST
 from tritongemm.primitives.gluon.pipeline import _SMEM_SLACK_BYTES, plan_ring, sequential_smem_bytes, whole_c_config
 
 KERNELS = ("tma_pipelined", "tma_persistent", "tma_persistent_pipelined", "split_k", "tma_warp_specialized",
@@ -323,47 +324,53 @@ def _check_warp_specialized_fp8(kernel: str) -> list[dict]:
 
 
 # The block-scaled rung's cases: (fp8 dtype, C's dtype, K, fused epilogue, barriers per slot, tile,
-# consumers): both fp8 formats, a fused epilogue, ConSan's ring, auto's four tiles (fp8_block.TILES)
-# with their consumers (None: consumers_for's), and the wide tile in one partition (probes).
+# consumers, CTAs a cluster): both fp8 formats, a fused epilogue, ConSan's ring, auto's four tiles
+# (fp8_block.TILES) with their consumers (None: consumers_for's), and the wide tile in one partition
+# (probes); where this Triton multicasts (compat.CLUSTER_MULTICAST, 3.8 on), the wide tile on a
+# two-CTA cluster too, plain and fused.
 FP8_BLOCK_CASES = [
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 1, None),
-    ("float8_e5m2", "float16", 640, "gelu", 1, 1, None),
-    ("float8_e4m3fn", "bfloat16", 768, None, 2, 1, None),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0, None),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0, 1),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 2, None),
-    ("float8_e4m3fn", "bfloat16", 768, None, 1, 3, None),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 1, None, 1),
+    ("float8_e5m2", "float16", 640, "gelu", 1, 1, None, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 2, 1, None, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0, None, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 0, 1, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 2, None, 1),
+    ("float8_e4m3fn", "bfloat16", 768, None, 1, 3, None, 1),
 ]
+if CLUSTER_MULTICAST:
+    FP8_BLOCK_CASES += [("float8_e4m3fn", "bfloat16", 768, None, 1, 0, None, 2),
+                        ("float8_e5m2", "float16", 640, "gelu", 1, 0, None, 2)]  # fmt: skip
 
 
 def _compile_fp8_block() -> list[dict]:
     from tritongemm.fp8 import block as fp8_block
-    from tritongemm.primitives.gluon.descriptors import descriptor
     from tritongemm.primitives.tiling.gluon import scheduler_for
 
     results = []
-    for fp8, out, K, fused, per_slot, tile, consumers in FP8_BLOCK_CASES:
+    for fp8, out, K, fused, per_slot, tile, consumers, cluster in FP8_BLOCK_CASES:
         config = fp8_block.TILES[tile]
         consumers = consumers or fp8_block.consumers_for(config)
         M, N = 1000, 1504
         a, weight = torch.empty(M, K, dtype=getattr(torch, fp8)), torch.empty(N, K, dtype=getattr(torch, fp8))
         c = torch.empty(M, N, dtype=getattr(torch, out))
-        desc = (descriptor(a, (config.BLOCK_M, config.BLOCK_K)), descriptor(weight, (config.BLOCK_N, config.BLOCK_K)),
-                descriptor(c, (config.BLOCK_M // consumers, fp8_block.piece_n(config))))  # fmt: skip
+        desc = fp8_block.descriptors(a, weight, c, config, consumers, cluster)
         epilogue = FUSED[fused] if fused else PLAIN
         bias, residual, preact = torch.empty(N, dtype=c.dtype), *(torch.empty(M, N, dtype=c.dtype),) * 2
         scales = (torch.empty(M, K // 128), torch.empty(-(-N // 128), K // 128), K // 128, 1, K // 128, 1)
         args = (*desc, *epilogue.pointers(bias, residual, preact), *epilogue.fixed_args(residual, preact), *scales)
+        launch = dict(num_ctas=cluster) if cluster > 1 else {}
         compiled = fp8_block._fp8_block_kernel.warmup(
             *args, Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
             BARRIERS_PER_SLOT=per_slot, LOAD_REGS=fp8_block.LOAD_REGISTERS, CONSUMERS=consumers,
-            CONSUMER_REGS=fp8_block.CONSUMER_REGISTERS,
-            num_warps=config.num_warps // consumers, **epilogue.constexprs(), grid=(1,),
+            CONSUMER_REGS=fp8_block.CONSUMER_REGISTERS, CLUSTER=cluster,
+            num_warps=config.num_warps // consumers, **epilogue.constexprs(), grid=(1,), **launch,
         )  # fmt: skip
         ptx = compiled.asm["ptx"]
         wgmma = {"float8_e4m3fn": "e4m3.e4m3", "float8_e5m2": "e5m2.e5m2"}[fp8]
-        instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg")
-        results.append(dict(case=[fp8, out, K, fused, per_slot, config.short(), consumers],
+        # The cluster's: the weight's tile multicast into both CTAs, the remote arrive on the first's barrier.
+        shared_loads = (".multicast::cluster", "mbarrier.arrive.shared::cluster") if cluster > 1 else ()
+        instructions = (*INSTRUCTIONS, wgmma, "setmaxnreg", *shared_loads)
+        results.append(dict(case=[fp8, out, K, fused, per_slot, config.short(), consumers, cluster],
                             shared=compiled.metadata.shared,
                             missing=[name for name in instructions if name not in ptx], **_ptxas(ptx, loads=True),
                             planned=fp8_block.smem_bytes(config, c.element_size())))  # fmt: skip

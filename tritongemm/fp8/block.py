@@ -28,7 +28,7 @@ tensor cores idled. Here:
     results/h100/probes/fp8/fp8-block-partitions.csv);
   * the tile is 128 x 256 (a quarter less L2 traffic per FLOP than 128 x 128: 0.95x torch's
     against 0.86x, both as partitions; cuBLAS's block-wise kernel is 128 x 128, with two CTAs of a
-    cluster sharing their loads, which Triton 3.6's Gluon can't ask of TMA). A warpgroup's
+    cluster sharing their loads, as the cluster below does from Triton 3.8). A warpgroup's
     64 x 256 sum and an MMA accumulator beside it would take 256 registers a thread, more than
     there are, so each K-step is two MMAs of 64 x 128, one per column half, each promoted into
     its half's sum as it retires, from the same A tile: three fp32 tiles of 64 registers. Each
@@ -36,7 +36,17 @@ tensor cores idled. Here:
     and the promotion one fused multiply-add an element. Tiles up to 128 wide are one MMA a step;
   * rung 9's shape (tma_warp_specialized.py): a load warp runs ahead through the ring (its
     `_load_partition`, unchanged), each slot goes back once the MMAs reading it have retired,
-    and the programs are persistent, so the next tile's loads go out during this tile's epilogue.
+    and the programs are persistent, so the next tile's loads go out during this tile's epilogue;
+  * on Triton 3.8 and later (compat.CLUSTER_MULTICAST), from M = 1024, two CTAs one above the
+    other share the weight's tile (CLUSTER = 2, `cluster_for`): the first CTA loads it once and
+    TMA multicasts it into both rings, so the cluster reads B from L2 once for 256 rows, as
+    cuBLAS's block-wise kernel does. Each CTA still loads its own rows of A. A slot is refilled
+    once this CTA's consumers have released it (`empty`) and, for the multicast, once both CTAs'
+    have (`pair`, a barrier in the first CTA that both arrive on). The arithmetic per row is the
+    one-CTA kernel's, so is the result, bit for bit (tests/test_fp8.py). On the H200 it ran
+    0.99-1.05x the one-CTA kernel at M >= 2048 (geomean 1.027x, 15 shapes), 0.984x torch's
+    block-wise _scaled_mm where one CTA ran 0.958x, and 1.001x in a second run at M >= 4096
+    (results/h200/probes/fp8/fp8-block-cluster.csv and -sweep.csv; docs/fp8.md).
 
 Tried and dropped: two accumulators taking turns, step kb + 1 issued before step kb is promoted.
 ptxas serializes every MMA of such a kernel (info C7514: "non wgmma instructions reading
@@ -65,16 +75,20 @@ kernel="fp8_block" names it. tests/test_fp8.py runs it on the H100; tests/test_g
 compiles it for sm_90 on the CPU and checks that ptxas neither spills nor serializes its MMAs.
 """
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma, warpgroup_mma, warpgroup_mma_wait
 
+from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.epilogue import Epilogue
 from tritongemm.fp8.recipes import SCALE_BLOCK
 from tritongemm.fp8.tma import check_scaled_call, planned_scaled_launch
 from tritongemm.ladder.tma_warp_specialized import _load_partition
 from tritongemm.primitives.epilogue import apply_gl
+from tritongemm.primitives.gluon.cluster import cluster_load_partition, cluster_rows_layout, release_slot
+from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST, cluster_barrier, cluster_ring_barriers
 from tritongemm.primitives.gluon.descriptors import descriptor
 from tritongemm.primitives.gluon.mma import wgmma_accumulator_layout
 from tritongemm.primitives.gluon.pipeline import (
@@ -130,30 +144,36 @@ def _promote(total, acc, scale):
 
 @gluon.jit
 def _promoting_partition(
-    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty,
+    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem, ready, empty, pair,
     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
     Scheduler: gl.constexpr, ACTIVATION: gl.constexpr, HAS_ALPHA: gl.constexpr, HAS_BIAS: gl.constexpr,
     HAS_RESIDUAL: gl.constexpr, STORE_PREACT: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
-    num_warps: gl.constexpr,
+    CLUSTER: gl.constexpr, num_warps: gl.constexpr,
 ):  # fmt: skip
-    """A consumer, rows CONSUMER * ROWS to (CONSUMER + 1) * ROWS of every tile (ROWS = BLOCK_M /
+    """A consumer, rows CONSUMER * ROWS to (CONSUMER + 1) * ROWS of every tile (ROWS = TILE_M /
     CONSUMERS): per K-step, an MMA per column piece (two halves of a 256-wide tile, else the
     whole width), one after the other, each promoted into its fp32 sum once retired, with the
     scales loaded a step ahead; after the last, its release of the step's slot (the load warp
-    refills it once every consumer has released it). Then the epilogue, piece by piece."""
-    TILE_M: gl.constexpr = a_desc.block_type.shape[0]
-    BLOCK_M: gl.constexpr = TILE_M // CONSUMERS  # my rows of the tile
+    refills it once every consumer has released it). Then the epilogue, piece by piece.
+    CLUSTER = 2 (primitives/gluon/cluster.py): the code is the cluster's, its ROWS those of both
+    CTAs (each CTA holds half of them, in a_bufs of this consumer's own), and a slot goes back to
+    both CTAs' load warps: to this CTA's (`empty`) and to the first CTA's (`pair`), whose
+    multicast fills the slot in both."""
+    BLOCK_M: gl.constexpr = c_desc.block_type.shape[0]  # my rows of the tile (of the cluster's)
+    TILE_M: gl.constexpr = BLOCK_M * CONSUMERS
     ROW0: gl.constexpr = CONSUMER * BLOCK_M
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_desc.block_type.shape[0]
     PIECE_N: gl.constexpr = c_desc.block_type.shape[1]  # one MMA's columns, within one scale block
     HALVES: gl.constexpr = BLOCK_N // PIECE_N
-    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    NUM_BUFFERS: gl.constexpr = b_bufs.shape[0]
     M = c_desc.shape[0]
     N = c_desc.shape[1]
     k_steps = a_desc.shape[1] // BLOCK_K  # K is a multiple of 128 = BLOCK_K under block scales
-    layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, PIECE_N, num_warps)
+    layout: gl.constexpr = wgmma_accumulator_layout(
+        a_desc.dtype, BLOCK_M // CLUSTER, PIECE_N, num_warps, cluster_rows_layout(CLUSTER)
+    )
     rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     # The zeros are never read (every MMA here starts afresh): they give the registers a type.
     acc = gl.zeros((BLOCK_M, PIECE_N), dtype=gl.float32, layout=layout)
@@ -188,7 +208,7 @@ def _promoting_partition(
             if HALVES == 2:
                 sb1 = gl.load(sb1_ptr + ahead * stride_sbk, mask=right_in, other=0.0)
             a, b = step_operands(consumer, ready, a_bufs, b_bufs, False, True)
-            if CONSUMERS > 1:
+            if CONSUMERS > 1 and CLUSTER == 1:
                 a = a.slice(ROW0, BLOCK_M, dim=0)
             acc = warpgroup_mma(a, b.slice(0, PIECE_N, dim=1), acc, use_acc=False, is_async=True)
             acc = warpgroup_mma_wait(0, (acc,))
@@ -198,10 +218,10 @@ def _promoting_partition(
                 total0, acc = _promote(total0, acc, s0)
                 acc = warpgroup_mma(a, b.slice(PIECE_N, PIECE_N, dim=1), acc, use_acc=False, is_async=True)
                 acc = warpgroup_mma_wait(0, (acc,))
-                mbarrier.arrive(empty.index(consumer % NUM_BUFFERS))
+                release_slot(empty, pair, consumer % NUM_BUFFERS, CLUSTER)
                 total1, acc = _promote(total1, acc, s1)
             else:  # 2. The slot goes back to the load warp before the promotion.
-                mbarrier.arrive(empty.index(consumer % NUM_BUFFERS))
+                release_slot(empty, pair, consumer % NUM_BUFFERS, CLUSTER)
                 total0, acc = _promote(total0, acc, s0)
             consumer += 1
 
@@ -248,6 +268,7 @@ def _fp8_block_kernel(
     LOAD_REGS: gl.constexpr,  # registers a thread of the load warp keeps (setmaxnreg)
     CONSUMERS: gl.constexpr,  # 1, or 2 warpgroups of num_warps = 4 on a tile's row halves
     CONSUMER_REGS: gl.constexpr,  # two consumers: registers a thread of the second (setmaxnreg)
+    CLUSTER: gl.constexpr,  # 1, or 2: a cluster of two CTAs, one above the other, sharing the weight's tile
     ACTIVATION: gl.constexpr,
     HAS_ALPHA: gl.constexpr,
     HAS_BIAS: gl.constexpr,
@@ -257,23 +278,33 @@ def _fp8_block_kernel(
 ):
     dtype: gl.constexpr = a_desc.dtype
     gl.static_assert(NUM_BUFFERS >= 2, "one slot is read by the MMA in flight while the next one loads")
-    a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, [CONSUMERS] + c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    if CLUSTER == 1:
+        a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+        ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+        pair = empty  # not used
+    else:
+        gl.static_assert(CONSUMERS == 2 and BARRIERS_PER_SLOT == 1, "a cluster runs the two-consumer tile")
+        # A consumer's rows of the cluster's tile, half in each CTA: an A ring per consumer.
+        a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+        a_bufs_1 = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
+        ready, empty, pair = cluster_ring_barriers(NUM_BUFFERS)
     init_barriers(ready)
     for i in gl.static_range(NUM_BUFFERS):
         mbarrier.init(empty.index(i), count=CONSUMERS)  # each consumer's one `arrive` per lap
+        if CLUSTER > 1:
+            mbarrier.init(pair.index(i), count=CONSUMERS)  # and each of the other CTA's (Gluon doubles it)
 
     if CONSUMERS == 1:
         gl.warp_specialize(
             [
                 (_promoting_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty,
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, pair,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
                     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 1, num_warps,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 1, CLUSTER, num_warps,
                 )),
                 (_load_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False,
@@ -282,21 +313,21 @@ def _fp8_block_kernel(
             [1],  # the load warp
             [LOAD_REGS],
         )  # fmt: skip
-    else:
+    elif CLUSTER == 1:
         gl.static_assert(CONSUMERS == 2, "one consumer, or two warpgroups on a tile's row halves")
         gl.warp_specialize(
             [
                 (_promoting_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty,
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, pair,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
                     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, num_warps,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, CLUSTER, num_warps,
                 )),
                 (_promoting_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty,
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, pair,
                     bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
                     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, num_warps,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, CLUSTER, num_warps,
                 )),
                 (_load_partition, (
                     a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False,
@@ -305,7 +336,34 @@ def _fp8_block_kernel(
             [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
             [CONSUMER_REGS, LOAD_REGS],
         )  # fmt: skip
+    else:  # the same two consumers, each on an A ring of its own, and the cluster's load warp
+        gl.warp_specialize(
+            [
+                (_promoting_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, pair,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, CLUSTER, num_warps,
+                )),
+                (_promoting_partition, (
+                    a_desc, b_desc, c_desc, a_bufs_1, b_bufs, c_smem.index(1), ready, empty, pair,
+                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
+                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
+                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, CLUSTER, num_warps,
+                )),
+                (cluster_load_partition, (
+                    a_desc, b_desc, c_desc, a_bufs, a_bufs_1, b_bufs, ready, empty, pair, Scheduler,
+                )),
+            ],
+            [num_warps, 1],
+            [CONSUMER_REGS, LOAD_REGS],
+        )  # fmt: skip
 
+    if CLUSTER > 1:
+        # The other CTA's consumers arrive on this CTA's `pair` barriers up to their last step, and
+        # this CTA's multicast writes into the other's ring: neither may leave before both are done.
+        cluster_barrier()
+        invalidate_barriers(pair)
     invalidate_barriers(ready)
     invalidate_barriers(empty)
 
@@ -352,13 +410,41 @@ def consumers_for(config: MatmulConfig) -> int:
     return config.num_warps // 4
 
 
+# From M = 1024 the cluster ran 0.99-1.03x the one-CTA kernel on the wide tile, at 256 and 512
+# 0.94-1.09x (H200, triton 3.8, results/h200/probes/fp8/fp8-block-cluster-small.csv): a cluster's
+# tile is two tiles one above the other, so at small M half the clusters' rows lie past M.
+CLUSTER_MIN_M = 1024
+
+
+def cluster_for(config: MatmulConfig, M: int, consumers: int) -> int:
+    """2, a cluster of two CTAs sharing the weight's tile, where this Triton has TMA multicast
+    (compat.CLUSTER_MULTICAST), the tile is the wide two-consumer one (the one measured) and M is at
+    least CLUSTER_MIN_M; else 1. Not under ConSan, whose per-operand barriers the cluster's ring
+    doesn't have."""
+    multicast = CLUSTER_MULTICAST and barriers_per_slot() == 1
+    wide = config.BLOCK_M == 128 and config.BLOCK_N == 256 and consumers == 2
+    return 2 if multicast and wide and M >= CLUSTER_MIN_M else 1
+
+
+def descriptors(a, weight, c, config: MatmulConfig, consumers: int, cluster: int) -> tuple:
+    """TMA descriptors of a (M, K), the weight (N, K) and c (M, N) for the kernel. In a cluster each
+    block is the cluster's: A's and C's a consumer's rows of both CTAs (half in each), the weight's
+    one block, which both CTAs hold (multicast)."""
+    rows, shared = ((), ()) if cluster == 1 else (((1, 0),), ((0, 0),))
+    consumer_rows = config.BLOCK_M * cluster // consumers
+    a_rows = config.BLOCK_M if cluster == 1 else consumer_rows  # one CTA: the tile's, both consumers'
+    return (descriptor(a, (a_rows, config.BLOCK_K), rows), descriptor(weight, (config.BLOCK_N, config.BLOCK_K), shared),
+            descriptor(c, (consumer_rows, piece_n(config)), rows))  # fmt: skip
+
+
 def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=None, residual=None, *,
-         num_programs: int | None = None, consumers: int | None = None):  # fmt: skip
+         num_programs: int | None = None, consumers: int | None = None, cluster: int | None = None):  # fmt: skip
     """`launch(a, b, c, scale_a, scale_b, bias, residual)` for block-scaled tensors of this geometry
     (or one-element scales, K a multiple of 128),
     checked and compiled once. Raises ValueError where the rung can't take them. `num_programs`
     replaces the SM count (tests: several tiles per program); `consumers` (probes) replaces
-    consumers_for's count: 1 runs a two-warpgroup tile in one partition."""
+    consumers_for's count: 1 runs a two-warpgroup tile in one partition; `cluster` (tests,
+    probes) replaces cluster_for's choice: 1 or 2 CTAs a cluster."""
     check_scaled_call(NAME, a, b, c, "block")
     check_config(config, c.element_size())
     consumers = consumers or consumers_for(config)
@@ -368,17 +454,28 @@ def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=N
             f"{config.num_warps}); got {consumers}"
         )
     M, K = a.shape
-    desc = (descriptor(a, (config.BLOCK_M, config.BLOCK_K)), descriptor(b.T, (config.BLOCK_N, config.BLOCK_K)),
-            descriptor(c, (config.BLOCK_M // consumers, piece_n(config))))  # fmt: skip
+    cluster = cluster or cluster_for(config, M, consumers)
+    if cluster == 2 and not (CLUSTER_MULTICAST and consumers == 2 and barriers_per_slot() == 1):
+        raise ValueError(
+            f"{NAME}: a two-CTA cluster needs TMA multicast (triton >= 3.8; this is {triton.__version__}), the "
+            f"two-consumer tile (num_warps = 8, got {config.num_warps}) and no ConSan"
+        )
+    if cluster not in (1, 2):
+        raise ValueError(f"{NAME}: cluster is 1 or 2 CTAs, but got {cluster}")
+    desc = descriptors(a, b.T, c, config, consumers, cluster)
     # One element each (tensor-wise scales, or the block grid of M = 1, N <= 128, K = 128): read broadcast.
     one_each = scale_a.numel() == 1 and scale_b.numel() == 1
     scale_strides = (0, 0, 0, 0) if one_each else (*scale_a.stride(), *scale_b.stride())
     constexprs = dict(
         Scheduler=scheduler_for(config.scheduler, config.GROUP_SIZE_M), NUM_BUFFERS=config.num_stages,
         BARRIERS_PER_SLOT=barriers_per_slot(), LOAD_REGS=LOAD_REGISTERS, CONSUMERS=consumers,
-        CONSUMER_REGS=CONSUMER_REGISTERS,
+        CONSUMER_REGS=CONSUMER_REGISTERS, CLUSTER=cluster,
         num_warps=config.num_warps // consumers, **spec.constexprs(),
     )  # fmt: skip
-    grid = (num_persistent_programs(config.num_tiles(M, c.shape[1]), c.device, num_programs),)
+    if cluster > 1:
+        constexprs["num_ctas"] = cluster  # the grid counts clusters
+    tiles = -(-M // (config.BLOCK_M * cluster)) * -(-c.shape[1] // config.BLOCK_N)
+    programs = (num_programs or device_info.sm_count(c.device)) // cluster
+    grid = (num_persistent_programs(tiles, c.device, max(programs, 1)),)
     return planned_scaled_launch(_fp8_block_kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides,
                                  bias, residual)  # fmt: skip

@@ -32,12 +32,17 @@ class Descriptors:
 
 
 @functools.cache
-def _shared_layout(block: tuple[int, int], dtype: torch.dtype) -> gl.NVMMASharedLayout:
-    return gl.NVMMASharedLayout.get_default_for(list(block), (GL_DTYPES | FP8_GL_DTYPES)[dtype])
+def _shared_layout(block: tuple[int, int], dtype: torch.dtype, cga_layout: tuple = ()) -> gl.NVMMASharedLayout:
+    more = dict(cga_layout=[list(basis) for basis in cga_layout]) if cga_layout else {}
+    return gl.NVMMASharedLayout.get_default_for(list(block), (GL_DTYPES | FP8_GL_DTYPES)[dtype], **more)
 
 
-def descriptor(t: torch.Tensor, block: tuple[int, int]) -> TensorDescriptor:
-    return TensorDescriptor(t, list(t.shape), list(tma_strides(t)), list(block), _shared_layout(block, t.dtype))
+def descriptor(t: torch.Tensor, block: tuple[int, int], cga_layout: tuple = ()) -> TensorDescriptor:
+    """A TMA descriptor of `t` in blocks of `block`. `cga_layout` (a kernel written for a cluster of
+    CTAs, compat.CLUSTER_MULTICAST): how the cluster's CTAs share each block; ((1, 0),) gives each of
+    two CTAs half its rows, ((0, 0),) gives both the whole block (a multicast load)."""
+    layout = _shared_layout(block, t.dtype, cga_layout)
+    return TensorDescriptor(t, list(t.shape), list(tma_strides(t)), list(block), layout)
 
 
 def make_descriptors(a, b, c, BLOCK_M: int, BLOCK_N: int, BLOCK_K: int, epi_split: int = 1) -> Descriptors:

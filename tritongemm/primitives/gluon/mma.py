@@ -62,8 +62,12 @@ def wgmma_instr_n(BLOCK_M, BLOCK_N, num_warps):
 
 
 @gluon.constexpr_function
-def wgmma_accumulator_layout(dtype, BLOCK_M, BLOCK_N, num_warps):
-    """The register layout of a BLOCK_M x BLOCK_N fp32 WGMMA accumulator for operands of `dtype`."""
+def wgmma_accumulator_layout(dtype, BLOCK_M, BLOCK_N, num_warps, cga_layout=()):
+    """The register layout of a BLOCK_M x BLOCK_N fp32 WGMMA accumulator for operands of `dtype`,
+    BLOCK_M rows in each CTA. A kernel written for a cluster of CTAs (Triton >= 3.8, compat.py's
+    CLUSTER_MULTICAST) passes `cga_layout`, how the cluster's CTAs share the tile (((1, 0),): two
+    CTAs, one above the other); the layout then describes the whole cluster's tile."""
+    more = dict(cga_layout=[list(basis) for basis in cga_layout]) if cga_layout else {}
     return gl.NVMMADistributedLayout(
         version=[3, 0],
         warps_per_cta=wgmma_warps_per_cta(BLOCK_M, num_warps),
@@ -72,6 +76,7 @@ def wgmma_accumulator_layout(dtype, BLOCK_M, BLOCK_N, num_warps):
             wgmma_instr_n(BLOCK_M, BLOCK_N, num_warps),
             _WGMMA_INSTR_K_BYTES * 8 // dtype.primitive_bitwidth,
         ],
+        **more,
     )
 
 
