@@ -29,7 +29,9 @@ version=$("${wrap[@]}" python3 -c "import triton; print(triton.__version__)" | t
 [[ $version =~ ^[0-9] ]] || { echo "gpu-suite: triton does not import here (${wrap[*]:-the machine Triton})" >&2; exit 3; }
 summary="$out/suite-triton$version-summary.txt"
 {
-  echo "GPU suite at $(git rev-parse --short HEAD 2>/dev/null || echo '?') under triton $version, $(date -u '+%Y-%m-%d %H:%M UTC')"
+  # The tree's commit, "+changes" where the tree that travelled differs from it.
+  tree="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo '+changes')"
+  echo "GPU suite at $tree under triton $version, $(date -u '+%Y-%m-%d %H:%M UTC')"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   "${wrap[@]}" python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" | tail -1
 } >"$summary" 2>&1
