@@ -526,37 +526,41 @@ def _compile_grouped_ws() -> list[dict]:
     import triton
 
     from tritongemm.grouped import ws as grouped_ws
-    from tritongemm.primitives.gluon.descriptors import descriptor
 
     results = []
     wide = grouped_ws.DEFAULT_CONFIG.with_(BLOCK_N=256, num_stages=4)  # C staged in two halves
-    # prefill's tiles, decode's, the wide one, and N-major weights (an MoE layer's input gradient)
-    for glu, rows, config, k_major in ((None, 16384, None, True), ("silu", 16384, None, True), (None, 8, None, True),
-                                       ("gelu", 8, None, True), (None, 16384, wide, True),
-                                       (None, 16384, None, False)):  # fmt: skip
+    # prefill's tiles, decode's, the wide one, and N-major weights (an MoE layer's input gradient);
+    # where this Triton multicasts, the prefill tile on a two-CTA cluster, with each weight layout
+    cases = [(None, 16384, None, True, 1), ("silu", 16384, None, True, 1), (None, 8, None, True, 1),
+             ("gelu", 8, None, True, 1), (None, 16384, wide, True, 1), (None, 16384, None, False, 1)]  # fmt: skip
+    if CLUSTER_MULTICAST:
+        cases += [(None, 16384, None, True, 2), (None, 16384, None, False, 2)]
+    for glu, rows, config, k_major, cluster in cases:
         config = config or grouped_ws.default_config(rows, 8, glu is not None)
         pieces = grouped_ws.c_pieces(config, 2, gated=glu is not None)
         G, M, N, K = 8, 1000, 1504, 704
-        rows = 2 * N if glu else N
+        width = 2 * N if glu else N
         a, c = torch.empty(M, K, dtype=torch.bfloat16), torch.empty(M, N, dtype=torch.bfloat16)
         offs = torch.empty(G, dtype=torch.int32)
-        tile_n = config.BLOCK_N // 2 if glu else config.BLOCK_N
-        if k_major:
-            b_desc = descriptor(torch.empty(G * rows, K, dtype=torch.bfloat16), (tile_n, config.BLOCK_K))
-        else:
-            b_desc = descriptor(torch.empty(G * K, N, dtype=torch.bfloat16), (config.BLOCK_K, tile_n))
+        # b (G, K, N): the transpose of (G, N, K) weights (K-major), or contiguous (N-major)
+        b = torch.empty(G, width, K, dtype=torch.bfloat16).transpose(1, 2) if k_major else torch.empty(G, K, N)
+        b = b.to(torch.bfloat16)
+        a_desc, b_desc, c_desc = grouped_ws.descriptors(a, b, c, config, glu is not None, cluster)
+        launch = dict(num_ctas=cluster) if cluster > 1 else {}
         compiled = grouped_ws._grouped_ws_kernel.warmup(
-            descriptor(a, (config.BLOCK_M, config.BLOCK_K)), b_desc,
-            descriptor(c, (config.BLOCK_M, tile_n // pieces)), offs, c, c.stride(0), G, M, N,
+            a_desc, b_desc, c_desc, offs, c, c.stride(0), G, M, N,
             NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=1, GROUPS_POW2=triton.next_power_of_2(G + 1),
-            C_PIECES=pieces,
-            LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", B_K_MAJOR=k_major, num_warps=config.num_warps,
-            grid=(1,),
+            C_PIECES=pieces, LOAD_REGS=grouped_ws.LOAD_REGISTERS, GLU=glu or "none", B_K_MAJOR=k_major,
+            CLUSTER=cluster, num_warps=config.num_warps, grid=(1,), **launch,
         )  # fmt: skip
         ptx = compiled.asm["ptx"]
-        results.append(dict(case=[glu, config.short(), "K-major" if k_major else "N-major"],
+        # The cluster's: the weight's tile multicast into both CTAs, the remote arrive on the first's barrier.
+        # A group's last tile is stored from the registers there, not 16 bytes a thread through c_smem.
+        shared_loads = (".multicast::cluster", "mbarrier.arrive.shared::cluster") if cluster > 1 else ()
+        stores = GROUPED_STORES if cluster == 1 else tuple(n.replace(".v4", "") for n in GROUPED_STORES)
+        results.append(dict(case=[glu, config.short(), "K-major" if k_major else "N-major", cluster],
                             shared=compiled.metadata.shared, **_ptxas(ptx),
-                            missing=[n for n in (*INSTRUCTIONS, *GROUPED_STORES) if n not in ptx],
+                            missing=[n for n in (*INSTRUCTIONS, *stores, *shared_loads) if n not in ptx],
                             copies=len(re.findall(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global", ptx)),
                             planned=grouped_ws.smem_bytes(config, 2, gated=glu is not None)))  # fmt: skip
     return results
@@ -593,13 +597,16 @@ def test_the_grouped_rung_compiles_for_sm90():
     setmaxnreg, C out by TMA stores where a tile lies within its group and through 16-byte masked
     stores where it straddles the group's last row (no TMA store can stop there), A's and B's loads
     (and the up projection's for a gated pair), no spills, no serialized WGMMAs, the planned shared
-    memory; for K-major weights and N-major ones (an MoE layer's input gradient)."""
+    memory; for K-major weights and N-major ones (an MoE layer's input gradient). Where this
+    Triton multicasts, the two-CTA cluster too: the weight's tile multicast, and a group's last
+    tile stored from the registers."""
     for result in compile_kernel("grouped_ws"):
-        label = f"grouped_ws glu={result['case'][0]} {result['case'][1]} {result['case'][2]}"
+        glu, tile, layout, ctas = result["case"]
+        label = f"grouped_ws glu={glu} {tile} {layout}, {ctas} CTA(s)"
         assert not result["missing"], f"{label}: no {result['missing']} in the PTX"
         # A's box and B's (and the up projection's); an N-major B's 256 columns (512 bytes) are four
         # boxes of 128-byte swizzled rows, as TMA takes them.
-        copies = 5 if result["case"][2] == "N-major" else 3 if result["case"][0] else 2
+        copies = 5 if layout == "N-major" else 3 if glu else 2
         assert result["copies"] == copies, f"{label}: {result['copies']} TMA loads"
         assert result["spilled"] == 0, f"{label}: {result['spilled']} bytes spilled"
         assert not result["serialized"], f"{label}: ptxas serialized the WGMMAs (C7514)"

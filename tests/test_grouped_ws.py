@@ -9,6 +9,7 @@ from cases import ON_HOPPER
 from test_warp_specialized import run_isolated
 
 from tritongemm.grouped import ws as grouped_ws
+from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST
 from tritongemm.primitives.gluon.pipeline import _SMEM_SLACK_BYTES, H100_SHARED_MEMORY_BYTES, check_wgmma_tile
 
 
@@ -84,9 +85,14 @@ def _run_case(spec: dict) -> None:
     b = (torch.randn(G, NB, K, device="cuda") * K**-0.5).to(dtype).transpose(1, 2)
     if spec.get("n_major"):
         b = b.contiguous()
-    if spec["num_programs"]:
-        c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-        grouped_ws.plan(a, b, offs, c, glu=glu, num_programs=spec["num_programs"])(a, b, offs, c)
+    cluster = spec.get("cluster", 1)
+    if spec["num_programs"] or cluster > 1:
+        outs = []
+        for ctas in sorted({1, cluster}):  # a cluster's result against one CTA's
+            c = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+            grouped_ws.plan(a, b, offs, c, glu=glu, num_programs=spec["num_programs"], cluster=ctas)(a, b, offs, c)
+            outs.append(c)
+        assert torch.equal(outs[0], outs[-1]), f"{spec}: the cluster's C is not one CTA's, bit for bit"
     else:
         c = grouped_mm_ws(a, b, offs, glu=glu)
     torch.cuda.synchronize()
@@ -118,6 +124,38 @@ def test_grouped_ws_n_major_weights(case, dtype, num_programs):
     spec = dict(sizes=list(sizes), tail=tail, N=N, K=K, glu=None, dtype=str(dtype), num_programs=num_programs,
                 n_major=True)  # fmt: skip
     run_isolated(spec, module="test_grouped_ws")
+
+
+# A cluster's tile is two tiles in one group: groups ending inside its upper or lower half, or
+# filling it, and groups of a few rows.
+CLUSTER_CASES = [*N_MAJOR_CASES, ((700, 0, 300, 1100, 128), 100, 768, 512)]
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")
+@pytest.mark.skipif(not CLUSTER_MULTICAST, reason="a two-CTA cluster needs TMA multicast (triton >= 3.8)")
+@pytest.mark.parametrize("n_major", [False, True])
+@pytest.mark.parametrize("case", CLUSTER_CASES, ids=str)
+@pytest.mark.parametrize("num_programs", [None, 6])
+def test_grouped_ws_on_a_two_cta_cluster_gives_the_one_cta_bits(case, n_major, num_programs):
+    """grouped/ws.py's cluster (CLUSTER = 2: two tiles of one group, the weight's tile multicast
+    into both CTAs): the one-CTA kernel's result bit for bit (the same MMAs in each CTA), against
+    the fp64 reference, rows past the last group zeros, one and several tiles a cluster."""
+    sizes, tail, N, K = case
+    spec = dict(sizes=list(sizes), tail=tail, N=N, K=K, glu=None, dtype="torch.bfloat16", num_programs=num_programs,
+                n_major=n_major, cluster=2)  # fmt: skip
+    run_isolated(spec, module="test_grouped_ws")
+
+
+def test_the_cluster_is_refused_where_it_cannot_run(monkeypatch):
+    """A gated pair, or a Triton without multicast: a ValueError naming what was asked."""
+    a, b = _operands(4, 100, 64, 128)
+    c = torch.empty(100, 32, dtype=torch.bfloat16)
+    monkeypatch.setattr(grouped_ws, "CLUSTER_MULTICAST", True)
+    with pytest.raises(ValueError, match="cluster=2, glu='silu'"):
+        grouped_ws.plan(a, b, torch.zeros(4, dtype=torch.int32), c, glu="silu", cluster=2)
+    monkeypatch.setattr(grouped_ws, "CLUSTER_MULTICAST", False)
+    with pytest.raises(ValueError, match="cluster is 1, or 2 where this Triton multicasts"):
+        grouped_ws.plan(a, b, torch.zeros(4, dtype=torch.int32), torch.empty(100, 64, dtype=torch.bfloat16), cluster=2)
 
 
 @pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU: TMA, WGMMA and setmaxnreg")

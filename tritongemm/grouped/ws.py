@@ -40,10 +40,13 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 from triton.language.core import _aggregate as aggregate
 
+from tritongemm.core import device_info
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.tma import view_reason
 from tritongemm.ladder.tma_warp_specialized import LOAD_REGISTERS, c_pieces
 from tritongemm.primitives.epilogue import gated_gl
+from tritongemm.primitives.gluon.cluster import cluster_rows_layout, release_slot, replicated_1d_layout
+from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST, cluster_barrier, cluster_ring_barriers, tma_load
 from tritongemm.primitives.gluon.descriptors import GL_DTYPES, bind, descriptor
 from tritongemm.primitives.gluon.mma import WGMMA, wgmma_accumulator_layout
 from tritongemm.primitives.gluon.pipeline import (
@@ -84,10 +87,11 @@ _STORE_BYTES = gl.constexpr(16)  # a thread's share of a row in the masked store
 
 
 @gluon.jit
-def _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr, GROUPS_POW2: gl.constexpr):
+def _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M: gl.constexpr, GROUPS_POW2: gl.constexpr, CLUSTER: gl.constexpr):
     """All running tiles: each group's cdiv(rows, BLOCK_M) * tiles_n, and the tail's (the rows
-    past the last group's end, slot G), summed as one vector over the groups."""
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    past the last group's end, slot G), summed as one vector over the groups (in each CTA of a
+    cluster alike)."""
+    layout: gl.constexpr = replicated_1d_layout(gl.num_warps(), CLUSTER)
     slot = gl.arange(0, GROUPS_POW2, layout=layout)
     ends = gl.load(offs_ptr + slot, mask=slot < G, other=0)
     ends = gl.where(slot < G, ends, gl.where(slot == G, M, 0))
@@ -146,10 +150,12 @@ class RaggedWalk:
 
 
 @gluon.jit
-def _tiles(offs_ptr, G, M, N, BLOCK_M: gl.constexpr, TILE_N: gl.constexpr, GROUPS_POW2: gl.constexpr):
-    """This program's running tiles: (its count, the first, the stride P, tiles across N)."""
+def _tiles(offs_ptr, G, M, N, BLOCK_M: gl.constexpr, TILE_N: gl.constexpr, GROUPS_POW2: gl.constexpr,
+           CLUSTER: gl.constexpr):  # fmt: skip
+    """This program's running tiles: (its count, the first, the stride P, tiles across N). On a
+    cluster, a program is the cluster and BLOCK_M the cluster's rows."""
     tiles_n = gl.cdiv(N, TILE_N)
-    total = _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M, GROUPS_POW2)
+    total = _tile_count(offs_ptr, G, M, tiles_n, BLOCK_M, GROUPS_POW2, CLUSTER)
     pid = gl.program_id(axis=0)
     programs = gl.num_programs(axis=0)
     return gl.maximum(total - pid + programs - 1, 0) // programs, pid, programs, tiles_n
@@ -167,7 +173,7 @@ def _load_partition(
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     K = a_desc.shape[1]
     rows_per_group = 2 * N if GATED else N  # the stacked K-major weights' rows per group
-    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
+    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2, 1)
     walk = RaggedWalk.initialize(G)
     producer = 0
     for i in range(num):
@@ -185,6 +191,45 @@ def _load_partition(
                 producer = issue_loads(
                     producer, a_desc, b_desc, off_m, b_n, k, ready, a_bufs, b_bufs, False, B_K_MAJOR, True, N, b_k
                 )
+
+
+@gluon.jit
+def _cluster_load_partition(
+    a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, pair, G, M, N,
+    B_K_MAJOR: gl.constexpr, GROUPS_POW2: gl.constexpr,
+):  # fmt: skip
+    """The load warp of a two-CTA cluster (CLUSTER = 2, primitives/gluon/cluster.py): every K-step
+    of every group tile of the cluster, a tile being two, one above the other, in one group. Each
+    CTA loads its own rows of A (a_desc's box is the cluster's, half in each CTA); the group's
+    weight tile, the same for both, is loaded once by the first CTA and multicast into both. A
+    slot is refilled once this CTA's consumer has released it, and in the first CTA once both
+    CTAs' have (`pair`)."""
+    TILE_M: gl.constexpr = a_desc.block_type.shape[0]  # the cluster's rows
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    TILE_N: gl.constexpr = _tile_n(b_desc, B_K_MAJOR)
+    NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
+    K = a_desc.shape[1]
+    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, TILE_M, TILE_N, GROUPS_POW2, 2)
+    walk = RaggedWalk.initialize(G)
+    producer = 0
+    for i in range(num):
+        t = pid + i * programs
+        walk = walk.to_tile(t, offs_ptr, G, M, tiles_n, TILE_M)
+        if walk.g < G:
+            off_m, off_n = walk.tile(t, tiles_n, TILE_M, TILE_N)
+            for k in range(0, K, BLOCK_K):
+                slot = producer % NUM_BUFFERS
+                lap_phase = (producer // NUM_BUFFERS) & 1  # lap 0 passes at once
+                mbarrier.wait(empty.index(slot), lap_phase ^ 1)
+                mbarrier.wait(pair.index(slot), lap_phase ^ 1)  # the first CTA only
+                bar = ready.index(slot)
+                mbarrier.expect(bar, a_desc.nbytes_per_cta + b_desc.nbytes_per_cta)
+                tma_load(a_desc, [off_m, k], bar, a_bufs.index(slot))
+                if B_K_MAJOR:  # the stacked (G * N, K) weights: the group's rows
+                    tma_load(b_desc, [walk.g * N + off_n, k], bar, b_bufs.index(slot), multicast=True)
+                else:  # the stacked (G * K, N) weights: the group's K rows
+                    tma_load(b_desc, [walk.g * K + k, off_n], bar, b_bufs.index(slot), multicast=True)
+                producer += 1
 
 
 @gluon.constexpr_function
@@ -230,21 +275,37 @@ def _store_piece(tile, c_ptr, stride_cm, c_smem, off_m, end_m, off_n, N, num_war
 
 
 @gluon.jit
+def _store_rows_direct(tile, c_ptr, stride_cm, off_m, end_m, off_n, N):
+    """Rows off_m.. below end_m and columns off_n.. below N of C get the tile, straight from the
+    registers: a cluster's tile at a group's end (its rows lie in two CTAs, so c_smem's few rows a
+    step of `_store_rows` would be one CTA's). Narrower stores than `_store_rows`', at a group's
+    last tile only."""
+    layout: gl.constexpr = tile.type.layout
+    rows = off_m + gl.arange(0, tile.shape[0], layout=gl.SliceLayout(1, layout))
+    cols = off_n + gl.arange(0, tile.shape[1], layout=gl.SliceLayout(0, layout))
+    mask = gl.expand_dims(rows < end_m, 1) & gl.expand_dims(cols < N, 0)
+    ptrs = c_ptr + gl.expand_dims(rows.to(gl.int64) * stride_cm, 1) + gl.expand_dims(cols, 0)
+    gl.store(ptrs, tile.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
 def _mma_partition(
-    a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
-    GLU: gl.constexpr, B_K_MAJOR: gl.constexpr, GROUPS_POW2: gl.constexpr, num_warps: gl.constexpr,
+    a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, pair, G, M, N,
+    GLU: gl.constexpr, B_K_MAJOR: gl.constexpr, GROUPS_POW2: gl.constexpr, CLUSTER: gl.constexpr,
+    num_warps: gl.constexpr,
 ):  # fmt: skip
     """Wait for a slot, multiply, release it (rung 9's); per tile, act(gate) * up for a gated
     pair, and the store: by TMA where the tile's rows are all its group's, else masked. The
-    tail's tiles are zeros, with no MMA."""
+    tail's tiles are zeros, with no MMA. CLUSTER = 2: the code is the cluster's, BLOCK_M its rows
+    (half in each CTA), and a slot goes back to both CTAs' load warps (cluster.release_slot)."""
     BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
     BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
     BLOCK_N: gl.constexpr = b_bufs.shape[1] if B_K_MAJOR else b_bufs.shape[2]  # the MMA's N: a gated pair's two
     TILE_N: gl.constexpr = _tile_n(b_desc, B_K_MAJOR)
     NUM_BUFFERS: gl.constexpr = a_bufs.shape[0]
     K = a_desc.shape[1]
-    mma = WGMMA.initialize(a_desc.dtype, BLOCK_M, BLOCK_N, num_warps)
-    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2)
+    mma = WGMMA.initialize(a_desc.dtype, BLOCK_M // CLUSTER, BLOCK_N, num_warps, CLUSTER)
+    num, pid, programs, tiles_n = _tiles(offs_ptr, G, M, N, BLOCK_M, TILE_N, GROUPS_POW2, CLUSTER)
     walk = RaggedWalk.initialize(G)
     consumer = 0
     for i in range(num):
@@ -254,22 +315,29 @@ def _mma_partition(
         if walk.g < G:
             for k in range(0, K, BLOCK_K):
                 consumer, mma = issue_mma(consumer, mma, ready, a_bufs, b_bufs, False, B_K_MAJOR)
-                mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 2) % NUM_BUFFERS), pred=k > 0)
+                release_slot(empty, pair, (consumer + NUM_BUFFERS - 2) % NUM_BUFFERS, CLUSTER, pred=k > 0)
             mma = mma.wait_num_outstanding(0)
-            mbarrier.arrive(empty.index((consumer + NUM_BUFFERS - 1) % NUM_BUFFERS))
+            release_slot(empty, pair, (consumer + NUM_BUFFERS - 1) % NUM_BUFFERS, CLUSTER)
             acc, mma = mma.take_result()
             if GLU != "none":
                 acc = gated_gl(acc, GLU)
             if off_m + BLOCK_M <= walk.end:  # whole rows of its group: the TMA store, asynchronous
                 store_tile_in_pieces(acc, c_desc, c_smem, off_m, off_n)  # waits for c_smem's last store
-            else:
+            elif CLUSTER == 1:
                 tma.store_wait(pendings=0)  # c_smem read by the last TMA store before it is written
                 _store_rows(acc, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
+            else:
+                _store_rows_direct(acc, c_ptr, stride_cm, off_m, walk.end, off_n, N)
         else:
-            layout: gl.constexpr = wgmma_accumulator_layout(a_desc.dtype, BLOCK_M, TILE_N, num_warps)
+            layout: gl.constexpr = wgmma_accumulator_layout(
+                a_desc.dtype, BLOCK_M // CLUSTER, TILE_N, num_warps, cluster_rows_layout(CLUSTER)
+            )
             zeros = gl.zeros([BLOCK_M, TILE_N], gl.float32, layout=layout)
-            tma.store_wait(pendings=0)
-            _store_rows(zeros, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
+            if CLUSTER == 1:
+                tma.store_wait(pendings=0)
+                _store_rows(zeros, c_ptr, stride_cm, c_smem, off_m, walk.end, off_n, N, num_warps)
+            else:
+                _store_rows_direct(zeros, c_ptr, stride_cm, off_m, walk.end, off_n, N)
     tma.store_wait(pendings=0)  # every store out before the program ends and its shared memory goes
 
 
@@ -292,6 +360,7 @@ def _grouped_ws_kernel(
     LOAD_REGS: gl.constexpr,
     GLU: gl.constexpr,  # "none", or a gated pair's activation: C = act(A @ gate_g.T) * (A @ up_g.T)
     B_K_MAJOR: gl.constexpr,
+    CLUSTER: gl.constexpr,  # 1, or 2: a cluster of two CTAs, one above the other, sharing the weight's tile
     num_warps: gl.constexpr,
 ):
     dtype: gl.constexpr = a_desc.dtype
@@ -304,24 +373,47 @@ def _grouped_ws_kernel(
     b_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, B_ROWS, B_BOX[1]], b_desc.layout)
     gl.static_assert(c_desc.block_type.shape[1] * C_PIECES == TILE_N, "C's descriptor holds one piece of a tile")
     c_smem = gl.allocate_shared_memory(dtype, c_desc.block_type.shape, c_desc.layout)
-    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    if CLUSTER == 1:
+        ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+        pair = empty  # not used
+    else:
+        gl.static_assert(GLU == "none" and BARRIERS_PER_SLOT == 1, "a cluster runs plain row groups, without ConSan")
+        ready, empty, pair = cluster_ring_barriers(NUM_BUFFERS)
     init_barriers(ready)
     init_barriers(empty)
-    gl.warp_specialize(
-        [
-            (_mma_partition, (
-                a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, G, M, N,
-                GLU, B_K_MAJOR, GROUPS_POW2, num_warps,
-            )),
-            (_load_partition, (
-                a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N, GLU != "none", B_K_MAJOR,
-                GROUPS_POW2,
-            )),
-        ],
-        [1],
-        [LOAD_REGS],
-    )  # fmt: skip
+    if CLUSTER == 1:
+        gl.warp_specialize(
+            [
+                (_mma_partition, (
+                    a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, pair,
+                    G, M, N, GLU, B_K_MAJOR, GROUPS_POW2, CLUSTER, num_warps,
+                )),
+                (_load_partition, (
+                    a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, G, M, N, GLU != "none", B_K_MAJOR,
+                    GROUPS_POW2,
+                )),
+            ],
+            [1],
+            [LOAD_REGS],
+        )  # fmt: skip
+    else:
+        init_barriers(pair)  # one consumer a CTA: one arrival from each (Gluon doubles the count)
+        gl.warp_specialize(
+            [
+                (_mma_partition, (
+                    a_desc, b_desc, c_desc, offs_ptr, c_ptr, stride_cm, a_bufs, b_bufs, c_smem, ready, empty, pair,
+                    G, M, N, GLU, B_K_MAJOR, GROUPS_POW2, CLUSTER, num_warps,
+                )),
+                (_cluster_load_partition, (
+                    a_desc, b_desc, offs_ptr, a_bufs, b_bufs, ready, empty, pair, G, M, N, B_K_MAJOR, GROUPS_POW2,
+                )),
+            ],
+            [1],
+            [LOAD_REGS],
+        )  # fmt: skip
+        cluster_barrier()  # neither CTA leaves while the other can still arrive on its barriers
+        invalidate_barriers(pair)
     invalidate_barriers(ready)
     invalidate_barriers(empty)
 
@@ -369,14 +461,37 @@ def _k_major(b: torch.Tensor) -> bool:
     return b.transpose(1, 2).is_contiguous()
 
 
+def descriptors(a, b, c, config: MatmulConfig, gated: bool, cluster: int) -> tuple:
+    """TMA descriptors of a (M, K), the stacked weights of b (G, K, N or 2N) and c (M, N). On a
+    cluster each block is the cluster's: A's and C's both CTAs' rows (half in each), the weight's
+    one box, which both CTAs hold (multicast)."""
+    (G, K, NB), tile_n = b.shape, config.BLOCK_N // 2 if gated else config.BLOCK_N
+    rows, shared = ((), ()) if cluster == 1 else (((1, 0),), ((0, 0),))
+    tile_m = config.BLOCK_M * cluster
+    if _k_major(b):  # a view: b is the transpose of contiguous weights
+        b_desc = descriptor(b.transpose(1, 2).reshape(G * NB, K), (tile_n, config.BLOCK_K), shared)
+    else:
+        b_desc = descriptor(b.reshape(G * K, NB), (config.BLOCK_K, tile_n), shared)
+    pieces = c_pieces(config, a.element_size(), gated=gated)
+    c_desc = descriptor(c, (tile_m, tile_n // pieces), rows)
+    return descriptor(a, (tile_m, config.BLOCK_K), rows), b_desc, c_desc
+
+
 def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, config: MatmulConfig | None = None,
-         *, glu: str | None = None, num_programs: int | None = None):  # fmt: skip
+         *, glu: str | None = None, num_programs: int | None = None, cluster: int = 1):  # fmt: skip
     """`launch(a, b, offs, c)` for operands of this geometry: C (M, N) = each group's rows of a
     times its weight, b (G, K, N) K-major (or (G, K, 2N), [gate; up] per group, with `glu`),
-    checked and compiled once."""
+    checked and compiled once. `cluster` = 2 (tests, probes; not chosen by grouped_mm until
+    measured): two CTAs, one above the other in one group, share the weight's tile by TMA
+    multicast (primitives/gluon/cluster.py; triton >= 3.8, plain row groups)."""
     reason = unsupported_reason(a, b, glu)
     if reason is not None:
         raise ValueError(f"{NAME}: {reason}")
+    if cluster not in (1, 2) or (cluster == 2 and not (CLUSTER_MULTICAST and glu is None and barriers_per_slot() == 1)):
+        raise ValueError(
+            f"{NAME}: cluster is 1, or 2 where this Triton multicasts (>= 3.8; this is {triton.__version__}) for plain "
+            f"row groups (no glu, no ConSan); got cluster={cluster}, glu={glu!r}"
+        )
     gated = glu is not None
     config = config or default_config(a.shape[0], b.shape[0], gated)
     check_wgmma_tile(NAME, config)
@@ -391,26 +506,24 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     if NB != (2 * N if gated else N) or c.shape[0] != M or c.stride(1) != 1 or K == 0:
         raise ValueError(f"{NAME}: C {tuple(c.shape)} doesn't match a {tuple(a.shape)} and b {tuple(b.shape)}")
     require_sm90(NAME, c.device)
-    tile_n = config.BLOCK_N // 2 if gated else config.BLOCK_N
-    a_desc = descriptor(a, (config.BLOCK_M, config.BLOCK_K))
-    if k_major:  # a view: b is the transpose of contiguous weights
-        b_desc = descriptor(b.transpose(1, 2).reshape(G * NB, K), (tile_n, config.BLOCK_K))
-    else:
-        b_desc = descriptor(b.reshape(G * K, NB), (config.BLOCK_K, tile_n))
     pieces = c_pieces(config, a.element_size(), gated=gated)
     reason = view_reason("c", c)
     if reason is not None:
         raise ValueError(f"{NAME}: C is stored by TMA, so its rows must lie on 16 bytes: {reason}")
-    c_desc = descriptor(c, (config.BLOCK_M, tile_n // pieces))
+    a_desc, b_desc, c_desc = descriptors(a, b, c, config, gated, cluster)
     # Each program walks the groups in running order: no more programs than tiles could use, but
-    # the tile count is on the device, so the grid is the SMs (or what a test asks for).
-    grid = (num_persistent_programs(2**31 - 1, c.device, num_programs),)
+    # the tile count is on the device, so the grid is the SMs (or what a test asks for), in
+    # clusters of `cluster`.
+    programs = (num_programs or device_info.sm_count(c.device)) // cluster
+    grid = (num_persistent_programs(2**31 - 1, c.device, max(programs, 1)),)
     constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         GROUPS_POW2=triton.next_power_of_2(G + 1), C_PIECES=pieces, LOAD_REGS=LOAD_REGISTERS,
-        GLU=glu or "none", B_K_MAJOR=k_major,
+        GLU=glu or "none", B_K_MAJOR=k_major, CLUSTER=cluster,
         num_warps=config.num_warps,
     )  # fmt: skip
+    if cluster > 1:
+        constexprs["num_ctas"] = cluster  # the grid counts clusters
     stride_cm = c.stride(0)
     args = (a_desc, b_desc, c_desc, offs, c, stride_cm, G, M, N)
     # A launch reads a descriptor's tensor for its address alone, so b (one address) stands for

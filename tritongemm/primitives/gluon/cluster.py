@@ -25,13 +25,22 @@ def cluster_rows_layout(cluster):
     return () if cluster == 1 else ((1, 0),)
 
 
+@gluon.constexpr_function
+def replicated_1d_layout(num_warps, cluster):
+    """A 1-D layout over num_warps warps whose whole vector each CTA of the cluster holds: a
+    kernel's bookkeeping (a tile count summed over the groups, say), the same in both CTAs. On two
+    CTAs a layout must say so (a cga_layout of zeros); without one Gluon refuses the reduction."""
+    more = dict(cga_layout=[[0]]) if cluster > 1 else {}
+    return gl.BlockedLayout([1], [32], [num_warps], [0], **more)
+
+
 @gluon.jit
-def release_slot(empty, pair, slot, CLUSTER: gl.constexpr):
+def release_slot(empty, pair, slot, CLUSTER: gl.constexpr, pred=True):
     """This consumer is done with `slot`: tell this CTA's load warp, and in a cluster the first
     CTA's too (`pair` counts both CTAs' consumers), since its multicast writes the slot here."""
-    mbarrier.arrive(empty.index(slot))
+    mbarrier.arrive(empty.index(slot), pred=pred)
     if CLUSTER > 1:
-        mbarrier.arrive(pair.index(slot))
+        mbarrier.arrive(pair.index(slot), pred=pred)
 
 
 @gluon.jit

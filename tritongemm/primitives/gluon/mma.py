@@ -97,10 +97,14 @@ class WGMMA:
         self.use_acc = use_acc
 
     @gluon.jit
-    def initialize(dtype: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, num_warps: gl.constexpr):
-        layout: gl.constexpr = wgmma_accumulator_layout(dtype, BLOCK_M, BLOCK_N, num_warps)
+    def initialize(dtype: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, num_warps: gl.constexpr,
+                   CLUSTER: gl.constexpr = 1):  # fmt: skip
+        """BLOCK_M rows in each CTA; CLUSTER = 2: the tile of a cluster of two CTAs, one above the
+        other (primitives/gluon/cluster.py), 2 * BLOCK_M rows."""
+        cga_layout: gl.constexpr = () if CLUSTER == 1 else ((1, 0),)
+        layout: gl.constexpr = wgmma_accumulator_layout(dtype, BLOCK_M, BLOCK_N, num_warps, cga_layout)
         # The zeros are never read (use_acc=False on the first step); they give the registers a type.
-        acc = gl.zeros((BLOCK_M, BLOCK_N), dtype=gl.float32, layout=layout)
+        acc = gl.zeros((BLOCK_M * CLUSTER, BLOCK_N), dtype=gl.float32, layout=layout)
         return WGMMA(acc, gl.to_tensor(False))
 
     @gluon.jit
