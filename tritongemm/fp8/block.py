@@ -475,7 +475,7 @@ def plan(a, b, c, scale_a, scale_b, config: MatmulConfig, spec: Epilogue, bias=N
     if cluster > 1:
         constexprs["num_ctas"] = cluster  # the grid counts clusters
     tiles = -(-M // (config.BLOCK_M * cluster)) * -(-c.shape[1] // config.BLOCK_N)
-    programs = (num_programs or device_info.sm_count(c.device)) // cluster
-    grid = (num_persistent_programs(tiles, c.device, max(programs, 1)),)
+    sms = device_info.sm_count(c.device) if num_programs is None else num_programs
+    grid = (num_persistent_programs(tiles, c.device, sms if cluster == 1 else max(sms // cluster, 1)),)
     return planned_scaled_launch(_fp8_block_kernel, grid, desc, constexprs, spec, scale_a, scale_b, scale_strides,
                                  bias, residual)  # fmt: skip

@@ -514,8 +514,8 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     # Each program walks the groups in running order: no more programs than tiles could use, but
     # the tile count is on the device, so the grid is the SMs (or what a test asks for), in
     # clusters of `cluster`.
-    programs = (num_programs or device_info.sm_count(c.device)) // cluster
-    grid = (num_persistent_programs(2**31 - 1, c.device, max(programs, 1)),)
+    sms = device_info.sm_count(c.device) if num_programs is None else num_programs
+    grid = (num_persistent_programs(2**31 - 1, c.device, sms if cluster == 1 else max(sms // cluster, 1)),)
     constexprs = dict(
         NUM_BUFFERS=config.num_stages, BARRIERS_PER_SLOT=barriers_per_slot(),
         GROUPS_POW2=triton.next_power_of_2(G + 1), C_PIECES=pieces, LOAD_REGS=LOAD_REGISTERS,
