@@ -7,8 +7,9 @@ loads its own rows of A; the weight's tile (B), the same for both, is loaded onc
 CTA and multicast by TMA into both CTAs' rings, so the cluster reads it from L2 once for both.
 That changes when a slot may be refilled: after this CTA's consumers have released it (`empty`,
 for its A rows) and, in the first CTA, after both CTAs' consumers have (`pair`, a barrier in the
-first CTA that both arrive on; compat.cluster_ring_barriers). fp8/block.py runs on it; docs/fp8.md
-("Two CTAs, one weight tile") has the measurements.
+first CTA that both arrive on; compat.cluster_ring_barriers). fp8/block.py runs on it (docs/fp8.md,
+"Two CTAs, one weight tile", has the measurements), and grouped/ws.py's cluster form on its
+pieces (docs/grouped.md).
 """
 
 from triton.experimental import gluon
