@@ -98,6 +98,19 @@ FAMILY_CHOICES = [
 ]
 
 
+def test_explain_choice_says_where_block_scales_run_on_two_cta_clusters(capsys, monkeypatch):
+    """Where the installed Triton multicasts (3.8 on), fp8_block's wide tile from CLUSTER_MIN_M rows
+    runs on clusters of two CTAs: the why says so; below that M, and without multicast, it doesn't."""
+    from tritongemm.fp8 import block as fp8_block
+
+    for multicast, M, says in ((True, 4096, True), (True, 512, False), (False, 4096, False)):
+        monkeypatch.setattr(fp8_block, "CLUSTER_MULTICAST", multicast)
+        argv = f"{M} 4096 4096 --family scaled_mm --recipe block --gpu h200"
+        assert cli.main(["explain-choice", *argv.split()]) == 0
+        because = capsys.readouterr().out.splitlines()[1]
+        assert ("clusters of two CTAs" in because) == says, (multicast, M, because)
+
+
 @pytest.mark.parametrize("argv, kernel, why", FAMILY_CHOICES)
 def test_explain_choice_of_the_other_families(argv, kernel, why, capsys):
     """scaled_mm's and grouped_mm's "auto", explained on any machine: the kernel (a row of the

@@ -129,8 +129,11 @@ def _decide(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None, str]:
                 return "fp8_ws", _filling_tile(fp8_ws.TILES, M, N, sms), why
             # At M <= 64 (large weights only): a warpgroup's 64 rows.
             tiles = fp8_block.TILES if M > _TL_MAX_M else fp8_block.ONE_WARPGROUP_TILES
+            tile = _filling_tile(tiles, M, N, sms)
             why = "block scales, TMA takes the operands: the block-scaled warp-specialized rung"
-            return "fp8_block", _filling_tile(tiles, M, N, sms), why
+            if fp8_block.cluster_for(tile, M, fp8_block.consumers_for(tile)) > 1:
+                why += ", on clusters of two CTAs that share the weight's tile (TMA multicast, triton >= 3.8)"
+            return "fp8_block", tile, why
     if M > _SMALL_M:
         # Elsewhere the first default: the wide tile's 144 KB ring is more than an Ada SM's 100 KB.
         why = "not Hopper, or TMA can't take the operands: the `tl` rung's wide tile"
