@@ -87,7 +87,7 @@ from tritongemm.fp8.recipes import SCALE_BLOCK
 from tritongemm.fp8.tma import check_scaled_call, planned_scaled_launch
 from tritongemm.ladder.tma_warp_specialized import _load_partition
 from tritongemm.primitives.epilogue import apply_gl
-from tritongemm.primitives.gluon.cluster import cluster_load_partition, cluster_rows_layout, release_slot
+from tritongemm.primitives.gluon.cluster import block_layouts, cluster_load_partition, cluster_rows_layout, release_slot
 from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST, cluster_barrier, cluster_ring_barriers
 from tritongemm.primitives.gluon.descriptors import descriptor
 from tritongemm.primitives.gluon.mma import wgmma_accumulator_layout
@@ -140,6 +140,17 @@ def _promote(total, acc, scale):
     the old acc alive beside the new one, a copy ptxas answered by serializing the MMAs (C7514)."""
     total = total + acc * scale
     return warpgroup_mma_wait(0, (total, acc))
+
+
+@gluon.jit
+def _load_warp(a_desc, b_desc, c_desc, a_bufs, a_bufs_1, b_bufs, ready, empty, pair, Scheduler: gl.constexpr,
+               CLUSTER: gl.constexpr):  # fmt: skip
+    """The load warp: rung 9's on one CTA (one A ring, both consumers' rows), the cluster's on two
+    (primitives/gluon/cluster.py: an A ring per consumer, the weight's tile multicast)."""
+    if CLUSTER == 1:
+        _load_partition(a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False)
+    else:
+        cluster_load_partition(a_desc, b_desc, c_desc, a_bufs, a_bufs_1, b_bufs, ready, empty, pair, Scheduler)
 
 
 @gluon.jit
@@ -284,6 +295,7 @@ def _fp8_block_kernel(
         a_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS] + a_desc.block_type.shape, a_desc.layout)
         ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS * BARRIERS_PER_SLOT, 1], mbarrier.MBarrierLayout())
         empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+        a_bufs_1 = a_bufs  # both consumers read their rows of one A tile
         pair = empty  # not used
     else:
         gl.static_assert(CONSUMERS == 2 and BARRIERS_PER_SLOT == 1, "a cluster runs the two-consumer tile")
@@ -306,37 +318,15 @@ def _fp8_block_kernel(
                     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
                     Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 1, CLUSTER, num_warps,
                 )),
-                (_load_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False,
+                (_load_warp, (
+                    a_desc, b_desc, c_desc, a_bufs, a_bufs_1, b_bufs, ready, empty, pair, Scheduler, CLUSTER,
                 )),
             ],
             [1],  # the load warp
             [LOAD_REGS],
         )  # fmt: skip
-    elif CLUSTER == 1:
+    else:
         gl.static_assert(CONSUMERS == 2, "one consumer, or two warpgroups on a tile's row halves")
-        gl.warp_specialize(
-            [
-                (_promoting_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(0), ready, empty, pair,
-                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 0, 2, CLUSTER, num_warps,
-                )),
-                (_promoting_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, c_smem.index(1), ready, empty, pair,
-                    bias_ptr, residual_ptr, preact_ptr, stride_rm, stride_rn, stride_pm, alpha,
-                    sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
-                    Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, CLUSTER, num_warps,
-                )),
-                (_load_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, b_bufs, ready, empty, Scheduler, False, True, False,
-                )),
-            ],
-            [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
-            [CONSUMER_REGS, LOAD_REGS],
-        )  # fmt: skip
-    else:  # the same two consumers, each on an A ring of its own, and the cluster's load warp
         gl.warp_specialize(
             [
                 (_promoting_partition, (
@@ -351,11 +341,11 @@ def _fp8_block_kernel(
                     sa_ptr, sb_ptr, stride_sam, stride_sak, stride_sbn, stride_sbk,
                     Scheduler, ACTIVATION, HAS_ALPHA, HAS_BIAS, HAS_RESIDUAL, STORE_PREACT, 1, 2, CLUSTER, num_warps,
                 )),
-                (cluster_load_partition, (
-                    a_desc, b_desc, c_desc, a_bufs, a_bufs_1, b_bufs, ready, empty, pair, Scheduler,
+                (_load_warp, (
+                    a_desc, b_desc, c_desc, a_bufs, a_bufs_1, b_bufs, ready, empty, pair, Scheduler, CLUSTER,
                 )),
             ],
-            [num_warps, 1],
+            [num_warps, 1],  # the second consumer (a warpgroup, warpgroup-aligned after the first), the load warp
             [CONSUMER_REGS, LOAD_REGS],
         )  # fmt: skip
 
@@ -430,7 +420,7 @@ def descriptors(a, weight, c, config: MatmulConfig, consumers: int, cluster: int
     """TMA descriptors of a (M, K), the weight (N, K) and c (M, N) for the kernel. In a cluster each
     block is the cluster's: A's and C's a consumer's rows of both CTAs (half in each), the weight's
     one block, which both CTAs hold (multicast)."""
-    rows, shared = ((), ()) if cluster == 1 else (((1, 0),), ((0, 0),))
+    rows, shared = block_layouts(cluster)
     consumer_rows = config.BLOCK_M * cluster // consumers
     a_rows = config.BLOCK_M if cluster == 1 else consumer_rows  # one CTA: the tile's, both consumers'
     return (descriptor(a, (a_rows, config.BLOCK_K), rows), descriptor(weight, (config.BLOCK_N, config.BLOCK_K), shared),

@@ -45,7 +45,7 @@ from tritongemm.core.config import MatmulConfig
 from tritongemm.core.tma import view_reason
 from tritongemm.ladder.tma_warp_specialized import LOAD_REGISTERS, c_pieces
 from tritongemm.primitives.epilogue import gated_gl
-from tritongemm.primitives.gluon.cluster import cluster_rows_layout, release_slot, replicated_1d_layout
+from tritongemm.primitives.gluon.cluster import block_layouts, cluster_rows_layout, release_slot, replicated_1d_layout
 from tritongemm.primitives.gluon.compat import CLUSTER_MULTICAST, cluster_barrier, cluster_ring_barriers, tma_load
 from tritongemm.primitives.gluon.descriptors import GL_DTYPES, bind, descriptor
 from tritongemm.primitives.gluon.mma import WGMMA, wgmma_accumulator_layout
@@ -466,7 +466,7 @@ def descriptors(a, b, c, config: MatmulConfig, gated: bool, cluster: int) -> tup
     cluster each block is the cluster's: A's and C's both CTAs' rows (half in each), the weight's
     one box, which both CTAs hold (multicast)."""
     (G, K, NB), tile_n = b.shape, config.BLOCK_N // 2 if gated else config.BLOCK_N
-    rows, shared = ((), ()) if cluster == 1 else (((1, 0),), ((0, 0),))
+    rows, shared = block_layouts(cluster)
     tile_m = config.BLOCK_M * cluster
     if _k_major(b):  # a view: b is the transpose of contiguous weights
         b_desc = descriptor(b.transpose(1, 2).reshape(G * NB, K), (tile_n, config.BLOCK_K), shared)

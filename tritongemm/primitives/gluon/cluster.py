@@ -18,12 +18,21 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from tritongemm.primitives.gluon.compat import tma_load
 
+# How the two CTAs of a cluster hold a block (its cga_layout): each half the rows, the first CTA the
+# upper half; or both the whole block, a multicast load's destination.
+SPLIT_ROWS = ((1, 0),)
+BOTH = ((0, 0),)
+
+
+def block_layouts(cluster: int) -> tuple[tuple, tuple]:
+    """(SPLIT_ROWS, BOTH) for the host's descriptors of a cluster's blocks; () each for one CTA."""
+    return ((), ()) if cluster == 1 else (SPLIT_ROWS, BOTH)
+
 
 @gluon.constexpr_function
 def cluster_rows_layout(cluster):
-    """How the CTAs of a cluster share a tile: none for one CTA; for two, each holds half the rows
-    (the first CTA the upper half)."""
-    return () if cluster == 1 else ((1, 0),)
+    """SPLIT_ROWS for a cluster's register layouts; () for one CTA."""
+    return () if cluster == 1 else SPLIT_ROWS
 
 
 @gluon.constexpr_function

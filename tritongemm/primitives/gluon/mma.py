@@ -26,6 +26,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from triton.language.core import _aggregate as aggregate
 
 from tritongemm.core import device_info
+from tritongemm.primitives.gluon.cluster import cluster_rows_layout
 from tritongemm.primitives.gluon.tcgen05 import TCGen05MMA
 
 # One wgmma.mma_async instruction covers 16 rows of the tile per warp and 32 bytes of K.
@@ -101,8 +102,9 @@ class WGMMA:
                    CLUSTER: gl.constexpr = 1):  # fmt: skip
         """BLOCK_M rows in each CTA; CLUSTER = 2: the tile of a cluster of two CTAs, one above the
         other (primitives/gluon/cluster.py), 2 * BLOCK_M rows."""
-        cga_layout: gl.constexpr = () if CLUSTER == 1 else ((1, 0),)
-        layout: gl.constexpr = wgmma_accumulator_layout(dtype, BLOCK_M, BLOCK_N, num_warps, cga_layout)
+        layout: gl.constexpr = wgmma_accumulator_layout(
+            dtype, BLOCK_M, BLOCK_N, num_warps, cluster_rows_layout(CLUSTER)
+        )
         # The zeros are never read (use_acc=False on the first step); they give the registers a type.
         acc = gl.zeros((BLOCK_M * CLUSTER, BLOCK_N), dtype=gl.float32, layout=layout)
         return WGMMA(acc, gl.to_tensor(False))
