@@ -477,17 +477,24 @@ def descriptors(a, b, c, config: MatmulConfig, gated: bool, cluster: int) -> tup
     return descriptor(a, (tile_m, config.BLOCK_K), rows), b_desc, c_desc
 
 
+def cluster_possible(glu: str | None) -> bool:
+    """Whether `plan(cluster=2)` runs here: a Triton with TMA multicast (>= 3.8,
+    compat.CLUSTER_MULTICAST), plain row groups (a gated pair's two weight tiles are not shared),
+    and not under ConSan, whose per-operand barriers the cluster's ring doesn't have."""
+    return CLUSTER_MULTICAST and glu is None and barriers_per_slot() == 1
+
+
 def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, config: MatmulConfig | None = None,
          *, glu: str | None = None, num_programs: int | None = None, cluster: int = 1):  # fmt: skip
     """`launch(a, b, offs, c)` for operands of this geometry: C (M, N) = each group's rows of a
     times its weight, b (G, K, N) K-major (or (G, K, 2N), [gate; up] per group, with `glu`),
-    checked and compiled once. `cluster` = 2 (tests, probes; not chosen by grouped_mm until
-    measured): two CTAs, one above the other in one group, share the weight's tile by TMA
-    multicast (primitives/gluon/cluster.py; triton >= 3.8, plain row groups)."""
+    checked and compiled once. `cluster` = 2 (where `cluster_possible`; tests and probes only:
+    it ran 0.82-0.92x one CTA on the H200, docs/grouped.md): two CTAs, one above the other in one
+    group, share the weight's tile by TMA multicast (primitives/gluon/cluster.py)."""
     reason = unsupported_reason(a, b, glu)
     if reason is not None:
         raise ValueError(f"{NAME}: {reason}")
-    if cluster not in (1, 2) or (cluster == 2 and not (CLUSTER_MULTICAST and glu is None and barriers_per_slot() == 1)):
+    if cluster not in (1, 2) or (cluster == 2 and not cluster_possible(glu)):
         raise ValueError(
             f"{NAME}: cluster is 1, or 2 where this Triton multicasts (>= 3.8; this is {triton.__version__}) for plain "
             f"row groups (no glu, no ConSan); got cluster={cluster}, glu={glu!r}"
