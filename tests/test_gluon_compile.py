@@ -64,12 +64,23 @@ def tile_config(kernel: str, tile: int, b_k_major: bool = False, capability: int
     return whole_c_config(config, 2) if capability == 100 else config
 
 
+def _compiler_env(tests: str, capability: int) -> dict:
+    """The environment of a compile in a fresh process: the plain compiler (no interpreter, no
+    ConSan instrumentation), the package and `tests` importable."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_INSTRUMENTATION_MODE")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(tests), env.get("PYTHONPATH")]))
+    if capability >= 100 and "TRITON_PTXAS_PATH" in env:
+        # A Triton given one ptxas and none of its own (the slim 3.8 that the GPU machine carries,
+        # ../shared/device/TRITON.md) compiles sm_100a with that one too: CUDA 12.8's and later know it.
+        env.setdefault("TRITON_PTXAS_BLACKWELL_PATH", env["TRITON_PTXAS_PATH"])
+    return env
+
+
 def compile_kernel(kernel: str, capability: int = 90) -> list[dict]:
     """The results of `_compile_all(kernel, capability)`, run in a fresh process with the plain
     compiler (no interpreter, no ConSan instrumentation) and a cache of its own."""
     tests = os.path.dirname(os.path.abspath(__file__))
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_INSTRUMENTATION_MODE")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(tests), env.get("PYTHONPATH")]))
+    env = _compiler_env(tests, capability)
     code = f"import json, sys; sys.path.insert(0, {tests!r}); import test_gluon_compile; "
     code += f"print(json.dumps(test_gluon_compile._compile_all({kernel!r}, {capability})))"
     with tempfile.TemporaryDirectory() as cache:
@@ -895,8 +906,7 @@ def test_the_racecheck_reproducer_compiles_for_sm90():
     must keep compiling as Gluon moves: the plain kernel's only shared memory is the lowering's
     state, the other adds its 8 barriers (64 bytes)."""
     tests = os.path.dirname(os.path.abspath(__file__))
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_INSTRUMENTATION_MODE")}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.dirname(tests), env.get("PYTHONPATH")]))
+    env = _compiler_env(tests, 90)
     code = f"import json, sys; sys.path.insert(0, {tests!r}); import test_gluon_compile; "
     code += "print(json.dumps(test_gluon_compile._compile_racecheck_reproducer()))"
     with tempfile.TemporaryDirectory() as cache:
