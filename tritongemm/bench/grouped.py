@@ -19,13 +19,14 @@ import torch
 
 import tritongemm
 from tritongemm.bench.measure import ROUNDS, TIMINGS, check_then_time
+from tritongemm.bench.plots import plot_grouped
 from tritongemm.bench.report import problems_here, run_suite
 from tritongemm.core.reference import tolerance
 from tritongemm.grouped import reference_grouped_mm
 from tritongemm.grouped.api import grouped_mm_ws
 
-# tritongemm-ws: the Hopper Gluon kernel (grouped/ws.py, grouped.api.grouped_mm_ws), which
-# grouped_mm does not take yet; an sm_90 GPU's rows only.
+# tritongemm-ws: the Hopper Gluon kernel by name (grouped/ws.py, grouped.api.grouped_mm_ws), on
+# one CTA, at every group size (grouped_mm takes it from 128 rows a group); an sm_90 GPU's rows only.
 PROVIDERS = ("tritongemm", "tritongemm-ws", "torch._grouped_mm", "torch.mm loop")
 BASELINE = "torch._grouped_mm"
 COLUMNS = ["device", "dtype", "experts", "tokens", "topk", "n", "k", "provider", "timing", "ms", "tflops",
@@ -139,11 +140,14 @@ def run_grouped(*, timings=TIMINGS, out_dir: str | Path | None = "results", name
     """The SUITE on a GPU (a smoke run on tiny problems under the interpreter without one): prints
     the rows, writes `out_dir`/`name`.csv (COLUMNS, timed rows) and .json unless out_dir is None."""
     problems, base = problems_here(SUITE, CPU_SMOKE, name, "grouped")
-    rows, _, _ = run_suite(problems, measure_grouped, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
-                           rounds=rounds)  # fmt: skip
+    rows, env, _ = run_suite(problems, measure_grouped, name=base, out_dir=out_dir, columns=COLUMNS, timings=timings,
+                             rounds=rounds)  # fmt: skip
     for r in rows:
         ratio = f"{r.ratio_to_torch:.3f}" if r.ratio_to_torch else "-"
         ms = f"{r.ms:.4f}" if r.ms else "-"
         print(f"{r.experts:4d} x top-{r.topk} {r.tokens:6d} tokens {r.n}x{r.k} {r.provider:18s} {r.timing:5s} "
               f"{ms:>9s} ms  vs torch {ratio:>6s}  {r.status}")  # fmt: skip
+    if out_dir is not None and any(r.ratio_to_torch for r in rows):
+        title = f"grouped_mm / torch._grouped_mm, {env['device']}, triton {env.get('triton', '?')}"
+        print(f"wrote {plot_grouped([r for r in rows if r.ms], Path(out_dir) / f'{base}.png', title)}")
     return rows

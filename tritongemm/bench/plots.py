@@ -1,7 +1,8 @@
 """PNG pictures of benchmark rows: TFLOP/s against K per kernel (with cuBLAS), per-shape bars of
 the ratio to cuBLAS, per-shape bars of the time of one eager call (`bench overhead`), of the fused
 epilogue's speed against the unfused path's (`bench epilogue`), of a model's forward against
-eager torch's (`bench model`), and of the gated MLP block's against torch's (`bench mlp`)."""
+eager torch's (`bench model`), of the gated MLP block's against torch's (`bench mlp`), and of
+the grouped GEMMs' against torch._grouped_mm's (`bench grouped`)."""
 
 from __future__ import annotations
 
@@ -214,6 +215,25 @@ def plot_mlp(rows: list, path: Path, title: str) -> Path:
         _ratio_bars(ax, groups, providers, lambda g, p, d=direction, t=timing: ratio.get((d, t, *g, p)),
                     "torch (unfused)", "speed / torch's", lambda g: f"{g[0]}\n{g[1]} tokens")  # fmt: skip
         ax.set_title(f"{direction}, {timing} timing", fontsize=10)
+        ax.legend(fontsize=7, ncol=len(providers) + 1)
+    fig.suptitle(title)
+    return figures.save(fig, path, dpi=110)
+
+
+def plot_grouped(rows: list, path: Path, title: str) -> Path:
+    """A panel per timing: each provider's speed / torch._grouped_mm's (the dashed line), per MoE
+    layer and token count. `rows` are bench.grouped.GroupedRow."""
+    plt = figures.pyplot()
+    timings = list(dict.fromkeys(r.timing for r in rows))
+    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch._grouped_mm"))
+    ratio = {(r.timing, r.experts, r.topk, r.n, r.k, r.tokens, r.provider): r.ratio_to_torch for r in rows}
+    groups = list(dict.fromkeys((r.experts, r.topk, r.n, r.k, r.tokens) for r in rows))
+    fig, axes = plt.subplots(len(timings), 1, figsize=(max(8, 0.45 * len(groups) * len(providers)), 4 * len(timings)),
+                             squeeze=False)  # fmt: skip
+    for ax, timing in zip(axes[:, 0], timings):
+        _ratio_bars(ax, groups, providers, lambda g, p, t=timing: ratio.get((t, *g, p)), "torch._grouped_mm",
+                    "speed / torch's", lambda g: f"{g[0]} x top-{g[1]}\n{g[2]}x{g[3]}\n{g[4]} tokens")  # fmt: skip
+        ax.set_title("kernel only (CUDA graphs)" if timing == "graph" else "eager calls (host time included)")
         ax.legend(fontsize=7, ncol=len(providers) + 1)
     fig.suptitle(title)
     return figures.save(fig, path, dpi=110)
