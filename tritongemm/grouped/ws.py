@@ -489,7 +489,7 @@ def plan(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor, c: torch.Tensor, 
     """`launch(a, b, offs, c)` for operands of this geometry: C (M, N) = each group's rows of a
     times its weight, b (G, K, N) K-major (or (G, K, 2N), [gate; up] per group, with `glu`),
     checked and compiled once. `cluster` = 2 (where `cluster_possible`; tests and probes only:
-    it ran 0.82-0.92x one CTA on the H200, docs/grouped.md): two CTAs, one above the other in one
+    it ran 0.71-0.91x one CTA on the H200, docs/grouped.md): two CTAs, one above the other in one
     group, share the weight's tile by TMA multicast (primitives/gluon/cluster.py)."""
     reason = unsupported_reason(a, b, glu)
     if reason is not None:
