@@ -254,14 +254,22 @@ class ModelRow:
 
 
 def model_config(family: str, layers: int = 2, vocab_size: int = VOCAB_SIZE) -> dict:
-    """The arguments of `family`'s transformers configuration class: its layer `layers` times,
-    `vocab_size` tokens, an lm_head of its own (not tied), SDPA attention, no dropout."""
+    """`family_config` for bench model, whose layers are one of LAYERS."""
     if family not in FAMILIES:
         raise ValueError(f"bench model: --models: expected names from {', '.join(FAMILIES)}, but got {family!r}")
     if layers not in LAYERS:
         raise ValueError(f"bench model: --layers: expected one of {', '.join(map(str, LAYERS))}, but got {layers!r}")
-    return FAMILIES[family].dims | dict(
-        num_hidden_layers=layers, vocab_size=vocab_size, tie_word_embeddings=False, attn_implementation="sdpa"
+    return family_config(family, layers, vocab_size)
+
+
+def family_config(family: str, layers: int, vocab_size: int = VOCAB_SIZE, dims: dict | None = None) -> dict:
+    """The arguments of `family`'s transformers configuration class: its layer `layers` times
+    (`dims` in place of the layer's own sizes where given: a tiny model for the CPU), `vocab_size`
+    tokens, an lm_head of its own (not tied), SDPA attention, no dropout."""
+    return (
+        FAMILIES[family].dims
+        | (dims or {})
+        | dict(num_hidden_layers=layers, vocab_size=vocab_size, tie_word_embeddings=False, attn_implementation="sdpa")
     )
 
 

@@ -237,3 +237,32 @@ def plot_grouped(rows: list, path: Path, title: str) -> Path:
         ax.legend(fontsize=7, ncol=len(providers) + 1)
     fig.suptitle(title)
     return figures.save(fig, path, dpi=110)
+
+
+def plot_decode(rows: list, path: Path, title: str) -> Path:
+    """A panel per model: each provider's decode step speed / eager torch's captured step (the
+    dashed line), per batch, and beside it the GEMM weights' read speed in TB/s. `rows` are
+    bench.decode.DecodeRow."""
+    plt = figures.pyplot()
+    models = list(dict.fromkeys(r.model for r in rows))
+    providers = list(dict.fromkeys(r.provider for r in rows if r.provider != "torch"))
+    everyone = list(dict.fromkeys(r.provider for r in rows))
+    ratio = {(r.model, r.batch, r.provider): r.ratio_to_torch for r in rows}
+    tbps = {(r.model, r.batch, r.provider): r.weight_GBps / 1e3 if r.weight_GBps else None for r in rows}
+    fig, axes = plt.subplots(len(models), 2, figsize=(16, 4 * len(models)), squeeze=False)
+    for (speed, bandwidth), model in zip(axes, models):
+        batches = list(dict.fromkeys(r.batch for r in rows if r.model == model))
+        _ratio_bars(speed, batches, providers, lambda b, p, m=model: ratio.get((m, b, p)), "torch (captured)",
+                    "step speed / torch's", lambda b: f"batch {b}")  # fmt: skip
+        speed.set_title(f"{model}: decode step, CUDA graph", fontsize=10)
+        speed.legend(fontsize=7)
+        for p in everyone:
+            bandwidth.plot(batches, [tbps.get((model, b, p)) or float("nan") for b in batches], marker="o", label=p)
+        bandwidth.set_xscale("log", base=2)
+        bandwidth.set_xlabel("batch (sequences in flight)")
+        bandwidth.set_ylabel("GEMM weights read, TB/s")
+        bandwidth.set_title(f"{model}: weight bytes / GEMM kernel time", fontsize=10)
+        bandwidth.grid(alpha=0.3)
+        bandwidth.legend(fontsize=7)
+    fig.suptitle(title)
+    return figures.save(fig, path, dpi=110)

@@ -9,19 +9,20 @@ import csv
 import torch
 
 from tritongemm import bench
-from tritongemm.bench import epilogue, fp8, grouped, mlp, model, overhead, report, tp
+from tritongemm.bench import decode, epilogue, fp8, grouped, mlp, model, overhead, report, tp
 from tritongemm.bench.measure import TIMINGS
 from tritongemm.bench.suites import LAYOUTS, SUITES
 from tritongemm.cli.args import config_labels, dtypes, existing_file, kernel_names, names, shapes
 from tritongemm.core import registry
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
-OWN_SUITES = ["overhead", "epilogue", "model", "fp8", "grouped", "mlp", "tp"]
+OWN_SUITES = ["overhead", "epilogue", "model", "decode", "fp8", "grouped", "mlp", "tp"]
 # Which of bench's options each of those takes (--out-dir and --no-plot: all).
 OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
     "epilogue": ("shapes", "dtypes", "timing", "name"),
     "model": ("layers", "models", "phases", "providers", "name"),
+    "decode": ("models", "providers", "name"),
     "fp8": ("shapes", "kernels", "timing", "name"),
     "grouped": ("timing", "name"),
     "mlp": ("timing", "name"),
@@ -40,6 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         "epilogue: tritongemm.linear's fused bias+activation/residual vs F.linear + torch and torch.compile; "
         "model: Llama-3-8B's, Qwen2-7B's and Pythia-1.4B's layers in prefill, generate and a training step, "
         "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers); "
+        "decode: an 8-layer Llama-3-8B / Qwen2-7B decode step on a static KV cache, captured in a CUDA graph, "
+        "at 1-256 sequences, torch vs tritongemm (plain, fused, fp8 row and block) (transformers); "
         "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block); "
         "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs; "
         "mlp: the gated MLP block as tritongemm.blocks.GatedMLP vs the unfused torch block and torch.compile of it; "
@@ -73,10 +76,15 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         "--configs", type=config_labels, help="'128x256x64 g8 w8 s3;...': run every kernel with each of these"
     )
     parser.add_argument("--layers", type=int, choices=model.LAYERS, help="bench model: decoder layers (default 2)")
-    for option, choices in (("--models", model.FAMILIES), ("--phases", model.PHASES),
-                            ("--providers", model.PROVIDERS)):  # fmt: skip
-        model_help = f"bench model: some of {','.join(choices)} (default all)"
-        parser.add_argument(option, type=names(list(choices)), help=model_help)
+    both = "; bench decode: some of {} (its default)"
+    parser.add_argument("--models", type=names(list(model.FAMILIES)),
+                        help=f"bench model: some of {','.join(model.FAMILIES)} (default all)"
+                        + both.format(",".join(decode.MODELS)))  # fmt: skip
+    parser.add_argument("--phases", type=names(list(model.PHASES)),
+                        help=f"bench model: some of {','.join(model.PHASES)} (default all)")  # fmt: skip
+    parser.add_argument("--providers", type=names(list(dict.fromkeys([*model.PROVIDERS, *decode.PROVIDERS]))),
+                        help=f"bench model: some of {','.join(model.PROVIDERS)} (default all)"
+                        + both.format(",".join(decode.PROVIDERS)))  # fmt: skip
     parser.add_argument(
         "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
     )
@@ -106,10 +114,15 @@ def check(args: argparse.Namespace) -> None:
             problem = model.requirements_error()
             if problem:
                 raise ValueError(problem)
+        if args.suite == "decode":
+            decode.check_arguments(**_decode_arguments(args))
+            problem = decode.requirements_error()
+            if problem:
+                raise ValueError(problem)
         return
     given = [f"--{k}" for k in MODEL_ONLY_OPTIONS if getattr(args, k)]
     if given:
-        raise ValueError(f"bench: {given[0]} applies to bench model only")
+        raise ValueError(f"bench: {given[0]} applies to bench model (and --models, --providers to bench decode) only")
     if args.layout and args.shapes is None:
         raise ValueError(f"bench: --layout {args.layout} applies to --shapes only: a suite's problems have their own")
     _check_kernel_family(args.suite, args.kernels or ())
@@ -162,6 +175,11 @@ def _model_arguments(args: argparse.Namespace) -> dict:
     )
 
 
+def _decode_arguments(args: argparse.Namespace) -> dict:
+    """What `bench decode` measures, as run_decode and its check_arguments take it."""
+    return dict(models=args.models or decode.MODELS, providers=args.providers or tuple(decode.PROVIDERS))
+
+
 def run(args: argparse.Namespace) -> int:
     if args.markdown:
         print(report.markdown_pivot(report.read_rows(args.markdown)))
@@ -189,6 +207,8 @@ def run(args: argparse.Namespace) -> int:
         tp_timings = (args.timing,) if args.timing else tp.TIMINGS
         tp.run_tp(timings=tp_timings, out_dir=out_dir, name=args.name, profile=args.profile,
                   plot=not args.no_plot)  # fmt: skip
+    elif args.suite == "decode":
+        decode.run_decode(**_decode_arguments(args), out_dir=out_dir, name=args.name, plot=not args.no_plot)
     elif args.suite == "model":
         model.run_model(**_model_arguments(args), out_dir=args.out_dir or "results", name=args.name or "model",
                         plot=not args.no_plot)  # fmt: skip

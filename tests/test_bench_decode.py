@@ -1,0 +1,117 @@
+"""bench decode's plumbing on the CPU: a tiny model under the interpreter, eager steps (CUDA graphs
+are the GPU's), every provider checked against torch and against its own fp64 product."""
+
+import csv
+import importlib.util
+
+import pytest
+import torch
+from cases import ON_GPU
+
+from tritongemm.bench import decode
+from tritongemm.bench.model import family_config
+from tritongemm.fp8.linear import Fp8Linear
+
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="bench decode builds transformers models"
+)
+SHAPE = decode.Shape(batches=(1, 3), prompt=8, new_tokens=4)
+
+
+def _tiny(family="llama-3-8b"):
+    config = family_config(family, 2, 96, dims=decode.CPU_SMOKE)
+    return decode.build_model(family, config, device="cpu", dtype=torch.float32)
+
+
+@pytest.mark.parametrize(
+    "models, providers, message",
+    [
+        (("gpt2",), ("torch",), "--models: expected names from"),
+        (("mixtral-8x7b-moe",), ("torch",), "expected dense families"),
+        (("llama-3-8b",), ("tritongemm",), "must include torch"),
+        (("llama-3-8b",), ("torch", "torch.compile"), "--providers: expected names from"),
+    ],
+)
+def test_bad_arguments_are_named(models, providers, message):
+    with pytest.raises(ValueError, match=message):
+        decode.check_arguments(models, providers)
+
+
+@needs_transformers
+@pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run; the GPU's is the suite itself")
+def test_a_tiny_decode_runs_every_provider_and_checks_it(tmp_path):
+    rows = decode.run_decode(models=("llama-3-8b",), providers=("torch", "tritongemm", "fp8-row"), out_dir=tmp_path,
+                             shape=SHAPE)  # fmt: skip
+    assert [(r.batch, r.provider) for r in rows] == [(b, p) for b in (1, 3) for p in ("torch", "tritongemm", "fp8-row")]
+    assert all(r.status == "ok" and r.ms_per_token > 0 for r in rows), [r.status for r in rows]
+    for r in rows:
+        assert r.tokens_per_s == pytest.approx(r.batch / (r.ms_per_token * 1e-3))
+        # fp32 GEMMs, each provider against the fp64 product of its own weights (fp8: quantized)
+        assert r.kernel_rel_err < 1e-5, r
+        if r.provider == "torch":
+            assert r.ratio_to_torch == 1.0 and r.logits_rel_err == 0.0 and r.matching_tokens == SHAPE.new_tokens
+        elif r.provider == "tritongemm":
+            assert r.logits_rel_err < 1e-5 and r.matching_tokens == SHAPE.new_tokens
+        else:  # fp8: the quantization's error, far above the kernel's
+            assert 1e-3 < r.logits_rel_err < 0.25
+        assert r.gemm_share is None and r.weight_GBps is None  # profiled on a GPU only
+    with open(tmp_path / "decode-cpu.csv") as f:
+        written = list(csv.DictReader(f))
+    assert list(written[0])[:3] == ["device", "triton", "model"] and len(written) == len(rows)
+
+
+@needs_transformers
+def test_a_reset_replays_the_same_tokens():
+    """The loop's state is in tensors (ids, pos, the cache's own count): a reset makes a second run
+    of the same steps give the same tokens, the first of them the prefill's."""
+    model = _tiny()
+    prompt = torch.randint(0, 96, (2, SHAPE.prompt), generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        loop = decode.DecodeLoop(model, prompt, SHAPE.new_tokens, capture=False)
+        first, second = loop.run(), loop.run()
+        n = SHAPE.new_tokens
+        expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=n,
+                                  min_new_tokens=n, pad_token_id=0)  # fmt: skip
+    assert torch.equal(first, second)
+    assert torch.equal(first, expected[:, SHAPE.prompt :])
+
+
+def test_matching_tokens_is_the_mean_leading_agreement():
+    ref = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
+    assert decode.matching_tokens(ref, ref) == 4
+    assert decode.matching_tokens(torch.tensor([[1, 2, 0, 4], [0, 6, 7, 8]]), ref) == 1.0  # (2 + 0) / 2
+
+
+@needs_transformers
+def test_weight_bytes_count_each_gemm_weight_once():
+    """bf16: every Linear's weight (the lm_head included, the embedding not); fp8 row-wise: one
+    byte a weight plus the fp32 scales; the fused q/k/v and gate/up weights instead of theirs."""
+    import tritongemm
+    from tritongemm.bench.model import sharing_copy
+
+    model = _tiny()
+    linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    elements = sum(m.weight.numel() for m in linears)
+    assert decode.weight_bytes(model) == 4 * elements
+    fused = tritongemm.patch(sharing_copy(model), fuse=True)
+    assert decode.weight_bytes(fused) == 4 * elements
+    fp8 = tritongemm.patch(sharing_copy(model), fp8="row")
+    scales = sum(m.weight_scale.numel() * 4 for m in fp8.modules() if isinstance(m, Fp8Linear))
+    assert decode.weight_bytes(fp8) == elements + scales
+
+
+@needs_transformers
+def test_the_fp8_reference_uses_the_layers_own_quantized_weights():
+    """fp64_reference: the base model in float64, its Linears served in fp8 replaced by their
+    quantized product, the base's own parameters left in their dtype."""
+    import tritongemm
+    from tritongemm.bench.model import sharing_copy
+
+    model = _tiny()
+    fp8 = tritongemm.patch(sharing_copy(model), fp8="row")
+    reference = decode.fp64_reference(model, fp8)
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    replaced = [m for m in reference.modules() if isinstance(m, decode._Fp8Reference)]
+    assert len(replaced) == sum(isinstance(m, Fp8Linear) for m in fp8.modules()) > 0
+    x = torch.randn(3, replaced[0].layer.in_features, dtype=torch.float64)
+    assert replaced[0](x).dtype == torch.float64

@@ -1,0 +1,473 @@
+"""`tritongemm bench decode`: a decode step as serving engines run it, each provider's model with a
+static KV cache and the step captured in one CUDA graph, replayed token after token.
+
+Eager `generate` spends milliseconds of Python a token, so it measures the host. Here the host is
+gone: the step (the model's forward on one token a sequence, the greedy choice of the next token,
+the position moved on) is captured once with `torch.cuda.graph` on transformers' `StaticCache`,
+and replayed. The captured step is the model's own eager forward, so every provider is captured
+the same way and the GEMMs are what differ between them (torch.compile's reduce-overhead mode, the
+other way to get there, would also fuse the rest, differently per provider).
+
+A row is one provider at one batch (sequences in flight): a PROMPT-token prompt, prefilled once,
+then NEW_TOKENS - 1 replayed steps (the first new token comes from the prefill). Before timing:
+- the first step's logits, every provider fed torch's first token: against eager torch's
+  (`logits_rel_err`, a quantization's error included), and against the fp64 product of the
+  provider's own weights (`kernel_rel_err`, the first REFERENCE_SEQUENCES sequences: for fp8, its
+  quantized weights, and activations quantized by the same recipe, in fp64), which tells a
+  kernel's error from the quantization's;
+- the greedy tokens of a free run against torch's: `matching_tokens` is the mean number of
+  leading new tokens equal to torch's, over the sequences.
+Then rounds of replays (CUDA events; the best round) give `ms_per_token`, and a profile of one
+step gives `gemm_share` (the device time of the kernels the GEMM modules launch, over the step's)
+and `weight_GBps` (the bytes of the GEMMs' weights, read once a step, over that time).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+import tritongemm
+from tritongemm.bench.environment import describe_environment
+from tritongemm.bench.measure import describe_error
+from tritongemm.bench.model import FAMILIES, INSTALL_HINT, VOCAB_SIZE, family_config, sharing_copy
+from tritongemm.bench.plots import plot_decode
+from tritongemm.bench.report import write_results
+from tritongemm.blocks import GatedMLP
+from tritongemm.blocks.qkv import QKVProjection
+from tritongemm.fp8.linear import Fp8Linear
+from tritongemm.fp8.recipes import reference_quantize, reference_scaled_mm
+
+MODELS = ("llama-3-8b", "qwen2-7b")
+LAYERS = 8  # enough that the decoder layers' GEMMs, not the lm_head and the embedding, are the step
+BATCHES = (1, 8, 32, 64, 128, 256)
+PROMPT = 512
+NEW_TOKENS = 128
+# provider -> tritongemm.patch's arguments (None: the model as transformers builds it). The fp8
+# providers quantize each decoder layer's norm output in the norm's kernel (fuse=True with fp8).
+PROVIDERS = {
+    "torch": None,
+    "tritongemm": {},
+    "tritongemm-fused": dict(fuse=True),
+    "fp8-row": dict(fp8="row", fuse=True),
+    "fp8-block": dict(fp8="block", fuse=True),
+}
+REFERENCE_SEQUENCES = 2  # the fp64 product runs on this many sequences of each batch
+ROUNDS = 5
+COLUMNS = ["device", "model", "batch", "provider", "ms_per_token", "tokens_per_s", "ratio_to_torch", "gemm_share",
+           "weight_GBps", "matching_tokens", "logits_rel_err", "kernel_rel_err", "status"]  # fmt: skip
+GEMM_RANGE = "tritongemm.bench.decode: gemm"  # the profiler range around each GEMM module's call
+# A tiny model for the CPU (the Triton interpreter, fp32): the plumbing, not the speed.
+CPU_SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What one run decodes: its batches, the prompt's tokens and the new tokens a sequence."""
+
+    batches: tuple[int, ...] = BATCHES
+    prompt: int = PROMPT
+    new_tokens: int = NEW_TOKENS
+
+
+@dataclass
+class DecodeRow:
+    device: str
+    model: str
+    batch: int
+    provider: str
+    ms_per_token: float | None  # one replayed step: a token for every sequence
+    tokens_per_s: float | None  # batch / step time
+    ratio_to_torch: float | None  # torch's ms_per_token / this one
+    gemm_share: float | None  # the GEMM modules' kernels' device time / the step's time
+    weight_GBps: float | None  # the GEMM weights' bytes / the GEMM modules' kernels' time
+    matching_tokens: float | None  # mean leading new tokens equal to torch's, per sequence
+    logits_rel_err: float | None  # the first step's logits against eager torch's
+    kernel_rel_err: float | None  # ... against the fp64 product of this provider's own weights
+    status: str  # "ok" or "error: ..."
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def check_arguments(models: tuple[str, ...] = MODELS, providers: tuple[str, ...] = tuple(PROVIDERS)) -> None:
+    """Raise the ValueError that `run_decode` would raise for these arguments, running nothing."""
+    for given, choices, option in ((models, FAMILIES, "--models"), (providers, PROVIDERS, "--providers")):
+        unknown = [x for x in given if x not in choices]
+        if unknown or not given:
+            got = repr(unknown[0]) if unknown else "none"
+            raise ValueError(f"bench decode: {option}: expected names from {', '.join(choices)}, but got {got}")
+    moe = [m for m in models if FAMILIES[m].moe]
+    if moe:
+        raise ValueError(f"bench decode: --models: expected dense families, but got {moe[0]!r} (a MoE model)")
+    if "torch" not in providers:
+        raise ValueError(f"bench decode: --providers must include torch, the reference, but got {','.join(providers)}")
+
+
+def requirements_error() -> str | None:
+    """Why `bench decode` cannot run here (None: it can)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is None:
+        return INSTALL_HINT.replace("bench model", "bench decode")
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# The models
+# ----------------------------------------------------------------------------------------------
+
+
+def build_model(family: str, config_kwargs: dict, *, device, dtype: torch.dtype):
+    """The random-weight model of `family` (eval mode, SDPA attention), in `dtype` on `device`."""
+    import transformers
+
+    info = FAMILIES[family]
+    config = getattr(transformers, info.config)(**config_kwargs)
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # parameters made in their dtype where they are: no fp32 copy first
+    try:
+        with torch.device(device):
+            return getattr(transformers, info.architecture)(config).eval()
+    finally:
+        torch.set_default_dtype(saved)
+
+
+def provider_model(base: torch.nn.Module, provider: str) -> torch.nn.Module:
+    """The module `provider` runs: the base model, or a copy of its tree (the parameters shared)
+    with tritongemm.patch applied as PROVIDERS says."""
+    options = PROVIDERS[provider]
+    return base if options is None else tritongemm.patch(sharing_copy(base), **options)
+
+
+def gemm_modules(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules that run a GEMM over a weight: nn.Linear (and tritongemm's Linear), Fp8Linear,
+    a fused q/k/v projection and a fused MLP's gate/up pair (GatedMLP, whose down projection is a
+    Linear of its own)."""
+    return [m for m in model.modules() if isinstance(m, (torch.nn.Linear, Fp8Linear, QKVProjection, GatedMLP))]
+
+
+def weight_bytes(model: torch.nn.Module) -> int:
+    """The bytes of the GEMM weights (and fp8 scales) a step reads once: every GEMM module's own
+    weight tensors, each counted once."""
+    seen, total = set(), 0
+    for module in gemm_modules(model):
+        if isinstance(module, Fp8Linear):
+            tensors = (module.weight_fp8, module.weight_scale)
+        elif isinstance(module, QKVProjection):
+            tensors = (module.qkv_weight,)
+        elif isinstance(module, GatedMLP):
+            tensors = (module.gate_up_weight,)
+        else:
+            tensors = (module.weight,)
+        for t in tensors:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+    return total
+
+
+class _Fp8Reference(torch.nn.Module):
+    """An Fp8Linear's product in fp64: the input quantized by the layer's recipe (in fp32, as the
+    kernels do), times the layer's own fp8 weight and scales, plus its bias."""
+
+    def __init__(self, layer: Fp8Linear) -> None:
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        layer, (*lead, K) = self.layer, x.shape
+        x_fp8, x_scale = reference_quantize(x.reshape(-1, K).float(), layer.recipe)
+        bias = None if layer.bias is None else layer.bias.double()
+        y = reference_scaled_mm(x_fp8, layer.weight_fp8.T, x_scale, layer.weight_scale, bias, out_dtype=torch.float64)
+        return y.view(*lead, layer.out_features)
+
+
+def fp64_reference(base: torch.nn.Module, model: torch.nn.Module) -> torch.nn.Module:
+    """The fp64 product of `model`'s own weights: a float64 copy of `base` (the weights the bf16
+    providers share, their fused modules holding copies of the same values) with each nn.Linear
+    that `model` serves by an Fp8Linear computing that layer's quantized product instead. A deep
+    copy: converting a sharing copy would convert the shared parameters, the base's too."""
+    reference = copy.deepcopy(base).double()
+    fp8 = {name: m for name, m in model.named_modules() if isinstance(m, Fp8Linear)}
+    for name, layer in fp8.items():
+        parent, _, child = name.rpartition(".")
+        setattr(reference.get_submodule(parent), child, _Fp8Reference(layer))
+    return reference
+
+
+# ----------------------------------------------------------------------------------------------
+# The captured step
+# ----------------------------------------------------------------------------------------------
+
+
+class DecodeLoop:
+    """One provider's decode at one batch: the prompt prefilled into a StaticCache, then `step`,
+    the forward on one token a sequence and the greedy choice of the next, as a CUDA graph
+    (`capture`) or eagerly (the CPU's run). All state is in tensors the graph reads: the tokens
+    `ids` (batch, 1), the position `pos` (1,), the new tokens so far `tokens` (batch, new)."""
+
+    def __init__(self, model, prompt_ids: torch.Tensor, new_tokens: int, capture: bool) -> None:
+        from transformers import StaticCache
+
+        self.model, self.prompt = model, prompt_ids.shape[1]
+        batch, device = prompt_ids.shape[0], prompt_ids.device
+        self.cache = StaticCache(config=model.config, max_cache_len=self.prompt + new_tokens)
+        positions = torch.arange(self.prompt, device=device)
+        logits = model(input_ids=prompt_ids, past_key_values=self.cache, cache_position=positions,
+                       logits_to_keep=1).logits[:, -1]  # fmt: skip
+        self.first = logits.argmax(-1, keepdim=True)  # the first new token of each sequence
+        self.ids = self.first.clone()
+        self.pos = torch.full((1,), self.prompt, device=device, dtype=torch.long)
+        self.tokens = torch.zeros(batch, new_tokens, device=device, dtype=torch.long)
+        self.new_tokens, self.graph, self.logits = new_tokens, None, None
+        if capture:
+            self._capture()
+
+    def _step(self) -> torch.Tensor:
+        logits = self.model(input_ids=self.ids, past_key_values=self.cache, cache_position=self.pos).logits[:, -1]
+        self.ids.copy_(logits.argmax(-1, keepdim=True))
+        self.tokens.index_copy_(1, self.pos - (self.prompt - 1), self.ids)  # new token k+1 at step k
+        self.pos.add_(1)
+        return logits
+
+    def _capture(self) -> None:
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # plans built and kernels compiled before the capture
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream().wait_stream(side)
+        self.reset(self.first)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.logits = self._step()
+        self.reset(self.first)
+
+    def reset(self, first: torch.Tensor) -> None:
+        """Back to the first step, fed `first` (batch, 1): the cache past the prompt is written
+        again step by step, and masked until then (the mask follows `pos`)."""
+        # transformers 5.x's StaticLayer writes where its own count of cached tokens says (a
+        # tensor, so a captured step moves it), not at cache_position: set it back too.
+        for layer in self.cache.layers:
+            if not hasattr(layer, "cumulative_length"):
+                raise RuntimeError(f"bench decode: this transformers' {type(layer).__name__} has no "
+                                   "cumulative_length to rewind: not the StaticCache this benchmark knows")  # fmt: skip
+            if torch.is_tensor(layer.cumulative_length):
+                layer.cumulative_length.fill_(self.prompt)
+            else:
+                layer.cumulative_length = self.prompt
+        self.ids.copy_(first)
+        self.pos.fill_(self.prompt)
+        self.tokens.zero_()
+        self.tokens[:, :1] = first
+
+    def step(self) -> torch.Tensor:
+        """One step: the logits it chose from (batch, vocab), in the graph's buffer if captured."""
+        if self.graph is None:
+            return self._step()
+        self.graph.replay()
+        return self.logits
+
+    def run(self) -> torch.Tensor:
+        """Every step from the first: the new tokens (batch, new)."""
+        self.reset(self.first)
+        for _ in range(self.new_tokens - 1):
+            self.step()
+        return self.tokens.clone()
+
+    def time_steps(self, rounds: int = ROUNDS) -> float:
+        """ms per step: the best of `rounds` runs of every step, timed by CUDA events (the wall
+        clock on the CPU)."""
+        best = math.inf
+        for _ in range(rounds):
+            self.reset(self.first)
+            if torch.cuda.is_available():
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                for _ in range(self.new_tokens - 1):
+                    self.step()
+                end.record()
+                end.synchronize()
+                ms = start.elapsed_time(end)
+            else:
+                import time
+
+                began = time.perf_counter()
+                for _ in range(self.new_tokens - 1):
+                    self.step()
+                ms = (time.perf_counter() - began) * 1e3
+            best = min(best, ms / (self.new_tokens - 1))
+        return best
+
+
+def gemm_time_ms(loop: DecodeLoop) -> tuple[float, float] | None:
+    """(the device ms of the kernels the GEMM modules launch, of all kernels) in one eager step,
+    under torch.profiler, each GEMM module's call in a GEMM_RANGE range (the outermost only: a
+    GatedMLP's down projection is a Linear of its own); None without a GPU."""
+    if not torch.cuda.is_available():
+        return None
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    depth, ranges = [0], []
+
+    def enter(module, args):
+        depth[0] += 1
+        if depth[0] == 1:
+            ranges.append(record_function(GEMM_RANGE))
+            ranges[-1].__enter__()
+
+    def leave(module, args, out):
+        depth[0] -= 1
+        if depth[0] == 0:
+            ranges.pop().__exit__(None, None, None)
+
+    hooks = [h for m in gemm_modules(loop.model)
+             for h in (m.register_forward_pre_hook(enter), m.register_forward_hook(leave))]  # fmt: skip
+    try:
+        loop.reset(loop.first)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            loop._step()
+            torch.cuda.synchronize()
+    finally:
+        for h in hooks:
+            h.remove()
+        loop.reset(loop.first)
+    events = prof.key_averages()
+    gemm = sum(e.device_time_total for e in events if e.key == GEMM_RANGE) / 1e3
+    total = sum(e.self_device_time_total for e in events) / 1e3
+    return gemm, total
+
+
+# ----------------------------------------------------------------------------------------------
+# The run
+# ----------------------------------------------------------------------------------------------
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref||_F / ||ref||_F in fp64; inf where out holds NaN/Inf."""
+    diff = out.double() - ref.double()
+    if not torch.isfinite(diff).all():
+        return math.inf
+    return (torch.linalg.norm(diff) / torch.linalg.norm(ref.double()).clamp_min(1e-300)).item()
+
+
+def matching_tokens(tokens: torch.Tensor, ref: torch.Tensor) -> float:
+    """The mean, over the sequences, of how many leading new tokens equal the reference's."""
+    differs = tokens != ref
+    whole = torch.full((tokens.shape[0],), tokens.shape[1], device=tokens.device)
+    return torch.where(differs.any(1), differs.int().argmax(1), whole).double().mean().item()
+
+
+def first_step_logits(model, prompt_ids: torch.Tensor, first: torch.Tensor) -> torch.Tensor:
+    """The logits (batch, vocab) of the first step after the prompt, fed `first`: eagerly, on a
+    cache of its own (the fp64 reference's call)."""
+    loop = DecodeLoop(model, prompt_ids, 2, capture=False)
+    loop.reset(first)
+    return loop.step()
+
+
+def measure_batch(family: str, base, models: dict, batch: int, shape: Shape, *, device, device_name: str,
+                  references: dict) -> list[DecodeRow]:  # fmt: skip
+    """Every provider of `models` at one batch: checked, then timed and profiled (torch first)."""
+    gen = torch.Generator(device="cpu").manual_seed(batch)
+    prompt = torch.randint(0, base.config.vocab_size, (batch, shape.prompt), generator=gen).to(device)
+    capture = torch.device(device).type == "cuda"
+    seen: dict[str, dict] = {}
+    for provider, model in models.items():
+        loop = None
+        try:
+            with torch.inference_mode():
+                loop = DecodeLoop(model, prompt, shape.new_tokens, capture)
+                torch_first = seen.get("torch", {}).get("first", loop.first)
+                loop.reset(torch_first)
+                logits = loop.step().clone()
+                few = slice(0, REFERENCE_SEQUENCES)
+                reference = first_step_logits(references[provider], prompt[few], torch_first[few])
+                kernel_err = rel_error(logits[few], reference)
+                tokens = loop.run()
+                ms = loop.time_steps()
+                profiled = gemm_time_ms(loop)
+            seen[provider] = dict(first=loop.first, logits=logits, tokens=tokens, ms=ms, profiled=profiled,
+                                  kernel_err=kernel_err, bytes=weight_bytes(model))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001  recorded in the row; the other providers go on
+            seen[provider] = dict(error=describe_error(exc))
+        finally:
+            loop = None
+            if capture:
+                torch.cuda.empty_cache()
+    return make_rows(device_name, family, batch, seen)
+
+
+def make_rows(device_name: str, family: str, batch: int, seen: dict[str, dict]) -> list[DecodeRow]:
+    """One row per provider measured, the ratios against torch's."""
+    ref = seen.get("torch", {})
+    rows = []
+    for provider, s in seen.items():
+        if "error" in s:
+            rows.append(DecodeRow(device_name, family, batch, provider, *([None] * 8), s["error"]))
+            continue
+        gemm_ms = s["profiled"][0] if s["profiled"] else None
+        share = gemm_ms / s["ms"] if gemm_ms else None
+        gbps = s["bytes"] / (gemm_ms * 1e-3) / 1e9 if gemm_ms else None
+        ratio = ref["ms"] / s["ms"] if "ms" in ref else None
+        against = "logits" in ref
+        tokens = matching_tokens(s["tokens"], ref["tokens"]) if against else None
+        logits_err = rel_error(s["logits"], ref["logits"]) if against else None
+        rows.append(DecodeRow(device_name, family, batch, provider, s["ms"], batch / (s["ms"] * 1e-3), ratio, share,
+                              gbps, tokens, logits_err, s["kernel_err"], "ok"))  # fmt: skip
+    return rows
+
+
+def run_decode(*, models: tuple[str, ...] = MODELS, providers: tuple[str, ...] = tuple(PROVIDERS),
+               out_dir: str | Path | None = "results", name: str | None = None, shape: Shape | None = None,
+               plot: bool = True) -> list[DecodeRow]:  # fmt: skip
+    """The decode suite: on a GPU every family at LAYERS layers in bf16 over `shape`'s batches; on
+    the CPU a smoke run (CPU_SMOKE's tiny model in fp32, under the interpreter, eagerly, without
+    graphs). Writes `out_dir`/`name`.csv and .json (and .png on a GPU)."""
+    check_arguments(models, providers)
+    problem = requirements_error()
+    if problem:
+        raise ValueError(problem)
+    on_gpu = torch.cuda.is_available()
+    device = "cuda" if on_gpu else "cpu"
+    shape = shape or (Shape() if on_gpu else Shape(batches=(1, 3), prompt=8, new_tokens=4))
+    env = describe_environment()
+    base_name = name or ("decode" if on_gpu else "decode-cpu")
+    rows: list[DecodeRow] = []
+    for family in models:
+        dims = None if on_gpu else CPU_SMOKE
+        config = family_config(family, LAYERS if on_gpu else 2, VOCAB_SIZE if on_gpu else 96, dims=dims)
+        base = build_model(family, config, device=device, dtype=torch.bfloat16 if on_gpu else torch.float32)
+        built = {p: provider_model(base, p) for p in providers}
+        fp64 = fp64_reference(base, base)
+        references = {p: fp64 if PROVIDERS[p] is None or "fp8" not in PROVIDERS[p] else fp64_reference(base, m)
+                      for p, m in built.items()}  # fmt: skip
+        for batch in shape.batches:
+            rows += measure_batch(family, base, built, batch, shape, device=device, device_name=env["device"],
+                                  references=references)  # fmt: skip
+            for r in rows[-len(built) :]:
+                print(format_row(r), flush=True)
+        del built, references, fp64, base
+    if out_dir is not None:
+        timed = [r for r in rows if r.ms_per_token is not None]
+        paths = write_results(timed, env, Path(out_dir), base_name, columns=COLUMNS, json_rows=rows)
+        if plot and on_gpu and timed:
+            paths += (plot_decode(timed, Path(out_dir) / f"{base_name}.png", f"decode step, {env['device']}"),)
+        print("wrote " + ", ".join(str(p) for p in paths))
+    return rows
+
+
+def format_row(r: DecodeRow) -> str:
+    def fmt(value, spec):
+        return "-" if value is None else format(value, spec)
+
+    return (f"{r.model} batch {r.batch:4d} {r.provider:17s} {fmt(r.ms_per_token, '8.4f')} ms/token "
+            f"{fmt(r.ratio_to_torch, '6.3f')}x torch  GEMMs {fmt(r.gemm_share, '.2f')} of the step at "
+            f"{fmt(r.weight_GBps, '7.0f')} GB/s  tokens {fmt(r.matching_tokens, '.1f')}  logits err "
+            f"{fmt(r.logits_rel_err, '.1e')} (fp64 {fmt(r.kernel_rel_err, '.1e')})  {r.status}")  # fmt: skip
