@@ -19,7 +19,17 @@ REQUIRED_COLUMNS = {"device", "dtype", "layout", "m", "n", "k", "kernel", "confi
 
 def test_suites_cover_what_the_seeds_measured():
     # and `overhead`, `epilogue`, `model`, measured apart
-    assert set(SUITES) == {"ladder", "ksweep", "configs", "group", "llm", "auto", "auto-transposed", "backward"}
+    assert set(SUITES) == {
+        "ladder",
+        "ksweep",
+        "configs",
+        "group",
+        "llm",
+        "decode-m",
+        "auto",
+        "auto-transposed",
+        "backward",
+    }
     assert [p.K for p in SUITES["ksweep"].problems if p.dtype == "float16"] == [512, 1024, 2048, 4096, 8192, 16384]
     assert {p.dtype for p in SUITES["ksweep"].problems} == {"float16", "bfloat16"}
     assert [c.GROUP_SIZE_M for c in SUITES["group"].configs] == [1, 2, 4, 6, 8]
@@ -27,6 +37,9 @@ def test_suites_cover_what_the_seeds_measured():
     llm = SUITES["llm"].problems
     assert {p.M for p in llm} == {1, 16, 128, 2048, 8192} and {p.layout for p in llm} == {"nt"}
     assert {(p.N, p.K) for p in llm} == {(4096, 4096), (4096, 14336), (14336, 4096)}
+    decode = SUITES["decode-m"].problems  # every M a decode step has, 1 to 256
+    assert sorted({p.M for p in decode}) == [1, 2, 4, 8, 16, 32, 64, 128, 192, 256]
+    assert {(p.N, p.K) for p in decode} == {(p.N, p.K) for p in llm} and {p.layout for p in decode} == {"nt"}
 
 
 def test_auto_has_every_layout_and_backward_has_what_autograd_hands_over():

@@ -108,6 +108,10 @@ BACKWARD_PROBLEMS = tuple(
     for problem in (Problem(m, k, n, "bfloat16", "nn"), Problem(n, k, m, "bfloat16", "tn"))
 )
 
+# A decode step's GEMMs (issue 67): M = the sequences in flight, 1 to 256, on Llama-3-8B's layer
+# weights (NT, as nn.Linear stores them), where each GEMM reads its whole weight for a few rows.
+DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)
+
 GROUPED_KERNELS = ("grouped", "persistent", "tma_persistent", "tma_persistent_pipelined")
 
 SUITES = {
@@ -152,6 +156,12 @@ SUITES = {
             "llm",
             "transformer-layer GEMMs: tokens x nn.Linear weights (NT layout)",
             problems([(m, n, k) for m in LLM_TOKENS for n, k in LLM_WEIGHTS], HALF, layout="nt"),
+        ),
+        Suite(
+            "decode-m",
+            "kernel='auto' at every decode M from 1 to 256 on Llama-3-8B's layer weights (NT), fp16 and bf16",
+            problems([(m, n, k) for m in DECODE_TOKENS for n, k in LLM_WEIGHTS], HALF, layout="nt"),
+            kernels=("auto",),
         ),
         Suite(
             "auto",
