@@ -115,3 +115,27 @@ def test_the_fp8_reference_uses_the_layers_own_quantized_weights():
     assert len(replaced) == sum(isinstance(m, Fp8Linear) for m in fp8.modules()) > 0
     x = torch.randn(3, replaced[0].layer.in_features, dtype=torch.float64)
     assert replaced[0](x).dtype == torch.float64
+
+
+@needs_transformers
+@pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run")
+def test_a_wrong_provider_is_reported_and_not_timed(monkeypatch):
+    """A provider whose step is off its own fp64 product (here a model whose lm_head is doubled)
+    gets a "wrong" row with no timing; the others are measured as usual."""
+    import copy
+
+    real = decode.provider_model
+
+    def broken(base, provider):
+        if provider != "tritongemm":
+            return real(base, provider)
+        wrong = copy.deepcopy(base)
+        wrong.lm_head.weight.data.mul_(2)
+        return wrong
+
+    monkeypatch.setattr(decode, "provider_model", broken)
+    shape = decode.Shape(batches=(2,), prompt=8, new_tokens=4)
+    rows = decode.run_decode(models=("llama-3-8b",), providers=("torch", "tritongemm"), out_dir=None, shape=shape)
+    (ok, wrong) = rows
+    assert ok.status == "ok" and ok.ms_per_token > 0
+    assert wrong.status.startswith("wrong: the first step's logits") and wrong.ms_per_token is None

@@ -14,7 +14,8 @@ then NEW_TOKENS - 1 replayed steps (the first new token comes from the prefill).
   (`logits_rel_err`, a quantization's error included), and against the fp64 product of the
   provider's own weights (`kernel_rel_err`, the first REFERENCE_SEQUENCES sequences: for fp8, its
   quantized weights, and activations quantized by the same recipe, in fp64), which tells a
-  kernel's error from the quantization's;
+  kernel's error from the quantization's; past bench model's bounds (MAX_REL_ERR, fp8's
+  FP8_MAX_REL_ERR) the provider is reported wrong and not timed;
 - the greedy tokens of a free run against torch's: `matching_tokens` is the mean number of
   leading new tokens equal to torch's, over the sequences.
 Then rounds of replays (CUDA events; the best round) give `ms_per_token`, and a profile of one
@@ -34,7 +35,15 @@ import torch
 import tritongemm
 from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import describe_error
-from tritongemm.bench.model import FAMILIES, INSTALL_HINT, VOCAB_SIZE, family_config, sharing_copy
+from tritongemm.bench.model import (
+    FAMILIES,
+    FP8_MAX_REL_ERR,
+    INSTALL_HINT,
+    MAX_REL_ERR,
+    VOCAB_SIZE,
+    family_config,
+    sharing_copy,
+)
 from tritongemm.bench.plots import plot_decode
 from tritongemm.bench.report import write_results
 from tritongemm.blocks import GatedMLP
@@ -88,7 +97,7 @@ class DecodeRow:
     matching_tokens: float | None  # mean leading new tokens equal to torch's, per sequence
     logits_rel_err: float | None  # the first step's logits against eager torch's
     kernel_rel_err: float | None  # ... against the fp64 product of this provider's own weights
-    status: str  # "ok" or "error: ..."
+    status: str  # "ok", "wrong: ..." (past its bound against the fp64 product, not timed) or "error: ..."
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -390,6 +399,11 @@ def measure_batch(family: str, base, models: dict, batch: int, shape: Shape, *, 
                 few = slice(0, REFERENCE_SEQUENCES)
                 reference = first_step_logits(references[provider], prompt[few], torch_first[few])
                 kernel_err = rel_error(logits[few], reference)
+                bound = FP8_MAX_REL_ERR if "fp8" in (PROVIDERS[provider] or {}) else MAX_REL_ERR
+                if not kernel_err <= bound:  # checked before it is timed: a wrong provider is not
+                    seen[provider] = dict(error=f"wrong: the first step's logits are {kernel_err:.2e} from the fp64 "
+                                          f"product of its weights, past {bound}")  # fmt: skip
+                    continue
                 tokens = loop.run()
                 ms = loop.time_steps()
                 profiled = gemm_time_ms(loop)
