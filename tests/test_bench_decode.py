@@ -9,7 +9,7 @@ import torch
 from cases import ON_GPU
 
 from tritongemm.bench import decode
-from tritongemm.bench.model import family_config
+from tritongemm.bench.model import build_base, family_config
 from tritongemm.fp8.linear import Fp8Linear
 
 needs_transformers = pytest.mark.skipif(
@@ -20,7 +20,7 @@ SHAPE = decode.Shape(batches=(1, 3), prompt=8, new_tokens=4)
 
 def _tiny(family="llama-3-8b"):
     config = family_config(family, 2, 96, dims=decode.CPU_SMOKE)
-    return decode.build_model(family, config, device="cpu", dtype=torch.float32)
+    return build_base(family, config, device="cpu", dtype=torch.float32)
 
 
 @pytest.mark.parametrize(

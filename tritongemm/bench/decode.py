@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from tritongemm.bench.model import (
     INSTALL_HINT,
     MAX_REL_ERR,
     VOCAB_SIZE,
+    build_base,
     family_config,
     sharing_copy,
 )
@@ -48,6 +50,7 @@ from tritongemm.bench.plots import plot_decode
 from tritongemm.bench.report import write_results
 from tritongemm.blocks import GatedMLP
 from tritongemm.blocks.qkv import QKVProjection
+from tritongemm.core.reference import rel_error
 from tritongemm.fp8.linear import Fp8Linear
 from tritongemm.fp8.recipes import reference_quantize, reference_scaled_mm
 
@@ -129,21 +132,6 @@ def requirements_error() -> str | None:
 # ----------------------------------------------------------------------------------------------
 # The models
 # ----------------------------------------------------------------------------------------------
-
-
-def build_model(family: str, config_kwargs: dict, *, device, dtype: torch.dtype):
-    """The random-weight model of `family` (eval mode, SDPA attention), in `dtype` on `device`."""
-    import transformers
-
-    info = FAMILIES[family]
-    config = getattr(transformers, info.config)(**config_kwargs)
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # parameters made in their dtype where they are: no fp32 copy first
-    try:
-        with torch.device(device):
-            return getattr(transformers, info.architecture)(config).eval()
-    finally:
-        torch.set_default_dtype(saved)
 
 
 def provider_model(base: torch.nn.Module, provider: str) -> torch.nn.Module:
@@ -266,10 +254,7 @@ class DecodeLoop:
             if not hasattr(layer, "cumulative_length"):
                 raise RuntimeError(f"bench decode: this transformers' {type(layer).__name__} has no "
                                    "cumulative_length to rewind: not the StaticCache this benchmark knows")  # fmt: skip
-            if torch.is_tensor(layer.cumulative_length):
-                layer.cumulative_length.fill_(self.prompt)
-            else:
-                layer.cumulative_length = self.prompt
+            layer.cumulative_length.fill_(self.prompt)
         self.ids.copy_(first)
         self.pos.fill_(self.prompt)
         self.tokens.zero_()
@@ -292,30 +277,28 @@ class DecodeLoop:
     def time_steps(self, rounds: int = ROUNDS) -> float:
         """ms per step: the best of `rounds` runs of every step, timed by CUDA events (the wall
         clock on the CPU)."""
+        steps = self.new_tokens - 1
         best = math.inf
         for _ in range(rounds):
             self.reset(self.first)
             if torch.cuda.is_available():
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                for _ in range(self.new_tokens - 1):
-                    self.step()
+            began = time.perf_counter()
+            for _ in range(steps):
+                self.step()
+            if torch.cuda.is_available():
                 end.record()
                 end.synchronize()
                 ms = start.elapsed_time(end)
             else:
-                import time
-
-                began = time.perf_counter()
-                for _ in range(self.new_tokens - 1):
-                    self.step()
                 ms = (time.perf_counter() - began) * 1e3
-            best = min(best, ms / (self.new_tokens - 1))
+            best = min(best, ms / steps)
         return best
 
 
-def gemm_time_ms(loop: DecodeLoop) -> tuple[float, float] | None:
-    """(the device ms of the kernels the GEMM modules launch, of all kernels) in one eager step,
+def gemm_time_ms(loop: DecodeLoop) -> float | None:
+    """The device ms of the kernels the GEMM modules launch in one eager step,
     under torch.profiler, each GEMM module's call in a GEMM_RANGE range (the outermost only: a
     GatedMLP's down projection is a Linear of its own); None without a GPU."""
     if not torch.cuda.is_available():
@@ -347,23 +330,12 @@ def gemm_time_ms(loop: DecodeLoop) -> tuple[float, float] | None:
         for h in hooks:
             h.remove()
         loop.reset(loop.first)
-    events = prof.key_averages()
-    gemm = sum(e.device_time_total for e in events if e.key == GEMM_RANGE) / 1e3
-    total = sum(e.self_device_time_total for e in events) / 1e3
-    return gemm, total
+    return sum(e.device_time_total for e in prof.key_averages() if e.key == GEMM_RANGE) / 1e3
 
 
 # ----------------------------------------------------------------------------------------------
 # The run
 # ----------------------------------------------------------------------------------------------
-
-
-def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """||out - ref||_F / ||ref||_F in fp64; inf where out holds NaN/Inf."""
-    diff = out.double() - ref.double()
-    if not torch.isfinite(diff).all():
-        return math.inf
-    return (torch.linalg.norm(diff) / torch.linalg.norm(ref.double()).clamp_min(1e-300)).item()
 
 
 def matching_tokens(tokens: torch.Tensor, ref: torch.Tensor) -> float:
@@ -398,7 +370,7 @@ def measure_batch(family: str, base, models: dict, batch: int, shape: Shape, *, 
                 logits = loop.step().clone()
                 few = slice(0, REFERENCE_SEQUENCES)
                 reference = first_step_logits(references[provider], prompt[few], torch_first[few])
-                kernel_err = rel_error(logits[few], reference)
+                kernel_err = rel_error(logits[few], reference.double())
                 bound = FP8_MAX_REL_ERR if "fp8" in (PROVIDERS[provider] or {}) else MAX_REL_ERR
                 if not kernel_err <= bound:  # checked before it is timed: a wrong provider is not
                     seen[provider] = dict(error=f"wrong: the first step's logits are {kernel_err:.2e} from the fp64 "
@@ -406,8 +378,8 @@ def measure_batch(family: str, base, models: dict, batch: int, shape: Shape, *, 
                     continue
                 tokens = loop.run()
                 ms = loop.time_steps()
-                profiled = gemm_time_ms(loop)
-            seen[provider] = dict(first=loop.first, logits=logits, tokens=tokens, ms=ms, profiled=profiled,
+                gemm_ms = gemm_time_ms(loop)
+            seen[provider] = dict(first=loop.first, logits=logits, tokens=tokens, ms=ms, gemm_ms=gemm_ms,
                                   kernel_err=kernel_err, bytes=weight_bytes(model))  # fmt: skip
         except Exception as exc:  # noqa: BLE001  recorded in the row; the other providers go on
             seen[provider] = dict(error=describe_error(exc))
@@ -426,13 +398,13 @@ def make_rows(device_name: str, family: str, batch: int, seen: dict[str, dict]) 
         if "error" in s:
             rows.append(DecodeRow(device_name, family, batch, provider, *([None] * 8), s["error"]))
             continue
-        gemm_ms = s["profiled"][0] if s["profiled"] else None
+        gemm_ms = s["gemm_ms"]
         share = gemm_ms / s["ms"] if gemm_ms else None
         gbps = s["bytes"] / (gemm_ms * 1e-3) / 1e9 if gemm_ms else None
         ratio = ref["ms"] / s["ms"] if "ms" in ref else None
         against = "logits" in ref
         tokens = matching_tokens(s["tokens"], ref["tokens"]) if against else None
-        logits_err = rel_error(s["logits"], ref["logits"]) if against else None
+        logits_err = rel_error(s["logits"], ref["logits"].double()) if against else None
         rows.append(DecodeRow(device_name, family, batch, provider, s["ms"], batch / (s["ms"] * 1e-3), ratio, share,
                               gbps, tokens, logits_err, s["kernel_err"], "ok"))  # fmt: skip
     return rows
@@ -457,7 +429,7 @@ def run_decode(*, models: tuple[str, ...] = MODELS, providers: tuple[str, ...] =
     for family in models:
         dims = None if on_gpu else CPU_SMOKE
         config = family_config(family, LAYERS if on_gpu else 2, VOCAB_SIZE if on_gpu else 96, dims=dims)
-        base = build_model(family, config, device=device, dtype=torch.bfloat16 if on_gpu else torch.float32)
+        base = build_base(family, config, device=device, dtype=torch.bfloat16 if on_gpu else torch.float32)
         built = {p: provider_model(base, p) for p in providers}
         fp64 = fp64_reference(base, base)
         references = {p: fp64 if PROVIDERS[p] is None or "fp8" not in PROVIDERS[p] else fp64_reference(base, m)

@@ -373,17 +373,8 @@ def build_models(
 ) -> dict[str, torch.nn.Module]:
     """provider -> the module it calls: the random-weight model, a copy of its module tree sharing
     every parameter and buffer with tritongemm.patch applied, and torch.compile of each."""
-    import transformers
-
     info = FAMILIES[family]
-    config = getattr(transformers, info.config)(**config_kwargs)
-    saved = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)  # parameters made in bf16 where they are: no fp32 copy first
-    try:
-        with torch.device(device):
-            base = getattr(transformers, info.architecture)(config).eval()
-    finally:
-        torch.set_default_dtype(saved)
+    base = build_base(family, config_kwargs, device=device, dtype=dtype)
     if info.moe:  # "torch" is transformers' eager experts: a loop over the experts
         base.set_experts_implementation("eager")
     models = {"torch": base}
@@ -414,6 +405,22 @@ def build_models(
             models[provider] = patched = tritongemm.patch(sharing_copy(base), fp8=recipe, fuse=fuse)
             print(f"{family}: tritongemm.patch(fp8={recipe!r}, fuse={fuse}): {patched.tritongemm_patch_report}")
     return {p: models[p] for p in PROVIDERS if p in providers and p in models}  # torch first: the reference
+
+
+def build_base(family: str, config_kwargs: dict, *, device, dtype: torch.dtype) -> torch.nn.Module:
+    """The random-weight model of `family` from its transformers configuration, in eval mode, in
+    `dtype` on `device`."""
+    import transformers
+
+    info = FAMILIES[family]
+    config = getattr(transformers, info.config)(**config_kwargs)
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)  # parameters made in their dtype where they are: no fp32 copy first
+    try:
+        with torch.device(device):
+            return getattr(transformers, info.architecture)(config).eval()
+    finally:
+        torch.set_default_dtype(saved)
 
 
 def sharing_copy(module: torch.nn.Module) -> torch.nn.Module:
