@@ -60,20 +60,30 @@ def test_a_tiny_decode_runs_every_provider_and_checks_it(tmp_path):
     assert list(written[0])[:3] == ["device", "triton", "model"] and len(written) == len(rows)
 
 
+def _greedy_without_cache(model, prompt: torch.Tensor, n: int) -> torch.Tensor:
+    """n greedy tokens, each from a forward over the whole sequence so far: no cache to get wrong.
+    Not `generate`: its min_new_tokens masks the config's eos token (2 here), which a random
+    model's argmax may pick."""
+    seq = prompt
+    for _ in range(n):
+        seq = torch.cat([seq, model(input_ids=seq).logits[:, -1].argmax(-1, keepdim=True)], 1)
+    return seq[:, prompt.shape[1] :]
+
+
 @needs_transformers
 def test_a_reset_replays_the_same_tokens():
     """The loop's state is in tensors (ids, pos, the cache's own count): a reset makes a second run
-    of the same steps give the same tokens, the first of them the prefill's."""
+    of the same steps give the same tokens, the first of them the prefill's, and they are greedy
+    decoding's over the whole sequence."""
+    torch.manual_seed(22)  # a model whose greedy tokens include the eos token
     model = _tiny()
     prompt = torch.randint(0, 96, (2, SHAPE.prompt), generator=torch.Generator().manual_seed(0))
     with torch.inference_mode():
         loop = decode.DecodeLoop(model, prompt, SHAPE.new_tokens, capture=False)
         first, second = loop.run(), loop.run()
-        n = SHAPE.new_tokens
-        expected = model.generate(prompt, attention_mask=torch.ones_like(prompt), do_sample=False, max_new_tokens=n,
-                                  min_new_tokens=n, pad_token_id=0)  # fmt: skip
+        expected = _greedy_without_cache(model, prompt, SHAPE.new_tokens)
     assert torch.equal(first, second)
-    assert torch.equal(first, expected[:, SHAPE.prompt :])
+    assert torch.equal(first, expected)
 
 
 def test_matching_tokens_is_the_mean_leading_agreement():
@@ -101,20 +111,26 @@ def test_weight_bytes_count_each_gemm_weight_once():
 
 
 @needs_transformers
-def test_the_fp8_reference_uses_the_layers_own_quantized_weights():
-    """fp64_reference: the base model in float64, its Linears served in fp8 replaced by their
-    quantized product, the base's own parameters left in their dtype."""
+def test_each_fp8_layer_is_checked_against_the_fp64_product_of_its_own_input():
+    """fp8_layer_errors: every Fp8Linear of the step, its output against _Fp8Reference of the
+    input it was given (fp32 here: far inside the bound), the base's parameters left as they are;
+    a layer whose output is off by 1% is past its bound."""
     import tritongemm
     from tritongemm.bench.model import sharing_copy
 
     model = _tiny()
-    fp8 = tritongemm.patch(sharing_copy(model), fp8="row")
-    reference = decode.fp64_reference(model, fp8)
-    assert all(p.dtype == torch.float32 for p in model.parameters())
-    replaced = [m for m in reference.modules() if isinstance(m, decode._Fp8Reference)]
-    assert len(replaced) == sum(isinstance(m, Fp8Linear) for m in fp8.modules()) > 0
-    x = torch.randn(3, replaced[0].layer.in_features, dtype=torch.float64)
-    assert replaced[0](x).dtype == torch.float64
+    fp8 = tritongemm.patch(sharing_copy(model), fp8="row", fuse=True)
+    layers = [name for name, m in fp8.named_modules() if isinstance(m, Fp8Linear)]
+    prompt = torch.randint(0, 96, (3, SHAPE.prompt), generator=torch.Generator().manual_seed(1))
+    with torch.inference_mode():
+        loop = decode.DecodeLoop(fp8, prompt, SHAPE.new_tokens, capture=False)
+        found = decode.fp8_layer_errors(loop, loop.first, sequences=2)
+        assert [name for name, _, _ in found] == layers and len(layers) > 0
+        assert all(err < 1e-5 < bound for _, err, bound in found), found
+        assert all(p.dtype == torch.float32 for p in model.parameters())
+        fp8.get_submodule(layers[0]).register_forward_hook(lambda m, args, out: out * 1.01)
+        (name, err, bound), *_ = decode.fp8_layer_errors(loop, loop.first, sequences=2)
+    assert name == layers[0] and err > bound
 
 
 @needs_transformers
