@@ -43,13 +43,29 @@ def linear(x, weight, bias, residual, activation, alpha, out_dtype, kernel, conf
     return out_dtype, _kernel(kernel, config, x.dtype, x.device, out_dtype)
 
 
+def invariant_kernel(kernel, batch_invariant, op: str):
+    """The kernel= a call runs: batch_invariant=True makes "auto" the BATCH_INVARIANT policy
+    (dispatch/invariant.py), which chooses among plans whose sum over K does not depend on M."""
+    if batch_invariant is False:
+        return kernel
+    if batch_invariant is not True:
+        raise TypeError(f"{op}: expected batch_invariant to be a bool, but got {batch_invariant!r}")
+    if kernel != "auto":
+        raise ValueError(f"{op}: batch_invariant=True chooses the kernel itself (one whose sum over K does not "
+                         f"depend on M), so kernel must be 'auto', but got {kernel!r}")  # fmt: skip
+    return registry.BATCH_INVARIANT
+
+
 def _kernel(kernel, config, dtype: torch.dtype, device: torch.device, out_dtype: torch.dtype) -> KernelInfo | None:
     """The kernel asked for (its registry row; None for "auto"), checked against the operands'
     device and dtypes, and the config against it. For "auto", that some rung runs here: every rule
     of the dispatch ends with rung 1, which takes any operands its device runs."""
     if not isinstance(kernel, str):
         raise TypeError(f"matmul: expected kernel to be a str, but got {type(kernel).__name__}")
-    info = registry.get(kernel) if kernel != "auto" else None
+    if kernel == registry.BATCH_INVARIANT and config is not None:
+        raise ValueError(f"matmul: batch_invariant=True chooses its own tiles, so config must be None, but got "
+                         f"{config.short() if isinstance(config, MatmulConfig) else config!r}")  # fmt: skip
+    info = registry.get(kernel) if kernel not in registry.POLICIES else None
     runs = info or registry.get(registry.AUTO_FALLBACK)
     check_device(runs, device)
     check_kernel_dtype(runs, dtype, device)

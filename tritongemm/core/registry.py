@@ -275,6 +275,10 @@ KERNELS: tuple[KernelInfo, ...] = (
 FAMILIES = tuple(dict.fromkeys(k.family for k in KERNELS))
 # Where every rule of matmul's kernel="auto" ends: rung 1 takes any operands its device runs.
 AUTO_FALLBACK = "naive"
+# What `kernel=` is set to by batch_invariant=True: "auto" restricted to plans whose sum over K is
+# the same for a row whatever M is (dispatch/invariant.py). A policy like "auto", not a kernel.
+BATCH_INVARIANT = "auto:batch_invariant"
+POLICIES = ("auto", BATCH_INVARIANT)
 _BY_KEY = {(k.family, k.name): k for k in KERNELS}
 assert len(_BY_KEY) == len(KERNELS), "a family's kernel names are unique"
 # What gated_pair's kernel= names; the family's other rows (grouped_mm_rows, glu) are pieces its

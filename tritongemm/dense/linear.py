@@ -218,7 +218,7 @@ def linear_grads(grad_y, x, weight, bias, residual_dtype, activation, alpha, nee
 def backward_kernel(kernel: str) -> str:
     """The kernel the backward's GEMMs use: the forward's, unless it writes the inputs' dtype only
     (a Gluon kernel), as the recomputed pre-activation of an fp32 output is not; then "auto"."""
-    return kernel if kernel == "auto" or registry.get(kernel).any_out_dtype else "auto"
+    return kernel if kernel in registry.POLICIES or registry.get(kernel).any_out_dtype else "auto"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -258,7 +258,7 @@ def _linear_fake(x, weight, bias=None, residual=None, activation=None, alpha=1.0
                  kernel_name="auto", config=None):  # fmt: skip
     operators.traced()
     out_dtype = checks.check_linear(x, weight, bias, residual, activation, alpha, out_dtype)
-    if kernel_name != "auto":
+    if kernel_name not in registry.POLICIES:
         registry.get(kernel_name)
     config_of(config)
     return x.new_empty((*x.shape[:-1], weight.shape[0]), dtype=out_dtype)
@@ -344,6 +344,7 @@ def linear(
     out_dtype: torch.dtype | None = None,
     kernel: str = "auto",
     config: MatmulConfig | str | None = None,
+    batch_invariant: bool = False,
 ) -> torch.Tensor:
     """activation(alpha * x @ weight.T + bias) + residual, in one tritongemm kernel.
 
@@ -359,12 +360,15 @@ def linear(
         out_dtype: the output's dtype: x's (default), or float32 for float16 / bfloat16 x.
         kernel, config: as for `matmul`. The Gluon (TMA) kernels write x's dtype only; "auto"
             takes a `triton.language` kernel for a float32 output of half-precision x.
+        batch_invariant: as for `matmul`: each row of y the same bits whatever else x holds.
 
     The GEMM accumulates in fp32 and the whole epilogue runs in fp32 on the accumulator, rounded
     once at the store. Differentiable in x, weight, bias and residual, with tritongemm's GEMMs
     (the forward's epilogue also stores the pre-activation where the activation's derivative
     needs it), and traceable by `torch.compile` (through `torch.ops.tritongemm.linear`).
     """
+    if batch_invariant is not False:
+        kernel = checks.invariant_kernel(kernel, batch_invariant, "linear")
     if _any_autocast() and isinstance(x, torch.Tensor) and torch.is_autocast_enabled(x.device.type):
         x, weight, bias = _autocast(x, weight, bias)
     if torch.compiler.is_compiling():

@@ -101,7 +101,7 @@ mm_op = torch.ops.tritongemm.mm.default
 def _mm_fake(a, b, kernel_name="auto", config=None):
     operators.traced()
     checks.check_operands(a, b)
-    if kernel_name != "auto":
+    if kernel_name not in registry.POLICIES:
         registry.get(kernel_name)  # an unknown name fails while tracing, not when the graph runs
     config_of(config)
     return a.new_empty((*a.shape[:-1], b.shape[1]))  # contiguous, as the real one returns
@@ -204,6 +204,7 @@ def matmul(
     out: torch.Tensor | None = None,
     kernel: str = "auto",
     config: MatmulConfig | str | None = None,
+    batch_invariant: bool = False,
 ) -> torch.Tensor:
     """C = a @ b for a (..., M, K) and a 2D b (K, N), computed by one of tritongemm's kernels.
 
@@ -227,6 +228,10 @@ def matmul(
             enough to repay the copy, to a TMA kernel with aligned copies (dispatch.STAGING_MIN_FLOPS).
         config: None (the kernel's default for this shape and dtype), a MatmulConfig, or
             "autotune" (kernel "grouped" only: tries the seed lesson's five configs per shape).
+        batch_invariant: each row of the result the same bits whatever the other rows of a are,
+            however many (kernel "auto" and config None only): K is never split, and the
+            kernels chosen for different M share their arithmetic (dispatch/invariant.py, and
+            docs/batch-invariance.md for what it costs). The backward's GEMMs are invariant too.
 
     Returns:
         out, or a new tensor of the operands' dtype. M or N = 0 gives an empty result without
@@ -235,6 +240,8 @@ def matmul(
     Supports autograd when out is None (the backward pass runs two more tritongemm GEMMs) and
     `torch.compile` (through the `torch.ops.tritongemm.mm` operator).
     """
+    if batch_invariant is not False:
+        kernel = checks.invariant_kernel(kernel, batch_invariant, "matmul")
     if torch.compiler.is_compiling():
         return traced_matmul(a, b, out, kernel, config)
     if isinstance(a, torch.Tensor) and a.dim() > 2:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm.core.checks import invariant_kernel
 from tritongemm.core.epilogue import ACTIVATIONS
 from tritongemm.dense.linear import linear
 
@@ -18,8 +19,8 @@ class Linear(torch.nn.Linear):
     the activation applied in the GEMM's epilogue, before the one rounding to x's dtype.
 
     Same parameters, state_dict keys and initialization as `torch.nn.Linear`, so checkpoints load
-    both ways. `activation` is None, "relu", "gelu", "gelu_tanh" or "silu"; `kernel` is what
-    `tritongemm.linear(kernel=...)` takes.
+    both ways. `activation` is None, "relu", "gelu", "gelu_tanh" or "silu"; `kernel` and
+    `batch_invariant` are what `tritongemm.linear` takes.
     """
 
     def __init__(
@@ -32,15 +33,19 @@ class Linear(torch.nn.Linear):
         *,
         activation: str | None = None,
         kernel: str = "auto",
+        batch_invariant: bool = False,
     ) -> None:
         if activation not in ACTIVATIONS:  # checked before the weight is allocated
             raise ValueError(f"Linear: expected activation to be one of {ACTIVATIONS}, but got {activation!r}")
+        invariant_kernel(kernel, batch_invariant, "Linear")  # the same errors as linear's, at construction
         super().__init__(in_features, out_features, bias, device, dtype)
         self.activation = activation
         self.kernel = kernel
+        self.batch_invariant = batch_invariant
 
     @classmethod
-    def from_linear(cls, module: torch.nn.Linear, activation: str | None = None, kernel: str = "auto") -> Linear:
+    def from_linear(cls, module: torch.nn.Linear, activation: str | None = None, kernel: str = "auto",
+                    batch_invariant: bool = False) -> Linear:  # fmt: skip
         """A `Linear` computing what `module` computes (then `activation`), holding `module`'s own
         Parameter objects: gradients, optimizer state and in-place updates are shared, and no
         weight is allocated or copied. The module's hooks are not carried over."""
@@ -53,6 +58,7 @@ class Linear(torch.nn.Linear):
             device="meta",
             activation=activation,
             kernel=kernel,
+            batch_invariant=batch_invariant,
         )
         new.weight = module.weight
         new.bias = module.bias
@@ -60,7 +66,9 @@ class Linear(torch.nn.Linear):
         return new
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return linear(x, self.weight, self.bias, activation=self.activation, kernel=self.kernel)
+        return linear(x, self.weight, self.bias, activation=self.activation, kernel=self.kernel,
+                      batch_invariant=self.batch_invariant)  # fmt: skip
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, activation={self.activation!r}, kernel={self.kernel!r}"
+        invariant = ", batch_invariant=True" if self.batch_invariant else ""
+        return f"{super().extra_repr()}, activation={self.activation!r}, kernel={self.kernel!r}{invariant}"

@@ -13,8 +13,8 @@ from tritongemm.core import checks, device_info, registry
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.registry import KernelInfo
 from tritongemm.core.tma import rows_on_fast_boundaries
+from tritongemm.dispatch import invariant, tiles
 from tritongemm.dispatch import table as dispatch_table
-from tritongemm.dispatch import tiles
 from tritongemm.ladder import odd_width, split_tail, swap_ab
 from tritongemm.primitives.gluon.pipeline import whole_c_config
 
@@ -70,6 +70,8 @@ TABLE = dispatch_table.TABLE  # how a table's choice's `why` begins
 def choose(kernel: str, config, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, use_table: bool = True):
     """(KernelInfo, config, why) for a checked problem (core/checks.py `gemm`); config None means
     the kernel's default, and `why` starts with TABLE when a measured table chose."""
+    if kernel == registry.BATCH_INVARIANT:
+        return invariant.choose(a, b, out_dtype)
     if kernel != "auto":
         return registry.get(kernel), config, f"kernel={kernel!r} was asked for"
     if config is None and use_table:  # a config given with "auto" was meant for the rules' kernel
@@ -221,12 +223,14 @@ def cannot_take(info, a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype, 
     return None
 
 
-def explain(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None) -> str:
-    """What kernel="auto" takes for a problem shaped and laid out like a @ b, and why (raising, as
-    matmul would, where no kernel takes it)."""
-    checks.gemm(a, b, None, "auto", None)
+def explain(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype | None = None, *,
+            batch_invariant: bool = False) -> str:  # fmt: skip
+    """What kernel="auto" (or batch_invariant=True) takes for a problem shaped and laid out like
+    a @ b, and why (raising, as matmul would, where no kernel takes it)."""
+    kernel = checks.invariant_kernel("auto", batch_invariant, "explain")
+    checks.gemm(a, b, None, kernel, None)
     out_dtype = out_dtype or a.dtype
-    info, config, why = choose("auto", None, a, b, out_dtype)
+    info, config, why = choose(kernel, None, a, b, out_dtype)
     M, K = a.shape
     N = b.shape[1]
     config = config or default_config(info, a.dtype, M, N, K, a.device)

@@ -17,6 +17,7 @@ import torch
 from tritongemm.blocks.residual import fuse_residuals
 from tritongemm.core import registry
 from tritongemm.core.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dtypes some kernel computes
+from tritongemm.core.checks import invariant_kernel
 from tritongemm.core.registry import dtype_name
 from tritongemm.dense.module import Linear
 from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
@@ -74,7 +75,7 @@ class PatchReport:
 
 
 def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None,
-          fuse: bool = False) -> torch.nn.Module:  # fmt: skip
+          fuse: bool = False, batch_invariant: bool = False) -> torch.nn.Module:  # fmt: skip
     """Replace, in place, every `torch.nn.Linear` in `model` with a tritongemm `Linear` sharing
     its parameters; return `model`, with a `PatchReport` as `model.tritongemm_patch_report`
     (also logged at INFO on the "tritongemm" logger).
@@ -102,6 +103,11 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
 
+    `batch_invariant=True` gives each replacement Linear linear's batch_invariant=True: a row's
+    output the same bits whatever else is in the batch. Not yet with `fp8` or `fuse` (their kernels
+    have no invariant mode), and a MoE model's experts are left as they are. What else a model
+    needs to be invariant end to end (attention, norms): `tritongemm.batch_invariant()`.
+
     Left as they are, with the reason in the report: modules whose weight dtype or device no
     kernel serves (float64; CPU without TRITON_INTERPRET=1; bfloat16 on the CPU, which the
     interpreter computes wrongly), subclasses of nn.Linear (a quantized or LoRA linear computes
@@ -113,6 +119,11 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         raise ValueError(f"patch: expected fp8 to be None or one of {RECIPES}, but got {fp8!r}")
     if fp8 is not None and kernel != "auto":
         raise ValueError(f"patch: kernel={kernel!r} names a bf16 kernel; with fp8={fp8!r}, the fp8 kernels serve")
+    invariant_kernel(kernel, batch_invariant, "patch")
+    if batch_invariant and (fp8 is not None or fuse):
+        given = f"fp8={fp8!r}" if fp8 is not None else "fuse=True"
+        raise ValueError(f"patch: batch_invariant=True covers the bf16 Linear modules, whose kernels have an "
+                         f"invariant mode; {given}'s kernels do not yet, so expected it unset")  # fmt: skip
     served = _served_dtypes(kernel)
     report = PatchReport()
     if fuse and fp8 is None:
@@ -134,7 +145,7 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
             elif fp8 is not None:
                 seen[id(module)] = Fp8Linear.from_linear(module, fp8)
             else:
-                seen[id(module)] = Linear.from_linear(module, kernel=kernel)
+                seen[id(module)] = Linear.from_linear(module, kernel=kernel, batch_invariant=batch_invariant)
             if reason is None:
                 report.replaced.append(name)
             else:
@@ -151,19 +162,21 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
             report.quantized_in_norms = quantize_in_norms(model)
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
         report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
-    report.experts = _patch_experts(model, served, fp8)
+    report.experts = _patch_experts(model, served, fp8, batch_invariant)
     model.tritongemm_patch_report = report  # a plain attribute: not in the state_dict
     logger.info(str(report))
     return model
 
 
-def _patch_experts(model: torch.nn.Module, served, fp8: str | None) -> str | None:
+def _patch_experts(model: torch.nn.Module, served, fp8: str | None, batch_invariant: bool) -> str | None:
     """Select tritongemm's experts implementation (grouped/moe.py) on a transformers MoE model;
     what happened, for the report (None: the model has no experts)."""
     if not moe.uses_experts(model):
         return None
     if fp8 is not None:
         return f"left as they are: fp8={fp8!r} covers nn.Linear modules only"
+    if batch_invariant:
+        return "left as they are: grouped_mm has no batch-invariant mode yet"
     device = next(p.device for n, p in model.named_parameters() if "experts" in n or "down_proj" in n)
     unavailable = served(device)[1]
     if unavailable is not None:
