@@ -24,8 +24,9 @@ from tritongemm.dense.linear import linear  # noqa: E402
 from tritongemm.dense.matmul import matmul  # noqa: E402
 from tritongemm.fp8 import quantize_fp8, scaled_mm  # noqa: E402
 from tritongemm.grouped import bmm, grouped_mm  # noqa: E402
+from tritongemm.invariant import batch_invariant  # noqa: E402
 from tritongemm.patching.patch import patch  # noqa: E402
 
-__all__ = ["matmul", "linear", "scaled_mm", "quantize_fp8", "grouped_mm", "bmm", "nn", "patch", "kernels",
-           "MatmulConfig", "plans"]  # fmt: skip
+__all__ = ["matmul", "linear", "scaled_mm", "quantize_fp8", "grouped_mm", "bmm", "batch_invariant", "nn", "patch",
+           "kernels", "MatmulConfig", "plans"]  # fmt: skip
 __version__ = "0.1.0"

@@ -1,0 +1,261 @@
+"""batch_invariant=True: a row's result is the same bits in the full batch, alone, and in any
+sub-batch. Under the interpreter on the CPU (the `tl` class: swap-AB below 129 rows, rung 2
+above); on a GPU the same cases at M up to 8192 (on Hopper the Gluon class, whose tiles change
+with M), and the class's kernels against each other."""
+
+from __future__ import annotations
+
+import importlib.util
+import zlib
+from dataclasses import dataclass
+
+import pytest
+import torch
+from cases import DEVICE, ON_GPU, ON_HOPPER
+
+import tritongemm
+from tritongemm.core.reference import rel_error, tolerance
+from tritongemm.dispatch import invariant
+
+DTYPES = (torch.bfloat16, torch.float16, torch.float32) if ON_GPU else (torch.float16, torch.float32)
+# Batches either side of the class's boundaries: swap-AB's tokens tile (16, 64), SKINNY_M, and on
+# the GPU rung 6's tiles changing with M (TINY to BIG).
+MS = (1, 2, 7, 16, 17, 64, 65, 128, 129, 300) + ((1000, 2048, 4097, 8192) if ON_GPU else ())
+
+
+@dataclass(frozen=True)
+class Shape:
+    N: int
+    K: int
+    layout: str = "nt"  # "nt": b is an (N, K) weight's transpose, as nn.Linear's; "nn": row-major
+
+    def __str__(self) -> str:
+        return f"{self.N}x{self.K}-{self.layout}"
+
+
+# Odd N and K on purpose; on the GPU, a decode weight and a K long enough that `auto` splits it.
+SHAPES = (Shape(96, 200), Shape(33, 77, "nn"), Shape(64, 520)) + (
+    (Shape(4096, 4096), Shape(1000, 3000, "nn"), Shape(4096, 14336)) if ON_GPU else ()
+)
+
+
+def _operands(shape: Shape, M: int, dtype: torch.dtype, seed: str = ""):
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{shape}{M}{dtype}{seed}".encode()))
+    a = torch.randn(M, shape.K, generator=gen).to(DEVICE, dtype)
+    w = torch.randn(shape.N, shape.K, generator=gen).to(DEVICE, dtype)
+    return a, (w.T if shape.layout == "nt" else w.T.contiguous())
+
+
+def _sub_batches(M: int, seed: int) -> list[torch.Tensor]:
+    """Row indices: each row alone (a sample of them past 8), slices at random offsets, and a
+    random subset gathered out of order."""
+    gen = torch.Generator().manual_seed(seed)
+    alone = range(M) if M <= 8 else sorted({0, M - 1, *torch.randint(0, M, (6,), generator=gen).tolist()})
+    picks = [torch.tensor([r]) for r in alone]
+    for _ in range(3):
+        size = int(torch.randint(1, M + 1, (1,), generator=gen))
+        start = int(torch.randint(0, M - size + 1, (1,), generator=gen))
+        picks.append(torch.arange(start, start + size))
+    picks.append(torch.randperm(M, generator=gen)[: max(1, M // 3)])
+    return picks
+
+
+def _assert_rows_invariant(compute, a: torch.Tensor, what: str) -> torch.Tensor:
+    full = compute(a)
+    for rows in _sub_batches(a.shape[0], a.shape[0]):
+        part = compute(a[rows.to(a.device)])
+        same = part == full[rows.to(a.device)]
+        assert same.all(), f"{what}: rows {rows[:8].tolist()}... of {a.shape[0]} differ from the full batch's"
+    return full
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("M", MS)
+def test_matmul_rows_are_the_same_bits_in_any_batch(M, shape, dtype):
+    a, b = _operands(shape, M, dtype)
+    full = _assert_rows_invariant(lambda x: tritongemm.matmul(x, b, batch_invariant=True), a, f"{M} x {shape}")
+    assert rel_error(full, a.double() @ b.double()) <= tolerance(dtype, shape.K)
+
+
+@pytest.mark.parametrize("activation", (None, "gelu", "silu"))
+@pytest.mark.parametrize("M", (1, 17, 129) + ((2048,) if ON_GPU else ()))
+def test_linear_with_bias_and_activation_is_invariant(M, activation):
+    dtype = DTYPES[0]
+    x, wt = _operands(Shape(96, 200), M, dtype, "linear")
+    weight, bias = wt.T, torch.randn(96, generator=torch.Generator().manual_seed(M)).to(DEVICE, dtype)
+    full = _assert_rows_invariant(
+        lambda v: tritongemm.linear(v, weight, bias, activation=activation, batch_invariant=True), x, "linear"
+    )
+    z = x.double() @ weight.double().T + bias.double()
+    ref = {None: z, "gelu": torch.nn.functional.gelu(z), "silu": torch.nn.functional.silu(z)}[activation]
+    assert rel_error(full, ref) <= tolerance(dtype, 200)
+
+
+def test_the_default_auto_is_not_invariant_where_it_splits_k():
+    """What the mode is for: `auto` splits a long K among programs for a single row (swap-AB fills
+    the SMs), so the row alone is added up in another order than in a batch of 300."""
+    a, b = _operands(Shape(32, 2048), 300, torch.float32, "auto")
+    full, alone = tritongemm.matmul(a, b), tritongemm.matmul(a[:1], b)
+    assert not torch.equal(alone, full[:1])
+    assert torch.equal(tritongemm.matmul(a[:1], b, batch_invariant=True),
+                       tritongemm.matmul(a, b, batch_invariant=True)[:1])  # fmt: skip
+
+
+def test_the_plans_never_split_k():
+    a, b = _operands(Shape(32, 2048), 1, torch.float32)
+    info, config, why = invariant.choose(a, b, torch.float32)
+    assert why.startswith("batch_invariant") and (info.name != "swap_ab" or config.split_k == 1)
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, message",
+    [
+        (dict(kernel="grouped"), ValueError, "kernel must be 'auto', but got 'grouped'"),
+        (dict(batch_invariant=1), TypeError, "expected batch_invariant to be a bool"),
+        (
+            dict(
+                config=tritongemm.MatmulConfig(
+                    BLOCK_M=16, BLOCK_N=32, BLOCK_K=32, GROUP_SIZE_M=1, num_warps=4, num_stages=1
+                )
+            ),
+            ValueError,
+            "config must be None",
+        ),  # fmt: skip
+    ],
+)
+def test_bad_arguments_are_named(kwargs, error, message):
+    a, b = _operands(Shape(32, 32), 4, torch.float32)
+    with pytest.raises(error, match=message):
+        tritongemm.matmul(a, b, **({"batch_invariant": True} | kwargs))
+
+
+def test_modules_and_patch_carry_the_mode():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 16)).to(DEVICE)
+    tritongemm.patch(model, batch_invariant=True)
+    assert all(m.batch_invariant for m in model.modules() if isinstance(m, tritongemm.nn.Linear))
+    x = torch.randn(40, 64, device=DEVICE)
+    with torch.no_grad():
+        _assert_rows_invariant(model, x, "a patched MLP")
+    with pytest.raises(ValueError, match="fuse=True's kernels do not yet"):
+        tritongemm.patch(torch.nn.Linear(8, 8), batch_invariant=True, fuse=True)
+    with pytest.raises(ValueError, match="kernel must be 'auto'"):
+        tritongemm.nn.Linear(8, 8, kernel="naive", batch_invariant=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# torch's own operators under the context manager
+# ----------------------------------------------------------------------------------------------
+
+DEVICE_TYPE = DEVICE.type
+
+
+def test_torch_products_and_reductions_are_invariant_inside_and_torchs_outside():
+    gen = torch.Generator().manual_seed(0)
+    x, w, bias = (torch.randn(*s, generator=gen).to(DEVICE) for s in ((9, 5, 64), (48, 64), (48,)))
+    q, k = (torch.randn(9, 4, n, 16, generator=gen).to(DEVICE) for n in (5, 7))
+    x_and_bias = torch.randn(9, 64 + 48, generator=gen).to(DEVICE)  # a row's (M, N) bias travels with it
+    ops = {
+        "linear": (lambda t: torch.nn.functional.linear(t, w, bias), x),
+        "matmul": (lambda t: t @ w.T, x),
+        "addmm, a row bias, beta and alpha": (lambda t: torch.addmm(bias, t, w.T, beta=0.5, alpha=2.0), x[:, 0]),
+        "addmm, an (M, N) bias": (lambda t: torch.addmm(t[:, 64:], t[:, :64], w.T), x_and_bias),
+        "bmm (attention's scores)": (lambda t: t[:, :, :5] @ t[:, :, 5:].transpose(-1, -2), torch.cat([q, k], 2)),
+        "softmax": (lambda t: torch.softmax(t, -1), q),
+        "log_softmax over dim 2": (lambda t: torch.log_softmax(t, 2), q),
+        "mean (an RMSNorm's)": (lambda t: t.pow(2).mean(-1, keepdim=True), x),
+    }
+    results = {}
+    with tritongemm.batch_invariant(DEVICE_TYPE):
+        assert tritongemm.invariant.is_open(DEVICE_TYPE)
+        for name, (op, t) in ops.items():
+            results[name] = _assert_rows_invariant(op, t, name)
+    assert not tritongemm.invariant.is_open(DEVICE_TYPE)
+    for name, (op, t) in ops.items():  # torch's kernels again outside: the same values to rounding
+        assert rel_error(results[name], op(t).double()) < 1e-5, name
+
+
+def test_a_dtype_no_kernel_takes_is_refused_naming_the_operator():
+    a = torch.randn(4, 4, dtype=torch.float64, device=DEVICE)
+    with tritongemm.batch_invariant(DEVICE_TYPE), pytest.raises(RuntimeError, match="aten::mm .* but got float64"):
+        a @ a
+    assert torch.equal(a @ a, torch.mm(a, a))  # restored
+
+
+def test_contexts_nest_and_check_their_device_type():
+    with tritongemm.batch_invariant(DEVICE_TYPE):
+        with tritongemm.batch_invariant(DEVICE_TYPE):
+            pass
+        assert tritongemm.invariant.is_open(DEVICE_TYPE)
+    assert not tritongemm.invariant.is_open(DEVICE_TYPE)
+    with pytest.raises(ValueError, match="expected device_type to be one of"):
+        with tritongemm.batch_invariant("mps"):
+            pass
+
+
+needs_transformers = pytest.mark.skipif(
+    importlib.util.find_spec("transformers") is None, reason="builds a transformers model"
+)
+
+
+@needs_transformers
+def test_a_transformers_model_gives_a_sequence_the_same_logits_alone_and_in_a_batch():
+    """Llama with eager attention under the context manager: the prefill's logits and each decode
+    step's for a sequence alone equal its row in a batch of 8, and so do the greedy tokens."""
+    import transformers
+
+    torch.manual_seed(0)
+    dims = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2)
+    if ON_GPU:
+        dims = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=16, num_key_value_heads=8)
+    config = transformers.LlamaConfig(vocab_size=96, num_hidden_layers=2, **dims, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).to(DEVICE).eval()
+    prompts = torch.randint(0, 96, (8, 12), generator=torch.Generator().manual_seed(1)).to(DEVICE)
+
+    def decode(ids, steps=3):
+        cache = transformers.DynamicCache(config=config)
+        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
+        logits = [out.logits]
+        for _ in range(steps):
+            nxt = out.logits[:, -1:].argmax(-1)
+            out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
+            logits.append(out.logits)
+        return logits
+
+    with torch.inference_mode(), tritongemm.batch_invariant(DEVICE_TYPE):
+        batch = decode(prompts)
+        for row in (0, 5):
+            alone = decode(prompts[row : row + 1])
+            for step, (a, b) in enumerate(zip(alone, batch)):
+                assert torch.equal(a[0], b[row]), f"sequence {row}, step {step}: logits differ"
+    reference = decode(prompts)  # torch's kernels: the same values to rounding
+    assert rel_error(batch[0], reference[0].double()) < 1e-3
+
+
+# ----------------------------------------------------------------------------------------------
+# The GPU: the classes' kernels against each other
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not ON_HOPPER, reason="the Gluon class is Hopper's (WGMMA)")
+@pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
+def test_rung_6s_tiles_agree_bit_for_bit(dtype):
+    """The Gluon class's claim: rung 6 on any of its tiles gives the same bits (so the rules may
+    change the tile with M)."""
+    from tritongemm.dispatch import tiles
+
+    a, b = _operands(Shape(4096, 4096), 1024, dtype, "tiles")
+    results = {t.short(): tritongemm.matmul(a, b, kernel="tma_persistent_pipelined", config=t) for t in tiles.TILES}
+    first = next(iter(results.values()))
+    assert all(torch.equal(r, first) for r in results.values()), list(results)
+
+
+def test_the_mode_survives_torch_compile_and_autograd():
+    """Under torch.compile the call becomes tritongemm's operator with the mode as its kernel, and
+    the backward's GEMMs take the mode too."""
+    a, b = _operands(Shape(48, 96), 40, torch.float32, "compile")
+    compiled = torch.compile(lambda x: tritongemm.matmul(x, b, batch_invariant=True), fullgraph=True)
+    assert torch.equal(compiled(a[:3]), tritongemm.matmul(a, b, batch_invariant=True)[:3])
+    x = a.clone().requires_grad_()
+    tritongemm.matmul(x, b, batch_invariant=True).sum().backward()
+    assert rel_error(x.grad, torch.ones(40, 48, dtype=torch.float64, device=DEVICE) @ b.double().T) < 1e-5
