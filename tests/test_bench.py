@@ -26,6 +26,7 @@ def test_suites_cover_what_the_seeds_measured():
         "group",
         "llm",
         "decode-m",
+        "invariant",
         "auto",
         "auto-transposed",
         "backward",
@@ -127,6 +128,19 @@ def test_run_writes_schema_and_plot(tmp_path):
     data = json.loads((tmp_path / "smoke.json").read_text())
     assert {"device", "torch", "triton", "date"} <= set(data["environment"])
     assert (tmp_path / "smoke.png").stat().st_size > 10_000
+
+
+def test_the_invariant_suite_times_the_mode_beside_auto_and_cublas(tmp_path):
+    """bench invariant: batch_invariant's policy is a provider like "auto", its row's config the plan it chose."""
+    from tritongemm.bench.suites import SUITES
+    from tritongemm.core.registry import BATCH_INVARIANT
+
+    suite = SUITES["invariant"]
+    assert {p.M for p in suite.problems} == {1, 16, 64, 128, 512, 2048, 8192} and suite.kernels[-1] == BATCH_INVARIANT
+    rows = run_bench(shapes="48,40,80", dtypes=("float16",), kernels=suite.kernels, out_dir=None, progress=False)
+    invariant = [r for r in rows if r.kernel == BATCH_INVARIANT]
+    assert {r.kernel for r in rows} == {"cublas", "auto", BATCH_INVARIANT} and all(r.status == "ok" for r in rows)
+    assert invariant and all(r.config.startswith(("swap_ab", "grouped", "tma_persistent_pipelined")) for r in invariant)
 
 
 def test_ratio_plot_is_written(tmp_path):

@@ -155,7 +155,7 @@ def _plan(suite, shapes, dtypes, kernels, layout, on_gpu) -> _Plan:
     unknown = [d for d in dtypes or () if d not in DTYPES]
     if unknown:
         raise ValueError(f"bench: --dtypes: expected names from {', '.join(DTYPES)}, but got {unknown[0]!r}")
-    names = ["auto", *(k.name for k in registry.all_kernels("matmul"))] if kernels else []
+    names = [*registry.POLICIES, *(k.name for k in registry.all_kernels("matmul"))] if kernels else []
     unknown = [k for k in kernels or () if k not in names]
     if unknown:
         raise ValueError(f"bench: --kernels: expected names from {', '.join(names)}, but got {unknown[0]!r}")
@@ -185,7 +185,7 @@ def _cpu_plan(suite, shapes, dtypes, kernels, layout) -> _Plan:
             "bit patterns (relative error ~1e10); give float16 or float32 here, or run bfloat16 on a CUDA GPU"
         )
     for name in kernels or ():
-        if name == "auto":
+        if name in registry.POLICIES:
             continue
         reason = registry.get(name).unavailable_reason(torch.device("cpu"))
         if reason:
@@ -213,14 +213,16 @@ def _providers(plan: _Plan, problem: Problem, matmul, eager: bool) -> list:
     runnable = runnable_kernels(getattr(torch, problem.dtype), device, plan.kernels)
     providers = [("cublas", "torch.matmul", provider(torch.matmul, eager))]
     for kernel, config in itertools.product(runnable, plan.configs or (None,)):
-        label = config.short() if config else _auto_choice(problem, device) if kernel == "auto" else None
+        label = (
+            config.short() if config else _auto_choice(problem, device, kernel) if kernel in registry.POLICIES else None
+        )
         label = label or f"default {_config_label(registry.get(kernel), problem, device)}"
         providers.append((kernel, label, provider(matmul, eager, kernel=kernel, config=config)))
     return providers
 
 
-def _auto_choice(problem: Problem, device) -> str:
-    """What kernel="auto" runs for the problem, as '<kernel> <config>', for the row's config column
+def _auto_choice(problem: Problem, device, policy: str = "auto") -> str:
+    """What kernel="auto" (or another policy) runs for the problem, as '<kernel> <config>', for the row's config column
     (from unfilled operands laid out as measure.operand lays them out)."""
     # Lazy: dispatch loads the ladder (Triton), and the CLI imports this module before it sets TRITON_INTERPRET.
     from tritongemm import dispatch
@@ -229,7 +231,7 @@ def _auto_choice(problem: Problem, device) -> str:
 
     a = unfilled_operand(problem.M, problem.K, problem.layout[0] == "t", dtype, device)
     b = unfilled_operand(problem.K, problem.N, problem.layout[1] == "t", dtype, device)
-    info, config, _ = dispatch.choose("auto", None, a, b, dtype)
+    info, config, _ = dispatch.choose(policy, None, a, b, dtype)
     if config is None:
         return f"{info.name} {_config_label(info, problem, device)}"
     return f"{info.name} {config.short() if hasattr(config, 'short') else config}"

@@ -131,11 +131,11 @@ def _batch(fn: Callable[[], None], n: int, sync: Callable[[], None]) -> float:
 
 def runnable_kernels(dtype: torch.dtype, device, names=None) -> list[str]:
     """The kernels among `names` (default: all, in ladder order) that run `dtype` on `device`;
-    "auto" where any of them does."""
+    "auto" (or batch_invariant's policy) where any of them does."""
     names = names or [k.name for k in registry.all_kernels("matmul") if not k.experimental]
     device = torch.device(device)
     runs = {k.name for k in registry.all_kernels("matmul") if k.available_on(device) and dtype in k.dtypes_on(device)}
-    return [n for n in names if n in runs or (n == "auto" and runs)]
+    return [n for n in names if n in runs or (n in registry.POLICIES and runs)]
 
 
 def wants_graph(problem: Problem) -> bool:

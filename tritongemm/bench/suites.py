@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tritongemm.core.config import MatmulConfig
+from tritongemm.core.registry import BATCH_INVARIANT
 
 LAYOUTS = ("nn", "nt", "tn", "tt")  # n: operand stored as its shape says; t: a transposed view
 
@@ -111,6 +112,8 @@ BACKWARD_PROBLEMS = tuple(
 # A decode step's GEMMs (issue 67): M = the sequences in flight, 1 to 256, on Llama-3-8B's layer
 # weights (NT, as nn.Linear stores them), where each GEMM reads its whole weight for a few rows.
 DECODE_TOKENS = (1, 2, 4, 8, 16, 32, 64, 128, 192, 256)
+# batch_invariant's suite: the issue's M, decode to prefill.
+INVARIANT_TOKENS = (1, 16, 64, 128, 512, 2048, 8192)
 
 GROUPED_KERNELS = ("grouped", "persistent", "tma_persistent", "tma_persistent_pipelined")
 
@@ -162,6 +165,13 @@ SUITES = {
             "kernel='auto' at every decode M from 1 to 256 on Llama-3-8B's layer weights (NT), fp16 and bf16",
             problems([(m, n, k) for m in DECODE_TOKENS for n, k in LLM_WEIGHTS], HALF, layout="nt"),
             kernels=("auto",),
+        ),
+        Suite(
+            "invariant",
+            "batch_invariant=True against kernel='auto' and cuBLAS on Llama-3-8B's layer weights (NT), M = 1 to 8192,"
+            " fp16 and bf16",
+            problems([(m, n, k) for m in INVARIANT_TOKENS for n, k in LLM_WEIGHTS], HALF, layout="nt"),
+            kernels=("auto", BATCH_INVARIANT),
         ),
         Suite(
             "auto",

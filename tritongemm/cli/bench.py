@@ -133,7 +133,7 @@ def _check_kernel_family(suite: str | None, kernels: tuple[str, ...]) -> None:
     """bench fp8 times scaled_mm's kernels, the others matmul's: a name of the other family is a mistake."""
     family = "scaled_mm" if suite == "fp8" else "matmul"
     theirs = [k.name for k in registry.all_kernels(family)]
-    wrong = [k for k in kernels if k != "auto" and k not in theirs]
+    wrong = [k for k in kernels if k not in registry.POLICIES and k not in theirs]
     if wrong:
         raise ValueError(
             f"bench {suite or '--shapes'}: --kernels {wrong[0]} is not a {family} kernel: expected names from "
