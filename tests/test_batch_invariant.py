@@ -259,3 +259,35 @@ def test_the_mode_survives_torch_compile_and_autograd():
     x = a.clone().requires_grad_()
     tritongemm.matmul(x, b, batch_invariant=True).sum().backward()
     assert rel_error(x.grad, torch.ones(40, 48, dtype=torch.float64, device=DEVICE) @ b.double().T) < 1e-5
+
+
+# ----------------------------------------------------------------------------------------------
+# fp8: scaled_mm with row-wise scales (a row's scale is its own, so the row is its own business)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("M", (1, 16, 17, 65, 129) + ((2048, 8192) if ON_GPU else ()))
+def test_scaled_mm_rowwise_rows_are_the_same_bits_in_any_batch(M):
+    gen = torch.Generator().manual_seed(M)
+    x = torch.randn(M, 256, generator=gen).to(DEVICE)
+    w = torch.randn(4096 if ON_GPU else 96, 256, generator=gen).to(DEVICE)
+    wq, sw = tritongemm.quantize_fp8(w, "row")
+    out_dtype = torch.bfloat16 if ON_GPU else torch.float32
+
+    def compute(rows):
+        xq, sx = tritongemm.quantize_fp8(rows, "row")
+        return tritongemm.scaled_mm(xq, wq.T, sx, sw.T, out_dtype=out_dtype, batch_invariant=True)
+
+    full = _assert_rows_invariant(compute, x, f"scaled_mm {M}")
+    from tritongemm.fp8.recipes import reference_quantize, reference_scaled_mm
+
+    xq, sx = reference_quantize(x, "row")
+    ref = reference_scaled_mm(xq, wq.T, sx, sw.T, None, out_dtype=torch.float64)
+    assert rel_error(full, ref) < 1e-2
+
+
+def test_scaled_mm_refuses_a_config_with_the_mode():
+    xq, sx = tritongemm.quantize_fp8(torch.randn(4, 128, device=DEVICE), "row")
+    config = tritongemm.MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
+    with pytest.raises(ValueError, match="config must be None"):
+        tritongemm.scaled_mm(xq, xq.T, sx, sx.T, batch_invariant=True, config=config)

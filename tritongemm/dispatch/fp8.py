@@ -95,6 +95,33 @@ _ONE_TILE_MAX_K = 4096
 _BLOCK_GLUON_FROM_WEIGHT = 1 << 25  # N * K: 28672 x 4096 and 4096 x 14336 take fp8_block at M <= 64
 
 
+# batch_invariant=True's choice (dispatch/invariant.py says why K is never split): on Hopper, with
+# operands TMA takes, the persistent Gluon rung of the recipe at every M, on the tile `auto`'s
+# `_filling_tile` gives (fp8 WGMMA's 32-deep steps in K order, the scales in the epilogue, or for
+# block scales each 128-deep block promoted into an fp32 total, whatever the tile); elsewhere the
+# `tl` rung on one tile for every M. Not fp8_swap_ab (another kernel's arithmetic at M <= 16) nor
+# `auto`'s tl tiles at M <= 64.
+_INVARIANT_TL_TILE = _BLOCK_TL
+
+
+def choose_invariant(a, b, c, recipe: str) -> tuple[str, MatmulConfig, str]:
+    """(kernel, config, why) for scaled_mm's batch_invariant=True."""
+    M, N = c.shape
+    if a.device.type != "cuda":
+        return (
+            "fp8_grouped",
+            default_config(recipe, M, N, a.shape[1], a.device, "fp8_grouped"),
+            "the interpreter's tile",
+        )
+    hopper = device_info.capability(a.device) == (9, 0)
+    if hopper and fp8_tma.unsupported_reason(a, b, c, recipe) is None:
+        sms = device_info.sm_count(a.device)
+        if recipe == "block":
+            return "fp8_block", _filling_tile(fp8_block.TILES, M, N, sms), "the block-scaled Gluon rung, K whole"
+        return "fp8_ws", _filling_tile(fp8_ws.TILES, M, N, sms), "the warp-specialized Gluon rung, K whole"
+    return "fp8_grouped", _INVARIANT_TL_TILE, "the `tl` rung on one tile for every M"
+
+
 def choose(a, b, c, recipe: str) -> tuple[str, MatmulConfig | None]:
     """(kernel, config) for scaled_mm's "auto": the measured choice above, by M and what the GPU has."""
     return _decide(a, b, c, recipe)[:2]

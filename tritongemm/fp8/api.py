@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from tritongemm.core.checks import invariant_kernel
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
@@ -51,6 +52,7 @@ def scaled_mm(
     alpha: float = 1.0,
     kernel: str = "auto",
     config: MatmulConfig | None = None,
+    batch_invariant: bool = False,
 ) -> torch.Tensor:
     """activation(alpha * (scale_a a) @ (scale_b b) + bias) + residual, accumulated in fp32 and
     rounded once to out_dtype, as `torch._scaled_mm` takes its operands.
@@ -74,7 +76,13 @@ def scaled_mm(
             192 columns, odd_width.py's); config: a MatmulConfig for it
             (BLOCK_K = 128 under block scales), None for the default; with "auto" it takes the
             `tl` rung.
+        batch_invariant: each row of the result the same bits whatever the other rows of a are
+            (kernel "auto" and config None only): K unsplit, one kernel class for every M
+            (dispatch/fp8.py `choose_invariant`). The scales are the caller's: a row-wise
+            recipe's row scale depends on that row alone, a tensor-wise one on the whole batch.
     """
+    if batch_invariant is not False:
+        kernel = invariant_kernel(kernel, batch_invariant, "scaled_mm")
     key = _scaled_mm_key(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
     call = planned(
         key,

@@ -16,6 +16,7 @@ import tritongemm.fp8.ws as fp8_ws
 from tritongemm.core import device_info, registry
 from tritongemm.core.config import MatmulConfig
 from tritongemm.core.epilogue import Epilogue, activate_torch
+from tritongemm.core.registry import BATCH_INVARIANT
 from tritongemm.dispatch import fp8 as choice
 from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
 from tritongemm.fp8.tl import _absmax_kernel, _quantize_kernel, _scaled_mm_kernel
@@ -120,8 +121,11 @@ def scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     """`call(a, b, scale_a, scale_b, bias, residual) -> c` for tensors like these (every fact of
     `tensor_facts`), checked, chosen and compiled once."""
     recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
-    if kernel not in KERNELS:
+    if kernel not in KERNELS and kernel != BATCH_INVARIANT:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
+    if kernel == BATCH_INVARIANT and config is not None:
+        raise ValueError(f"scaled_mm: batch_invariant=True chooses its own tiles, so config must be None, but got "
+                         f"{config.short() if isinstance(config, MatmulConfig) else config!r}")  # fmt: skip
     if kernel == "fp8_odd_width" and recipe == "block":
         raise ValueError(
             "scaled_mm: kernel 'fp8_odd_width' takes tensor- or row-wise scales (its tiles' parts would cut "
@@ -150,6 +154,8 @@ def scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     c = torch.empty((M, N), dtype=out_dtype, device=a.device)  # this call's, to plan on
     if kernel == "auto":
         kernel, config = choice.choose(a, b, c, recipe) if config is None else ("fp8_grouped", config)
+    elif kernel == BATCH_INVARIANT:
+        kernel, config, _ = choice.choose_invariant(a, b, c, recipe)
     config = config or choice.default_config(recipe, M, N, K, a.device, kernel)
     fixed = spec.fixed_args(residual)
     if kernel in GLUON_KERNELS:
