@@ -291,3 +291,45 @@ def test_scaled_mm_refuses_a_config_with_the_mode():
     config = tritongemm.MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
     with pytest.raises(ValueError, match="config must be None"):
         tritongemm.scaled_mm(xq, xq.T, sx, sx.T, batch_invariant=True, config=config)
+
+
+# ----------------------------------------------------------------------------------------------
+# grouped_mm: an expert's rows whatever the other experts got
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("glu", (None, "silu"))
+@pytest.mark.parametrize("counts", [(3, 0, 17, 1), (40, 1, 2, 300)] + ([(1, 2048, 5, 8192)] if ON_GPU else []))
+def test_grouped_rows_are_the_same_bits_whatever_the_other_groups_hold(counts, glu):
+    """Group 0's rows against the same rows with the other groups' counts changed (emptied, grown,
+    shrunk), and alone; and against the fp64 product."""
+    dtype = DTYPES[0]
+    G, K, N = len(counts), 72, 96
+    gen = torch.Generator().manual_seed(sum(counts))
+    experts = torch.randn(G, N, K, generator=gen).to(DEVICE, dtype).transpose(1, 2)  # MoE weights, read transposed
+    rows = torch.randn(3 * sum(counts) + G, K, generator=gen).to(DEVICE, dtype)
+
+    def group0(other_counts):
+        c = (counts[0], *other_counts)
+        offs = torch.tensor(c, device=DEVICE).cumsum(0).to(torch.int32)
+        out = tritongemm.grouped_mm(rows[: sum(c)], experts, offs, glu=glu, batch_invariant=True)
+        return out[: counts[0]]
+
+    first = group0(counts[1:])
+    for others in ((0,) * (G - 1), tuple(n * 2 + 1 for n in counts[1:]), tuple(n // 3 for n in counts[1:])):
+        assert torch.equal(group0(others), first), others
+    z = rows[: counts[0]].double() @ experts[0].double()
+    if glu:
+        gate, up = z.chunk(2, dim=-1)
+        z = torch.nn.functional.silu(gate) * up
+    assert rel_error(first, z) <= tolerance(dtype, K) * 4
+
+
+def test_grouped_mode_refuses_autograd_and_a_non_bool():
+    a = torch.randn(4, 8, device=DEVICE, requires_grad=True)
+    b = torch.randn(2, 8, 8, device=DEVICE)
+    offs = torch.tensor([2, 4], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(RuntimeError, match="eager inference only"):
+        tritongemm.grouped_mm(a, b, offs, batch_invariant=True)
+    with pytest.raises(TypeError, match="expected batch_invariant to be a bool"):
+        tritongemm.grouped_mm(a.detach(), b, offs, batch_invariant="yes")

@@ -45,6 +45,20 @@ def tile(rows: int, groups: int, on_cpu: bool, glu: str | None, itemsize: int) -
     return _for_itemsize(tile, itemsize)
 
 
+def invariant_tile(on_cpu: bool, glu: str | None, itemsize: int) -> dict:
+    """batch_invariant=True's tile: the `tl` kernel on one tile whatever the groups' sizes (where
+    `tile` and the Gluon kernels follow their mean, so an expert's rows would be summed by another
+    kernel when the other experts' counts change). The small tile, decode's: on the H100 it ran
+    1.06-1.67x torch._grouped_mm at a few rows a group and 0.78-1.06x (against the large tile's
+    0.91-1.16x) at prefill's hundreds (the notes on _GPU_TILES)."""
+    if on_cpu:
+        return _CPU_TILE
+    tile = dict(_GPU_TILES["small"])
+    if glu:
+        tile["BLOCK_N"] = min(tile["BLOCK_N"], 128)
+    return _for_itemsize(tile, itemsize)
+
+
 def _for_itemsize(tile: dict, itemsize: int) -> dict:
     """`tile` (for 16-bit operands) for operands of `itemsize` bytes: 4-byte ones take half the
     K-step, so that the ring of stages keeps the shared memory of 16-bit ones."""

@@ -25,14 +25,35 @@ from tritongemm.core.registry import dtype_name
 
 
 def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = None, *, out_dtype=None,
-               glu: str | None = None) -> torch.Tensor:  # fmt: skip
+               glu: str | None = None, batch_invariant: bool = False) -> torch.Tensor:  # fmt: skip
     """The grouped product of the three forms above, accumulated in fp32. float16, bfloat16 or
     float32 operands (one dtype); `out_dtype` None (a's) or float32. Differentiable in a and b.
 
     `glu` ("silu": SwiGLU, "gelu", "gelu_tanh": GeGLU), row-group form only: b's 2N columns are
     [gate; up] and the result (M, N) is glu(a @ gate) * (a @ up), computed in the kernel's
-    epilogue (an MoE expert's gate and up projections in one grouped GEMM)."""
+    epilogue (an MoE expert's gate and up projections in one grouped GEMM).
+
+    `batch_invariant=True`: a row's result the same bits whatever the groups' sizes (how many rows
+    the other experts got): one kernel on one tile for every problem (dispatch/grouped.py
+    `invariant_tile`). Eager inference only so far: with autograd recording or under
+    torch.compile it is refused."""
+    if batch_invariant is not False:
+        return _invariant(a, b, offs, out_dtype, glu, batch_invariant)
     return grouped_mm_of_counts(a, b, offs, out_dtype, glu, offs_from_counts=False)
+
+
+def _invariant(a, b, offs, out_dtype, glu, batch_invariant) -> torch.Tensor:
+    """grouped_mm's batch_invariant=True: checked as grouped_mm checks, then the invariant plan."""
+    if batch_invariant is not True:
+        raise TypeError(f"grouped_mm: expected batch_invariant to be a bool, but got {batch_invariant!r}")
+    form = check_grouped(a, b, offs, out_dtype)
+    _check_glu(glu, form, a, b)
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
+        raise RuntimeError("grouped_mm: batch_invariant=True computes eager inference only so far; call it under "
+                           "torch.no_grad() and outside torch.compile")  # fmt: skip
+    if form != "batched":
+        _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
+    return direct(a, b, offs, out_dtype, glu, invariant=True)
 
 
 def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) -> torch.Tensor:
@@ -41,11 +62,7 @@ def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) 
     construction: its values are not checked again. That check is about 8 small kernels, a
     quarter of the experts' host time in a decode step (scripts/probes/model/decode_probe.py on the H100)."""
     form = check_grouped(a, b, offs, out_dtype)
-    if glu is not None and (glu not in GLU_ACTIVATIONS or form != "m" or b.shape[2] % 2):
-        raise ValueError(
-            f"grouped_mm: glu takes one of {GLU_ACTIVATIONS}, for a 2-D a and a 3-D b of an even number of columns "
-            f"([gate; up]), but got glu={glu!r} with shapes {tuple(a.shape)} and {tuple(b.shape)}"
-        )
+    _check_glu(glu, form, a, b)
     if form != "batched" and not offs_from_counts:
         _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
     records = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
@@ -70,14 +87,15 @@ def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) 
     return _GroupedPair.apply(a, b, offs, out_dtype, glu)
 
 
-def direct(a, b, offs, out_dtype, glu) -> torch.Tensor:
-    """grouped_mm on checked arguments, without autograd: the operator's implementation."""
+def direct(a, b, offs, out_dtype, glu, invariant: bool = False) -> torch.Tensor:
+    """grouped_mm on checked arguments, without autograd: the operator's implementation
+    (`invariant`: batch_invariant=True's plan)."""
     out_dtype = out_dtype or a.dtype
     if a.dim() == 3:
         G, M, K = a.shape
         ends = torch.arange(1, G + 1, dtype=torch.int32, device=a.device) * M
-        return _launch(a.reshape(G * M, K), b, ends, out_dtype, "m").view(G, M, b.shape[2])
-    return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu)
+        return _launch(a.reshape(G * M, K), b, ends, out_dtype, "m", invariant=invariant).view(G, M, b.shape[2])
+    return _launch(a, b, offs, out_dtype, "m" if b.dim() == 3 else "k", glu, invariant=invariant)
 
 
 def output_shape(a, b, offs, glu) -> tuple[int, ...]:
@@ -89,12 +107,13 @@ def output_shape(a, b, offs, glu) -> tuple[int, ...]:
     return (offs.shape[0], a.shape[0], b.shape[1])
 
 
-def bmm(a: torch.Tensor, b: torch.Tensor, *, out_dtype=None) -> torch.Tensor:
-    """a (G, M, K) @ b (G, K, N) -> (G, M, N): `grouped_mm`'s batched form."""
+def bmm(a: torch.Tensor, b: torch.Tensor, *, out_dtype=None, batch_invariant: bool = False) -> torch.Tensor:
+    """a (G, M, K) @ b (G, K, N) -> (G, M, N): `grouped_mm`'s batched form (`batch_invariant`: as
+    grouped_mm's, a matrix's result whatever G and the others are)."""
     if not (isinstance(a, torch.Tensor) and a.dim() == 3 and isinstance(b, torch.Tensor) and b.dim() == 3):
         shapes = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__ for t in (a, b)]
         raise ValueError(f"bmm: expected a (G, M, K) and b (G, K, N), but got {shapes[0]} and {shapes[1]}")
-    return grouped_mm(a, b, out_dtype=out_dtype)
+    return grouped_mm(a, b, out_dtype=out_dtype, batch_invariant=batch_invariant)
 
 
 def check_grouped(a, b, offs, out_dtype) -> str:
@@ -145,6 +164,14 @@ def check_grouped(a, b, offs, out_dtype) -> str:
         allowed = "None or float32" if a.dtype == torch.float32 else f"None, {dtype_name(a.dtype)} or float32"
         raise TypeError(f"grouped_mm: expected out_dtype {allowed}, but got {out_dtype}")
     return form
+
+
+def _check_glu(glu, form: str, a, b) -> None:
+    if glu is not None and (glu not in GLU_ACTIVATIONS or form != "m" or b.shape[2] % 2):
+        raise ValueError(
+            f"grouped_mm: glu takes one of {GLU_ACTIVATIONS}, for a 2-D a and a 3-D b of an even number of columns "
+            f"([gate; up]), but got glu={glu!r} with shapes {tuple(a.shape)} and {tuple(b.shape)}"
+        )
 
 
 def _check_offsets(offs: torch.Tensor, length: int) -> None:
@@ -267,15 +294,16 @@ def _glu_backward(grad: torch.Tensor, gate_up: torch.Tensor, activation: str) ->
     return torch.cat([activation_backward(grad * up, gate, activation), grad * activate_torch(gate, activation)], -1)
 
 
-def _launch(a, b, offs, out_dtype, form, glu=None, tile=None) -> torch.Tensor:
+def _launch(a, b, offs, out_dtype, form, glu=None, tile=None, invariant: bool = False) -> torch.Tensor:
     """The kernel of `form` on checked operands (tl.py), into a new output. The hot path: a
     plan per problem (every fact `_plan` reads in its key), built and compiled once, kept in
     core.plans.PLANS with linear's (bounded, thread-safe); later calls allocate and launch. `tile`
     replaces the dispatch's choice, unplanned (scripts/probes/grouped/grouped_configs.py sweeps it)."""
     if tile is not None:
         return _build().grouped_call(a, b, offs, out_dtype, form, glu, tile)(a, b, offs)
-    key = ("grouped_mm", form, glu, out_dtype, tensor_facts(a), tensor_facts(b), tensor_facts(offs), allow_tf32())
-    call = planned(key, lambda: _build().grouped_call(a, b, offs, out_dtype, form, glu, None))
+    key = ("grouped_mm", form, glu, out_dtype, tensor_facts(a), tensor_facts(b), tensor_facts(offs), allow_tf32(),
+           invariant)  # fmt: skip
+    call = planned(key, lambda: _build().grouped_call(a, b, offs, out_dtype, form, glu, None, invariant=invariant))
     return call(a, b, offs)
 
 

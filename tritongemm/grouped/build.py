@@ -15,11 +15,13 @@ from tritongemm.primitives.launch import compile_launch
 from tritongemm.primitives.tl.host import input_precision, sm_count
 
 
-def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False):
+def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, invariant: bool = False):
     """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled.
     `whole` (row groups, b of one group): offs is None and not read, the one group all of a's rows
-    (`dense_pair_plan`)."""
+    (`dense_pair_plan`). `invariant`: batch_invariant=True's one tile, on the `tl` kernel."""
     on_cpu = a.device.type == "cpu"
+    if invariant:
+        tile = choice.invariant_tile(on_cpu, glu, a.element_size())
     chosen = tile
     G = b.shape[0] if form == "m" else offs.shape[0]
     tile = tile or choice.tile(a.shape[0] if form == "m" else a.shape[1], G, on_cpu, glu, a.element_size())
