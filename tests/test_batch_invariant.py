@@ -137,8 +137,10 @@ def test_modules_and_patch_carry_the_mode():
     x = torch.randn(40, 64, device=DEVICE)
     with torch.no_grad():
         _assert_rows_invariant(model, x, "a patched MLP")
-    with pytest.raises(ValueError, match="fuse=True's kernels do not yet"):
+    with pytest.raises(ValueError, match="fuse=True's kernels cannot be batch-invariant yet"):
         tritongemm.patch(torch.nn.Linear(8, 8), batch_invariant=True, fuse=True)
+    with pytest.raises(ValueError, match="fp8='tensor', whose input scale is the whole batch's absmax"):
+        tritongemm.patch(torch.nn.Linear(128, 8), batch_invariant=True, fp8="tensor")
     with pytest.raises(ValueError, match="kernel must be 'auto'"):
         tritongemm.nn.Linear(8, 8, kernel="naive", batch_invariant=True)
 
@@ -286,6 +288,16 @@ def test_scaled_mm_rowwise_rows_are_the_same_bits_in_any_batch(M):
     assert rel_error(full, ref) < 1e-2
 
 
+@pytest.mark.parametrize("recipe", ("row", "block"))
+def test_an_fp8_patched_model_is_invariant(recipe):
+    model = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).to(DEVICE)
+    tritongemm.patch(model, fp8=recipe, batch_invariant=True)
+    layers = [m for m in model.modules() if isinstance(m, tritongemm.nn.Fp8Linear)]
+    assert len(layers) == 2 and all(m.batch_invariant for m in layers)
+    with torch.no_grad():
+        _assert_rows_invariant(model, torch.randn(70, 256, device=DEVICE), f"an fp8 {recipe}-wise MLP")
+
+
 def test_scaled_mm_refuses_a_config_with_the_mode():
     xq, sx = tritongemm.quantize_fp8(torch.randn(4, 128, device=DEVICE), "row")
     config = tritongemm.MatmulConfig(BLOCK_M=16, BLOCK_N=32, BLOCK_K=128, GROUP_SIZE_M=1, num_warps=4, num_stages=1)
@@ -333,3 +345,21 @@ def test_grouped_mode_refuses_autograd_and_a_non_bool():
         tritongemm.grouped_mm(a, b, offs, batch_invariant=True)
     with pytest.raises(TypeError, match="expected batch_invariant to be a bool"):
         tritongemm.grouped_mm(a.detach(), b, offs, batch_invariant="yes")
+
+
+def test_a_named_recipe_must_fit_the_scales():
+    """`recipe=` settles one-element scales (block-wise at M = 1, K = 128, N <= 128); it may not
+    rename scales whose shapes say another recipe."""
+    x = torch.randn(1, 128, device=DEVICE)
+    xq, sx = tritongemm.quantize_fp8(x, "block")
+    wq, sw = tritongemm.quantize_fp8(torch.randn(64, 128, device=DEVICE), "block", block=(128, 128))
+    out = torch.float32 if not ON_GPU else torch.bfloat16
+    as_block = tritongemm.scaled_mm(xq, wq.T, sx, sw, out_dtype=out, recipe="block", batch_invariant=True)
+    bq, bs = tritongemm.quantize_fp8(torch.cat([x, torch.randn(9, 128, device=DEVICE)]), "block")
+    batch = tritongemm.scaled_mm(bq, wq.T, bs, sw, out_dtype=out, batch_invariant=True)
+    assert torch.equal(as_block, batch[:1])
+    rq, rs = tritongemm.quantize_fp8(torch.randn(8, 128, device=DEVICE), "row")
+    with pytest.raises(ValueError, match="recipe='block' was given, but .* are row-wise scales"):
+        tritongemm.scaled_mm(rq, wq.T, rs, torch.ones(1, 64, device=DEVICE), recipe="block")
+    with pytest.raises(ValueError, match="expected recipe to be None or one of"):
+        tritongemm.scaled_mm(xq, wq.T, sx, sw, recipe="blockwise")

@@ -53,6 +53,7 @@ def scaled_mm(
     kernel: str = "auto",
     config: MatmulConfig | None = None,
     batch_invariant: bool = False,
+    recipe: str | None = None,
 ) -> torch.Tensor:
     """activation(alpha * (scale_a a) @ (scale_b b) + bias) + residual, accumulated in fp32 and
     rounded once to out_dtype, as `torch._scaled_mm` takes its operands.
@@ -80,13 +81,20 @@ def scaled_mm(
             (kernel "auto" and config None only): K unsplit, one kernel class for every M
             (dispatch/fp8.py `choose_invariant`). The scales are the caller's: a row-wise
             recipe's row scale depends on that row alone, a tensor-wise one on the whole batch.
+        recipe: the recipe the scales follow, or None to read it from their shapes. Where both
+            are one element, which reads as tensor-wise, a block-wise call (K = 128, N <= 128) or
+            a row-wise one (N = 1) at M = 1 names its own here, so that its rows are computed
+            as they are in a batch (batch_invariant=True; `Fp8Linear` does).
     """
     if batch_invariant is not False:
         kernel = invariant_kernel(kernel, batch_invariant, "scaled_mm")
     key = _scaled_mm_key(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
+    key = key if key is None or recipe is None else (*key, recipe)
     call = planned(
         key,
-        lambda: plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config),
+        lambda: plan_scaled_mm(
+            a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config, recipe
+        ),  # fmt: skip
     )
     return call(a, b, scale_a, scale_b, bias, residual)
 
@@ -97,10 +105,11 @@ def plan_quantize(x, recipe, block=None, dtype=torch.float8_e4m3fn):
     return _build().quantize_call(x, recipe, block, dtype)
 
 
-def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config):
+def plan_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config, recipe=None):
     """`call(a, b, scale_a, scale_b, bias, residual) -> c` for tensors like these (every fact of
     `tensor_facts`), checked, chosen and compiled once (fp8/build.py)."""
-    return _build().scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config)
+    return _build().scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config,
+                                   recipe)  # fmt: skip
 
 
 def _build():

@@ -18,7 +18,16 @@ from tritongemm.core.config import MatmulConfig
 from tritongemm.core.epilogue import Epilogue, activate_torch
 from tritongemm.core.registry import BATCH_INVARIANT
 from tritongemm.dispatch import fp8 as choice
-from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, check_quantize, check_scaled_mm, fp8_format, fp8_max, scale_shape
+from tritongemm.fp8.recipes import (
+    SCALE_BLOCK,
+    TINY,
+    check_quantize,
+    check_scaled_mm,
+    fp8_format,
+    fp8_max,
+    given_recipe,
+    scale_shape,
+)
 from tritongemm.fp8.tl import _absmax_kernel, _quantize_kernel, _scaled_mm_kernel
 from tritongemm.ladder.swap_ab import transposed_alignment
 from tritongemm.primitives.launch import compile_launch
@@ -117,10 +126,11 @@ def quantize_call(x, recipe, block=None, dtype=torch.float8_e4m3fn):
     return call
 
 
-def scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config):
+def scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype, kernel, config, named=None):
     """`call(a, b, scale_a, scale_b, bias, residual) -> c` for tensors like these (every fact of
-    `tensor_facts`), checked, chosen and compiled once."""
-    recipe = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
+    `tensor_facts`), checked, chosen and compiled once. `named`: the caller's recipe, or None."""
+    found = check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype)
+    recipe = given_recipe(named, found, a, b, scale_a, scale_b)
     if kernel not in KERNELS and kernel != BATCH_INVARIANT:
         raise ValueError(f"scaled_mm: expected kernel to be one of {KERNELS}, but got {kernel!r}")
     if kernel == BATCH_INVARIANT and config is not None:

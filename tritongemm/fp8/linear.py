@@ -19,9 +19,11 @@ from dataclasses import dataclass
 
 import torch
 
+from tritongemm.core.checks import invariant_kernel
 from tritongemm.core.epilogue import ACTIVATIONS
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
+from tritongemm.core.registry import BATCH_INVARIANT
 from tritongemm.fp8.api import plan_quantize, plan_scaled_mm, quantize_fp8, scaled_mm
 from tritongemm.fp8.recipes import RECIPES, SCALE_BLOCK
 
@@ -34,17 +36,24 @@ class Fp8Linear(torch.nn.Module):
 
     Buffers: `weight_fp8` (N, K) in float8_e4m3fn, `weight_scale` as `scaled_mm` takes scale_b
     ((1, N) for "row", (ceil(N / 128), K / 128) for "block", one element for "tensor"), and the
-    bias (N,) in its own dtype, or None. Build one with `from_linear`.
+    bias (N,) in its own dtype, or None. Build one with `from_linear`. `batch_invariant`: each
+    row of y the same bits whatever else x holds (scaled_mm's; row and block recipes only, as a
+    tensor-wise input scale is the whole batch's absmax).
     """
 
-    def __init__(self, weight_fp8, weight_scale, bias, recipe: str, activation: str | None = None) -> None:
+    def __init__(self, weight_fp8, weight_scale, bias, recipe: str, activation: str | None = None, *,
+                 batch_invariant: bool = False) -> None:  # fmt: skip
         super().__init__()
         if recipe not in RECIPES:
             raise ValueError(f"Fp8Linear: expected recipe to be one of {RECIPES}, but got {recipe!r}")
         if activation not in ACTIVATIONS:
             raise ValueError(f"Fp8Linear: expected activation to be one of {ACTIVATIONS}, but got {activation!r}")
+        invariant_kernel("auto", batch_invariant, "Fp8Linear")
+        if batch_invariant and recipe == "tensor":
+            raise ValueError("Fp8Linear: batch_invariant=True needs a row's scale to be its own (recipe 'row' or "
+                             "'block'), but got recipe 'tensor', whose scale is the whole batch's absmax")  # fmt: skip
         self.out_features, self.in_features = weight_fp8.shape
-        self.recipe, self.activation = recipe, activation
+        self.recipe, self.activation, self.batch_invariant = recipe, activation, batch_invariant
         self.register_buffer("weight_fp8", weight_fp8)
         self.register_buffer("weight_scale", weight_scale)
         self.register_buffer("bias", bias)
@@ -52,7 +61,8 @@ class Fp8Linear(torch.nn.Module):
 
     @classmethod
     @torch.no_grad()
-    def from_linear(cls, module: torch.nn.Linear, recipe: str = "row", activation: str | None = None) -> Fp8Linear:
+    def from_linear(cls, module: torch.nn.Linear, recipe: str = "row", activation: str | None = None, *,
+                    batch_invariant: bool = False) -> Fp8Linear:  # fmt: skip
         """`module`'s weight quantized once (per output channel, in 128 x 128 blocks or as a whole,
         as `recipe` says); its bias kept as it is (a copy: the module's parameter is not shared)."""
         reason = fp8_unsupported_reason(module, recipe)
@@ -65,7 +75,7 @@ class Fp8Linear(torch.nn.Module):
             weight_fp8, scale = quantize_fp8(weight, recipe)
             scale = scale.T if recipe == "row" else scale  # (N, 1) per channel -> scale_b's (1, N)
         bias = None if module.bias is None else module.bias.detach().clone()
-        return cls(weight_fp8, scale.contiguous(), bias, recipe, activation)
+        return cls(weight_fp8, scale.contiguous(), bias, recipe, activation, batch_invariant=batch_invariant)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() and x.requires_grad:
@@ -78,15 +88,16 @@ class Fp8Linear(torch.nn.Module):
         if torch.compiler.is_compiling():  # the public calls, which Dynamo traces as they are
             *lead, K = x.shape
             x_fp8, x_scale = quantize_fp8(x.reshape(-1, K), self.recipe)
-            y = scaled_mm(x_fp8, weight.T, x_scale, scale, bias=bias, out_dtype=x.dtype, activation=self.activation)
+            y = scaled_mm(x_fp8, weight.T, x_scale, scale, bias=bias, out_dtype=x.dtype, activation=self.activation,
+                          batch_invariant=self.batch_invariant, recipe=self.recipe)  # fmt: skip
             return y.view(*lead, self.out_features)
         quantized = None if self.shared is None else self.shared.quantized(self, x)
         # The hot path: one plan per input geometry (every fact the plan reads is in the key),
         # the quantization's and the GEMM's planned calls composed, checked once. Calling the
         # public quantize_fp8 and scaled_mm instead took 47 us of host time a call on the H100
         # machine at 1 x 4096 -> 4096, where nn.Linear takes 19 (scripts/probes/fp8/fp8_host_probe.py).
-        key = ("Fp8Linear", self.recipe, self.activation, quantized is None, tensor_facts(x), tensor_facts(weight),
-               tensor_facts(scale), tensor_facts(bias))  # fmt: skip
+        key = ("Fp8Linear", self.recipe, self.activation, self.batch_invariant, quantized is None, tensor_facts(x),
+               tensor_facts(weight), tensor_facts(scale), tensor_facts(bias))  # fmt: skip
         call = planned(key, lambda: self._plan(x, weight, scale, bias, quantized))
         return call(x, weight, scale, bias, quantized)
 
@@ -99,7 +110,9 @@ class Fp8Linear(torch.nn.Module):
         shape, flat = (*lead, self.out_features), x.dim() == 2
         quantize = plan_quantize(x.reshape(-1, K), self.recipe) if quantized is None else None
         x_fp8, x_scale = quantized if quantized is not None else quantize(x.reshape(-1, K))
-        gemm = plan_scaled_mm(x_fp8, weight.T, x_scale, scale, bias, None, self.activation, 1.0, x.dtype, "auto", None)
+        kernel = BATCH_INVARIANT if self.batch_invariant else "auto"
+        gemm = plan_scaled_mm(x_fp8, weight.T, x_scale, scale, bias, None, self.activation, 1.0, x.dtype, kernel, None,
+                              self.recipe)  # fmt: skip
 
         def call(x, weight, scale, bias, quantized):
             x_fp8, x_scale = quantized if quantized is not None else quantize(x if flat else x.reshape(-1, K))
@@ -110,7 +123,8 @@ class Fp8Linear(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"recipe={self.recipe!r}, activation={self.activation!r}")  # fmt: skip
+                f"recipe={self.recipe!r}, activation={self.activation!r}"
+                + (", batch_invariant=True" if self.batch_invariant else ""))  # fmt: skip
 
 
 @dataclass

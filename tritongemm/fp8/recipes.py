@@ -153,6 +153,31 @@ def recipe_of(a, b, scale_a, scale_b) -> str:
     )
 
 
+def given_recipe(recipe: str | None, found: str, a, b, scale_a, scale_b) -> str:
+    """The recipe a call runs: `found` (recipe_of's) unless the caller named one. A named recipe
+    must be found's, or, where both scales are one element (which recipe_of reads as "tensor"), any
+    whose shapes those are: a block-wise call at K = 128 and N <= 128 is one element each at M = 1,
+    and computed tensor-wise it would round otherwise than its rows do in a batch."""
+    if recipe is None:
+        return found
+    if recipe not in RECIPES:
+        raise ValueError(f"scaled_mm: expected recipe to be None or one of {RECIPES}, but got {recipe!r}")
+    M, K = a.shape
+    N = b.shape[1]
+    shapes = (tuple(scale_a.shape), tuple(scale_b.shape))
+    fits = {
+        "tensor": scale_a.numel() == 1 and scale_b.numel() == 1,
+        "row": shapes == ((M, 1), (1, N)) or (found == "tensor" and M == 1 and N == 1),
+        "block": K % SCALE_BLOCK == 0
+        and scale_a.numel() == M * (K // SCALE_BLOCK)
+        and scale_b.numel() == math.ceil(N / SCALE_BLOCK) * (K // SCALE_BLOCK),
+    }
+    if recipe != found and not (found == "tensor" and fits[recipe]):
+        raise ValueError(f"scaled_mm: recipe={recipe!r} was given, but scale_a of shape {tuple(scale_a.shape)} and "
+                         f"scale_b of shape {tuple(scale_b.shape)} are {found}-wise scales")  # fmt: skip
+    return recipe
+
+
 def check_scaled_mm(a, b, scale_a, scale_b, bias, residual, activation, alpha, out_dtype) -> str:
     """scaled_mm's arguments, before anything launches; returns the recipe."""
     named = (("a", a), ("b", b), ("scale_a", scale_a), ("scale_b", scale_b))

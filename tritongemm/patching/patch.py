@@ -103,9 +103,10 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
 
-    `batch_invariant=True` gives each replacement Linear linear's batch_invariant=True: a row's
-    output the same bits whatever else is in the batch. Not yet with `fp8` or `fuse` (their kernels
-    have no invariant mode), and a MoE model's experts are left as they are. What else a model
+    `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
+    batch_invariant=True: a row's output the same bits whatever else is in the batch. Not with
+    `fp8="tensor"` (its input scale is the batch's) or `fuse` (the fused blocks' kernels have no
+    invariant mode yet), and a MoE model's experts are left as they are. What else a model
     needs to be invariant end to end (attention, norms): `tritongemm.batch_invariant()`.
 
     Left as they are, with the reason in the report: modules whose weight dtype or device no
@@ -120,10 +121,10 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     if fp8 is not None and kernel != "auto":
         raise ValueError(f"patch: kernel={kernel!r} names a bf16 kernel; with fp8={fp8!r}, the fp8 kernels serve")
     invariant_kernel(kernel, batch_invariant, "patch")
-    if batch_invariant and (fp8 is not None or fuse):
-        given = f"fp8={fp8!r}" if fp8 is not None else "fuse=True"
-        raise ValueError(f"patch: batch_invariant=True covers the bf16 Linear modules, whose kernels have an "
-                         f"invariant mode; {given}'s kernels do not yet, so expected it unset")  # fmt: skip
+    if batch_invariant and (fp8 == "tensor" or fuse):
+        given = "fp8='tensor', whose input scale is the whole batch's absmax," if fp8 else "fuse=True's kernels"
+        raise ValueError(f"patch: batch_invariant=True covers Linear and Fp8Linear (fp8='row' or 'block'); "
+                         f"{given} cannot be batch-invariant yet, so expected it unset")  # fmt: skip
     served = _served_dtypes(kernel)
     report = PatchReport()
     if fuse and fp8 is None:
@@ -143,7 +144,7 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
             if reason is not None:
                 seen[id(module)] = None
             elif fp8 is not None:
-                seen[id(module)] = Fp8Linear.from_linear(module, fp8)
+                seen[id(module)] = Fp8Linear.from_linear(module, fp8, batch_invariant=batch_invariant)
             else:
                 seen[id(module)] = Linear.from_linear(module, kernel=kernel, batch_invariant=batch_invariant)
             if reason is None:
