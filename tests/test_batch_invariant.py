@@ -162,6 +162,7 @@ def test_torch_products_and_reductions_are_invariant_inside_and_torchs_outside()
         "matmul": (lambda t: t @ w.T, x),
         "addmm, a row bias, beta and alpha": (lambda t: torch.addmm(bias, t, w.T, beta=0.5, alpha=2.0), x[:, 0]),
         "addmm, an (M, N) bias": (lambda t: torch.addmm(t[:, 64:], t[:, :64], w.T), x_and_bias),
+        "addmm, a (1, N) bias": (lambda t: torch.addmm(bias[None], t, w.T), x[:, 0]),
         "bmm (attention's scores)": (lambda t: t[:, :, :5] @ t[:, :, 5:].transpose(-1, -2), torch.cat([q, k], 2)),
         "softmax": (lambda t: torch.softmax(t, -1), q),
         "log_softmax over dim 2": (lambda t: torch.log_softmax(t, 2), q),

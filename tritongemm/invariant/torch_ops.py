@@ -54,14 +54,15 @@ def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alpha=1) -> torch.Tensor:
-    """beta * bias + alpha * (a @ b) as linear's epilogue: a row bias as its bias, a whole (M, N)
-    one as its residual, each added in fp32 before the one rounding."""
+    """beta * bias + alpha * (a @ b) as linear's epilogue: a 0-D or 1-D bias as its bias, a 2-D
+    one (broadcast or whole) as its residual, each added in fp32 before the one rounding. By rank,
+    not by shape: at M = 1 a whole (M, N) bias is (1, N) too, and must take its path at every M."""
     _check("addmm", a, b)
     M, N = a.shape[0], b.shape[1]
     if beta == 0:  # torch's rule: bias is not read, so NaN in it does not propagate
         return direct_linear(a, b.T, None, None, None, alpha, None, INVARIANT, None)
     bias = bias if beta == 1 else bias * beta
-    if bias.dim() == 1 or (bias.dim() == 2 and bias.shape[0] == 1 and M != 1):
+    if bias.dim() <= 1:
         row = bias.reshape(-1).expand(N).contiguous()
         return direct_linear(a, b.T, row, None, None, alpha, None, INVARIANT, None)
     return direct_linear(a, b.T, None, bias.expand(M, N), None, alpha, None, INVARIANT, None)
