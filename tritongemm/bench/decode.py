@@ -189,9 +189,8 @@ class _Fp8Reference(torch.nn.Module):
 
 def fp8_layer_errors(loop: DecodeLoop, first: torch.Tensor, sequences: int) -> list[tuple[str, float, float]]:
     """(name, rel_error, bound) of every Fp8Linear of `loop`'s model in one eager first step fed
-    `first`: its
-    output on the first `sequences` sequences against _Fp8Reference's of the input it was given
-    (the bound: fp8_tolerance for its output dtype and K). The loop is reset after."""
+    `first`: its output on the first `sequences` sequences against _Fp8Reference's of the input
+    it was given (the bound: fp8_tolerance for its output dtype and K). The loop is reset after."""
     seen: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def keep(name):

@@ -37,35 +37,27 @@ def grouped_mm(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor | None = Non
     the other experts got): one kernel on one tile for every problem (dispatch/grouped.py
     `invariant_tile`). Eager inference only so far: with autograd recording or under
     torch.compile it is refused."""
-    if batch_invariant is not False:
-        return _invariant(a, b, offs, out_dtype, glu, batch_invariant)
-    return grouped_mm_of_counts(a, b, offs, out_dtype, glu, offs_from_counts=False)
+    return grouped_mm_of_counts(a, b, offs, out_dtype, glu, offs_from_counts=False, batch_invariant=batch_invariant)
 
 
-def _invariant(a, b, offs, out_dtype, glu, batch_invariant) -> torch.Tensor:
-    """grouped_mm's batch_invariant=True: checked as grouped_mm checks, then the invariant plan."""
-    if batch_invariant is not True:
-        raise TypeError(f"grouped_mm: expected batch_invariant to be a bool, but got {batch_invariant!r}")
-    form = check_grouped(a, b, offs, out_dtype)
-    _check_glu(glu, form, a, b)
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
-        raise RuntimeError("grouped_mm: batch_invariant=True computes eager inference only so far; call it under "
-                           "torch.no_grad() and outside torch.compile")  # fmt: skip
-    if form != "batched":
-        _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
-    return direct(a, b, offs, out_dtype, glu, invariant=True)
-
-
-def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool) -> torch.Tensor:
+def grouped_mm_of_counts(a, b, offs, out_dtype, glu, *, offs_from_counts: bool,
+                         batch_invariant: bool = False) -> torch.Tensor:  # fmt: skip
     """grouped_mm, where `offs_from_counts` says offs is the running sum of non-negative group
     sizes that add up to a's length (moe.py's, from histc), so sorted and in range by
     construction: its values are not checked again. That check is about 8 small kernels, a
     quarter of the experts' host time in a decode step (scripts/probes/model/decode_probe.py on the H100)."""
+    if type(batch_invariant) is not bool:
+        raise TypeError(f"grouped_mm: expected batch_invariant to be a bool, but got {batch_invariant!r}")
     form = check_grouped(a, b, offs, out_dtype)
     _check_glu(glu, form, a, b)
     if form != "batched" and not offs_from_counts:
         _check_offsets(offs, a.shape[0] if form == "m" else a.shape[1])
     records = torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)
+    if batch_invariant:
+        if records or torch.compiler.is_compiling():
+            raise RuntimeError("grouped_mm: batch_invariant=True computes eager inference only so far; call it "
+                               "under torch.no_grad() and outside torch.compile")  # fmt: skip
+        return direct(a, b, offs, out_dtype, glu, invariant=True)
     if torch.compiler.is_compiling():  # the operator (below), which Dynamo and Inductor take whole
         if glu is not None and records:
             # Training: the pair's grouped GEMM, kept for the backward as _GroupedPair keeps it, and its

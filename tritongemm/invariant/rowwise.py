@@ -83,9 +83,8 @@ def softmax_rows(x: torch.Tensor, out_dtype: torch.dtype, log: bool) -> torch.Te
     def build():
         block = _block(N)
         probe = x.new_empty((rows, N), dtype=out_dtype)
-        launch = compile_launch(_softmax_kernel, (rows,), (x, probe, N, x.stride(0), N),
-                                dict(LOG=log, BLOCK=block, num_warps=_warps(block)), x.device)  # fmt: skip
-        return launch
+        return compile_launch(_softmax_kernel, (rows,), (x, probe, N, x.stride(0), N),
+                              dict(LOG=log, BLOCK=block, num_warps=_warps(block)), x.device)  # fmt: skip
 
     launch = planned(("invariant.softmax", tensor_facts(x), out_dtype, log), build)
     y = x.new_empty((rows, N), dtype=out_dtype)

@@ -37,8 +37,8 @@ _lock = threading.Lock()
 _open: dict[str, tuple[int, torch.library.Library]] = {}  # device type -> (open contexts, its library)
 
 
-def _check(op: str, *tensors: torch.Tensor) -> None:
-    t = tensors[0]
+def _check(op: str, t: torch.Tensor) -> None:
+    """That a kernel here takes t's dtype (the operator's operands share it)."""
     served = INTERPRETER_DTYPES if t.device.type == "cpu" else GPU_DTYPES
     if t.dtype not in served:
         names = ", ".join(registry.dtype_name(d) for d in served)
@@ -49,7 +49,7 @@ def _check(op: str, *tensors: torch.Tensor) -> None:
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    _check("mm", a, b)
+    _check("mm", a)
     return lookup(a, b, None, INVARIANT, None).run(a, b, None)
 
 
@@ -57,7 +57,7 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
     """beta * bias + alpha * (a @ b) as linear's epilogue: a 0-D or 1-D bias as its bias, a 2-D
     one (broadcast or whole) as its residual, each added in fp32 before the one rounding. By rank,
     not by shape: at M = 1 a whole (M, N) bias is (1, N) too, and must take its path at every M."""
-    _check("addmm", a, b)
+    _check("addmm", a)
     M, N = a.shape[0], b.shape[1]
     if beta == 0:  # torch's rule: bias is not read, so NaN in it does not propagate
         return direct_linear(a, b.T, None, None, None, alpha, None, INVARIANT, None)
@@ -71,7 +71,7 @@ def _addmm(bias: torch.Tensor, a: torch.Tensor, b: torch.Tensor, *, beta=1, alph
 def _bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """grouped_mm's batched form on its invariant tile: one launch, whose tile reads neither the
     number of matrices nor their rows."""
-    _check("bmm", a, b)
+    _check("bmm", a)
     return grouped_direct(a, b, None, a.dtype, None, invariant=True)
 
 
