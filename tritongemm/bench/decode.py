@@ -16,9 +16,10 @@ then NEW_TOKENS - 1 replayed steps (the first new token comes from the prefill).
   logits against the fp64 model's; an fp8 provider's worst Fp8Linear against the fp64 product of
   the input that layer was given, quantized by its recipe, and its own fp8 weight and scales (a
   whole fp8 model in fp64 would quantize fp64 activations, a rounding boundary away from the
-  kernels' at a few elements, each an fp8 step off). Past its bound (bench model's MAX_REL_ERR for
-  bf16 logits; fp8_tolerance for an fp8 layer, and FP8_MAX_REL_ERR for its logits against the
-  fp64 model's) the provider is reported wrong and not timed;
+  kernels' at a few elements, each an fp8 step off). Past its bound (fp8_tolerance for an fp8
+  layer; for the logits against the fp64 model's, bench model's MAX_REL_ERR or FP8_MAX_REL_ERR
+  grown with depth, see BOUND_LAYERS, and for bf16 at least TORCH_SLACK times torch's own) the
+  provider is reported wrong and not timed (torch, the baseline, is reported, not gated);
 - the greedy tokens of a free run against torch's: `matching_tokens` is the mean number of
   leading new tokens equal to torch's, over the sequences.
 Then rounds of replays (CUDA events; the best round) give `ms_per_token`, and a profile of one
@@ -72,6 +73,14 @@ PROVIDERS = {
     "fp8-block": dict(fp8="block", fuse=True),
 }
 REFERENCE_SEQUENCES = 2  # the fp64 product runs on this many sequences of each batch
+# bench model's logits bounds hold two layers deep. Independent roundings add through the residual
+# stream in quadrature, so deeper they grow as sqrt(depth): on the H200 (2026-12-02) eager torch's
+# own bf16 logits were 3.2e-2 to 3.6e-2 from the fp64 model's at 8 layers (MAX_REL_ERR 2e-2 at
+# two), the fp8 providers' 0.33 to 0.37 (FP8_MAX_REL_ERR 0.25). A broken kernel is off by O(1).
+BOUND_LAYERS = 2
+# torch is the baseline, not under test: its error is reported, and a bf16 provider may be this
+# much further from the fp64 model than torch is in the same run (its GEMMs round otherwise).
+TORCH_SLACK = 1.25
 ROUNDS = 5
 COLUMNS = ["device", "model", "batch", "provider", "ms_per_token", "tokens_per_s", "ratio_to_torch", "gemm_share",
            "weight_GBps", "matching_tokens", "logits_rel_err", "kernel_rel_err", "status"]  # fmt: skip
@@ -385,6 +394,7 @@ def measure_batch(family: str, base, models: dict, batch: int, shape: Shape, *, 
     gen = torch.Generator(device="cpu").manual_seed(batch)
     prompt = torch.randint(0, base.config.vocab_size, (batch, shape.prompt), generator=gen).to(device)
     capture = torch.device(device).type == "cuda"
+    depth = math.sqrt(base.config.num_hidden_layers / BOUND_LAYERS)  # the bounds' growth with depth
     seen: dict[str, dict] = {}
     for provider, model in models.items():
         loop = None
@@ -404,10 +414,14 @@ def measure_batch(family: str, base, models: dict, batch: int, shape: Shape, *, 
                     kernel_err = max(err for _, err, _ in layers)
                     checks = [(f"its {name}'s output is", err, bound, "the fp64 product of its input and weights")
                               for name, err, bound in layers]  # fmt: skip
-                    checks.append(("the first step's logits are", logits_err, FP8_MAX_REL_ERR, "the fp64 model's"))
+                    checks.append(("the first step's logits are", logits_err, depth * FP8_MAX_REL_ERR,
+                                   "the fp64 model's"))  # fmt: skip
+                elif provider == "torch":
+                    kernel_err, checks = logits_err, []
                 else:
                     kernel_err = logits_err
-                    checks = [("the first step's logits are", logits_err, MAX_REL_ERR, "the fp64 model's")]
+                    bound = max(depth * MAX_REL_ERR, TORCH_SLACK * seen.get("torch", {}).get("kernel_err", 0.0))
+                    checks = [("the first step's logits are", logits_err, bound, "the fp64 model's")]
                 wrong = [f"{what} {err:.2e} from {whose}, past {bound:.2e}" for what, err, bound, whose in checks
                          if not err <= bound]  # fmt: skip
                 if wrong:  # checked before it is timed: a wrong provider is not
