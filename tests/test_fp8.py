@@ -558,7 +558,7 @@ def test_the_scaled_gemm_compiles_to_fp8_wgmma_for_sm90(recipe, swap):
     if swap:  # block scales step 128 of K at a time, with fp8_swap_ab's default ring for them
         tile = dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128 if recipe == "block" else 256, num_warps=4)
     stages = 8 if swap and recipe == "block" else 3
-    meta = dict(**tile, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9, SWAP_AB=swap,
+    meta = dict(**tile, GROUP_SIZE_M=8, RECIPE=recipe, SCALE_BLOCK=128, ALIGN=[1] * 9, SWAP_AB=swap, INT64=False,
                 ALIGN_T=[1] * 9 if swap else None, num_stages=stages, **PLAIN.constexprs())  # fmt: skip
     ptx = compile_call_ptx("tritongemm.fp8.tl", "_scaled_mm_kernel", args, meta)
     shape = "m64n16" if swap else r"m64n\d+"

@@ -108,3 +108,55 @@ def test_naive_refuses_a_grid_it_cannot_launch():
     b = torch.empty(16, 65536 * 16 + 1, device=DEVICE)
     with pytest.raises(ValueError, match=r"naive: N = 1048577 makes 65537 column tiles of BLOCK_N = 16, but a CUDA"):
         tritongemm.matmul(a, b, kernel="naive", config=MatmulConfig(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16))
+
+
+# ---------------------------------------------------------------------------------------------
+# fp8: the activation's quantization and the tl scaled GEMMs
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.large(gib=6)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_quantizing_rows_2_30_elements_apart(recipe):
+    """Row 2 of x starts 2**31 + 16 elements in: the quantize kernels' row offsets must not wrap
+    (they did in int32, an illegal address at a prefill's 131072 x 18944 MLP activation)."""
+    from tritongemm.fp8.recipes import reference_quantize
+
+    K, row_stride = 256, 2**30 + 8
+    try:
+        storage = torch.empty(2 * row_stride + K, dtype=torch.bfloat16, device=DEVICE)
+    except (RuntimeError, MemoryError) as e:  # a CPU without overcommit, a small GPU
+        pytest.skip(f"could not reserve 4 GiB of address space: {e}")
+    x = storage.as_strided((3, K), (row_stride, 1))
+    x.copy_(torch.randn(3, K, device=DEVICE))
+    assert _host.needs_int64(x)
+    q, scale = tritongemm.quantize_fp8(x, recipe)
+    ref, ref_scale = reference_quantize(x.contiguous(), recipe)
+    assert torch.equal(q.view(torch.uint8), ref.view(torch.uint8)) and torch.equal(scale, ref_scale)
+
+
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+@pytest.mark.parametrize("kernel", ["fp8_grouped", "fp8_swap_ab"])
+def test_fp8_int64_path_matches_reference(kernel, recipe, monkeypatch):
+    """The fp8 tl kernels' INT64 variant, forced on a small problem: the same answer."""
+    from tritongemm.core.reference import fp8_tolerance
+    from tritongemm.fp8 import build
+    from tritongemm.fp8.recipes import reference_scaled_mm
+
+    calls = []
+
+    def always(*tensors):
+        calls.append(tensors)
+        return True
+
+    monkeypatch.setattr(build, "needs_int64", always)
+    tritongemm.plans.clear()
+    x, w = torch.randn(24, 256, device=DEVICE), torch.randn(40, 256, device=DEVICE) / 16
+    block = recipe == "block"
+    a, sa = tritongemm.quantize_fp8(x, recipe)
+    b, sb = tritongemm.quantize_fp8(w, recipe, block=(128, 128) if block else None)
+    sb = sb.T if recipe == "row" else sb  # (1, N) for b = w.T; a block grid and one scalar as they are
+    y = tritongemm.scaled_mm(a, b.T, sa, sb, out_dtype=torch.float32, kernel=kernel)
+    ref = reference_scaled_mm(a, b.T, sa, sb, out_dtype=torch.float64)
+    assert calls, "scaled_mm's tl launcher no longer asks needs_int64"
+    assert rel_error(y, ref) <= fp8_tolerance(torch.float32, 256)

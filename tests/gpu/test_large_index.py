@@ -16,7 +16,7 @@ import torch
 
 import tritongemm
 from tritongemm.core.config import MatmulConfig
-from tritongemm.core.reference import reference_matmul, rel_error, tolerance
+from tritongemm.core.reference import fp8_tolerance, reference_matmul, rel_error, tolerance
 
 ON_GPU = torch.cuda.is_available()
 pytestmark = [
@@ -191,3 +191,51 @@ def test_more_than_65535_column_tiles(kernel):
     c = run_or_refuse(kernel, a, b, config)
     if c is not None:
         check_sampled(c, a, b, cols=samples(N, 65535 * 64))
+
+
+# ---------------------------------------------------------------------------------------------
+# fp8: the activation's quantization and scaled_mm past 2**31 elements
+# ---------------------------------------------------------------------------------------------
+
+FP8_KERNELS = ["auto"] + [
+    k["name"] for k in (tritongemm.kernels(family="scaled_mm") if ON_GPU else []) if k["available"]
+]
+
+
+@pytest.mark.large(gib=16)
+@pytest.mark.parametrize("recipe", ["tensor", "row", "block"])
+def test_quantizing_an_activation_over_2_31_elements(recipe):
+    """A prefill's MLP activation: 131072 tokens (256 sequences of 512) x Qwen2-7B's 18944, 2.5e9
+    elements. The quantize kernel's int32 row offsets wrapped here (an illegal address on the
+    H200, bench decode's batch 256); every sampled row must equal the reference's."""
+    from tritongemm.fp8.recipes import reference_quantize
+
+    x = torch.randn(131072, 18944, device="cuda", dtype=torch.bfloat16)
+    q, scale = tritongemm.quantize_fp8(x, recipe)
+    torch.cuda.synchronize()
+    rows = torch.tensor(sorted({r % x.shape[0] for r in samples(x.shape[0], 2**31 // x.shape[1])}), device="cuda")
+    if recipe == "tensor":  # one scale, from the whole tensor's absmax: checked, then applied to the rows
+        assert scale.item() == (x.abs().max().float() / torch.finfo(torch.float8_e4m3fn).max).item()
+        ref = (x[rows].float() / scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    else:
+        ref, ref_scale = reference_quantize(x[rows], recipe)
+        assert torch.equal(scale[rows], ref_scale)
+    assert torch.equal(q[rows].view(torch.uint8), ref.view(torch.uint8))
+
+
+@pytest.mark.parametrize("kernel", FP8_KERNELS)
+def test_scaled_mm_with_c_over_2_31_elements(kernel):
+    """C of 65600 x 32768 (2.1e9 elements) from K = 128: every fp8 kernel computes it or refuses."""
+    from tritongemm.fp8.recipes import reference_scaled_mm
+
+    a, scale_a = tritongemm.quantize_fp8(torch.randn(BIG, 128, device="cuda", dtype=torch.bfloat16), "row")
+    b, scale_b = tritongemm.quantize_fp8(torch.randn(DEEP, 128, device="cuda", dtype=torch.bfloat16), "row")
+    try:
+        c = tritongemm.scaled_mm(a, b.T, scale_a, scale_b.T, kernel=kernel)
+    except ValueError as e:
+        assert kernel != "auto", f"kernel='auto' refused valid operands: {e}"
+        return
+    torch.cuda.synchronize()
+    rows = torch.tensor(sorted({r % BIG for r in samples(BIG, ROW_PAST)}), device="cuda")
+    ref = reference_scaled_mm(a[rows], b.T, scale_a[rows], scale_b.T)
+    assert rel_error(c[rows], ref) <= fp8_tolerance(torch.bfloat16, 128)

@@ -32,7 +32,7 @@ from tritongemm.fp8.tl import _absmax_kernel, _quantize_kernel, _scaled_mm_kerne
 from tritongemm.ladder.swap_ab import transposed_alignment
 from tritongemm.primitives.launch import compile_launch
 from tritongemm.primitives.tiling import cdiv
-from tritongemm.primitives.tl.host import alignment_hints
+from tritongemm.primitives.tl.host import alignment_hints, needs_int64
 
 # - "fp8_grouped": the `triton.language` rung (fp8/tl.py), every input;
 # - "fp8_swap_ab": the same kernel computing C.T's tiles, the tokens on the MMA's narrow side
@@ -198,7 +198,8 @@ def scaled_mm_call(a, b, scale_a, scale_b, bias, residual, activation, alpha, ou
     meta = dict(BLOCK_M=config.BLOCK_M, BLOCK_N=config.BLOCK_N, BLOCK_K=config.BLOCK_K,
                 GROUP_SIZE_M=config.GROUP_SIZE_M, RECIPE=recipe, SCALE_BLOCK=SCALE_BLOCK,
                 ALIGN=(align := alignment_hints(a, b, c)), SWAP_AB=(swap := kernel == "fp8_swap_ab"),
-                ALIGN_T=transposed_alignment(align, K) if swap else None, num_warps=config.num_warps,
+                ALIGN_T=transposed_alignment(align, K) if swap else None,
+                INT64=needs_int64(a, b, c), num_warps=config.num_warps,
                 num_stages=config.num_stages,
                 **spec.constexprs())  # fmt: skip
     grid = (cdiv(M, config.BLOCK_M) * cdiv(N, config.BLOCK_N),)

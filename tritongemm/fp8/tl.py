@@ -26,7 +26,7 @@ def _absmax_kernel(
 ):
     # fmt: on
     """The tensor recipe's first pass: max |x| over the whole tensor, one tile a program."""
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)  # x may pass 2**31 elements
     offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
     x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask, other=0.0)
@@ -53,7 +53,10 @@ def _quantize_kernel(
     # fmt: on
     """Program (i, j): rows [i * BLOCK_R, ...) over the j-th GROUP_C columns. Pass 1 finds each
     group's absmax, pass 2 writes x / scale, clamped to the fp8 range, rounded to nearest even."""
-    offs_r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    # 64-bit rows: a prefill's MLP activation (131072 tokens x 18944) passes 2**31 elements, and
+    # `offs_r * stride_xr` in int32 wrapped there (an illegal address on the H200). One multiply a
+    # row in a kernel bound by memory, so not worth a second compiled variant.
+    offs_r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     col0 = tl.program_id(1) * GROUP_C
     rows_in = offs_r < R
     # 1. The scale: max(|x|) over the group, floored (an all-zero group quantizes to 0, not NaN).
@@ -125,12 +128,13 @@ def _scaled_mm_kernel(
     ALIGN_T: tl.constexpr,  # SWAP_AB: the transposed product's hints (swap_ab.transposed_alignment); else None
     ACTIVATION: tl.constexpr, HAS_ALPHA: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
     STORE_PREACT: tl.constexpr,
+    INT64: tl.constexpr,  # an operand spans 2**31 elements: 64-bit index math (primitives/tl/tiles.py)
 ):
     # fmt: on
     # 1. Which output tile am I? The grouped order (ladder/grouped.py).
     pid = tl.program_id(0)
     pid_m, pid_n = grouped_tile(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_SIZE_M)
-    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N, False)
+    offs_m, offs_n = tile_offsets(pid_m, pid_n, BLOCK_M, BLOCK_N, INT64)
     m_in, n_in = offs_m < M, offs_n < N
 
     # 2. Accumulate over K. Tensor- and row-wise scales are constant along K: the sum runs unscaled
