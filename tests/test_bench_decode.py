@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 import torch
-from cases import ON_GPU
+from cases import DEVICE, ON_GPU
 
 from tritongemm.bench import decode
 from tritongemm.bench.model import build_base, family_config
@@ -18,9 +18,9 @@ needs_transformers = pytest.mark.skipif(
 SHAPE = decode.Shape(batches=(1, 3), prompt=8, new_tokens=4)
 
 
-def _tiny(family="llama-3-8b"):
+def _tiny(family="llama-3-8b", device="cpu"):
     config = family_config(family, 2, 96, dims=decode.CPU_SMOKE)
-    return build_base(family, config, device="cpu", dtype=torch.float32)
+    return build_base(family, config, device=device, dtype=torch.float32)
 
 
 @pytest.mark.parametrize(
@@ -99,7 +99,7 @@ def test_weight_bytes_count_each_gemm_weight_once():
     import tritongemm
     from tritongemm.bench.model import sharing_copy
 
-    model = _tiny()
+    model = _tiny(device=DEVICE)  # where patch converts: a CPU model on a GPU machine is left as it is
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     elements = sum(m.weight.numel() for m in linears)
     assert decode.weight_bytes(model) == 4 * elements
@@ -118,10 +118,10 @@ def test_each_fp8_layer_is_checked_against_the_fp64_product_of_its_own_input():
     import tritongemm
     from tritongemm.bench.model import sharing_copy
 
-    model = _tiny()
+    model = _tiny(device=DEVICE)
     fp8 = tritongemm.patch(sharing_copy(model), fp8="row", fuse=True)
     layers = [name for name, m in fp8.named_modules() if isinstance(m, Fp8Linear)]
-    prompt = torch.randint(0, 96, (3, SHAPE.prompt), generator=torch.Generator().manual_seed(1))
+    prompt = torch.randint(0, 96, (3, SHAPE.prompt), generator=torch.Generator().manual_seed(1)).to(DEVICE)
     with torch.inference_mode():
         loop = decode.DecodeLoop(fp8, prompt, SHAPE.new_tokens, capture=False)
         found = decode.fp8_layer_errors(loop, loop.first, sequences=2)
