@@ -37,6 +37,19 @@ def test_bad_arguments_are_named(models, providers, message):
         decode.check_arguments(models, providers)
 
 
+def test_bad_batches_are_named():
+    with pytest.raises(ValueError, match=r"--batches: expected integers >= 1, but got \(0,\)"):
+        decode.check_arguments(("llama-3-8b",), ("torch",), (0,))
+
+
+@needs_transformers
+@pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run")
+def test_batches_replace_the_shapes_own(tmp_path):
+    """--batches: a run of some of the batches (a whole GPU run is more than a device call's 10 minutes)."""
+    rows = decode.run_decode(models=("llama-3-8b",), providers=("torch",), batches=(2,), out_dir=None, shape=SHAPE)
+    assert [(r.batch, r.status) for r in rows] == [(2, "ok")]
+
+
 @needs_transformers
 @pytest.mark.skipif(ON_GPU, reason="the CPU's smoke run; the GPU's is the suite itself")
 def test_a_tiny_decode_runs_every_provider_and_checks_it(tmp_path):

@@ -12,7 +12,16 @@ from tritongemm import bench
 from tritongemm.bench import decode, epilogue, fp8, grouped, mlp, model, overhead, report, tp
 from tritongemm.bench.measure import TIMINGS
 from tritongemm.bench.suites import LAYOUTS, SUITES
-from tritongemm.cli.args import config_labels, dtypes, existing_file, kernel_names, names, shapes
+from tritongemm.cli.args import (
+    comma_list,
+    config_labels,
+    dtypes,
+    existing_file,
+    kernel_names,
+    names,
+    positive_int,
+    shapes,
+)
 from tritongemm.core import registry
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
@@ -22,14 +31,14 @@ OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
     "epilogue": ("shapes", "dtypes", "timing", "name"),
     "model": ("layers", "models", "phases", "providers", "name"),
-    "decode": ("models", "providers", "name"),
+    "decode": ("models", "providers", "batches", "name"),
     "fp8": ("shapes", "kernels", "timing", "name"),
     "grouped": ("timing", "name"),
     "mlp": ("timing", "name"),
     "tp": ("timing", "name", "profile"),
 }
 BENCH_OPTIONS = ("shapes", "dtypes", "kernels", "layout", "name", "timing", "profile", "layers", "models", "phases",
-                 "providers")  # fmt: skip
+                 "providers", "batches")  # fmt: skip
 MODEL_ONLY_OPTIONS = ("layers", "models", "phases", "providers")
 
 
@@ -85,6 +94,9 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument("--providers", type=names(list(dict.fromkeys([*model.PROVIDERS, *decode.PROVIDERS]))),
                         help=f"bench model: some of {','.join(model.PROVIDERS)} (default all)"
                         + both.format(",".join(decode.PROVIDERS)))  # fmt: skip
+    parser.add_argument("--batches", type=comma_list(positive_int, "comma-separated integers >= 1, e.g. 1,8,32"),
+                        help="bench decode: the sequences in flight (default "
+                        f"{','.join(map(str, decode.BATCHES))}); a few a run split a long suite")  # fmt: skip
     parser.add_argument(
         "--markdown", metavar="CSV", type=existing_file, help="print a results CSV as markdown, and stop"
     )
@@ -177,7 +189,8 @@ def _model_arguments(args: argparse.Namespace) -> dict:
 
 def _decode_arguments(args: argparse.Namespace) -> dict:
     """What `bench decode` measures, as run_decode and its check_arguments take it."""
-    return dict(models=args.models or decode.MODELS, providers=args.providers or tuple(decode.PROVIDERS))
+    return dict(models=args.models or decode.MODELS, providers=args.providers or tuple(decode.PROVIDERS),
+                batches=args.batches)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
