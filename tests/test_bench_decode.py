@@ -126,7 +126,7 @@ def test_weight_bytes_count_each_gemm_weight_once():
 @needs_transformers
 def test_each_fp8_layer_is_checked_against_the_fp64_product_of_its_own_input():
     """fp8_layer_errors: every Fp8Linear of the step, its output against _Fp8Reference of the
-    input it was given (fp32 here: far inside the bound), the base's parameters left as they are;
+    input it was given (fp32 here: well inside the bound), the base's parameters left as they are;
     a layer whose output is off by 1% is past its bound."""
     import tritongemm
     from tritongemm.bench.model import sharing_copy
@@ -139,7 +139,10 @@ def test_each_fp8_layer_is_checked_against_the_fp64_product_of_its_own_input():
         loop = decode.DecodeLoop(fp8, prompt, SHAPE.new_tokens, capture=False)
         found = decode.fp8_layer_errors(loop, loop.first, sequences=2)
         assert [name for name, _, _ in found] == layers and len(layers) > 0
-        assert all(err < 1e-5 < bound for _, err, bound in found), found
+        # Against the fp64 product of the same fp8 operands only the accumulation differs: exact
+        # fp32 under the interpreter (about 1e-7), Hopper's fp8 tensor-core sums on the GPU
+        # (6e-5 to 1e-4 on the H200), both well inside the bound of 1e-3.
+        assert all(err < bound / 4 for _, err, bound in found), found
         assert all(p.dtype == torch.float32 for p in model.parameters())
         fp8.get_submodule(layers[0]).register_forward_hook(lambda m, args, out: out * 1.01)
         (name, err, bound), *_ = decode.fp8_layer_errors(loop, loop.first, sequences=2)
