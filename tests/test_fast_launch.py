@@ -28,10 +28,12 @@ class _Recorder:
 
 
 class _FakeLauncher(_Recorder):
-    """CudaLauncher's shape in triton 3.6: `launch` is the C function (no __code__), no scratch."""
+    """CudaLauncher's shape: `launch` is the C function (no __code__), no scratch; 3.7+'s also
+    carry the argument annotations and kernel signature the C function is handed."""
 
     global_scratch_size = profile_scratch_size = 0
     launch_cooperative_grid, launch_pdl = False, True
+    arg_annotations, kernel_signature = ("annotations",), ("signature",)
 
     def __init__(self, c_entry: _Recorder, refuse: bool = False):
         super().__init__(refuse)
@@ -56,10 +58,12 @@ class _FakeJit:
         return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
 
 
-@pytest.fixture
-def fake_cuda(monkeypatch):
+@pytest.fixture(params=["positional", "packed"])
+def fake_cuda(monkeypatch, request):
+    """A stream, and this Triton taken to have each of the launcher layouts the direct path speaks."""
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
-    monkeypatch.setattr(fast_launch, "_RAW_LAUNCHER_LAYOUT", (triton.__version__,))
+    monkeypatch.setattr(fast_launch, "LAUNCHER_LAYOUTS", {triton.__version__: request.param})
+    return request.param
 
 
 def _launch(c_entry, launcher_refuses=False):
@@ -74,8 +78,12 @@ def test_the_c_entry_point_gets_every_argument_in_triton_order(fake_cuda):
     launch, compiled, jit = _launch(c_entry)
     assert launch.raw and launch.direct
     launch("a", "b", 5)
-    head = (3, 2, 1, STREAM, 1234, False, True, None, None, ("packed",), None, None, None)
-    assert c_entry.calls == [(*head, "a", "b", 5, 64, (1, 8))]
+    if fake_cuda == "positional":  # 3.6: scratch first, then metadata and hooks, the parameters one by one
+        head = (3, 2, 1, STREAM, 1234, False, True, None, None, ("packed",), None, None, None)
+        assert c_entry.calls == [(*head, "a", "b", 5, 64, (1, 8))]
+    else:  # 3.7+: metadata and hooks, scratch, the launcher's annotations and signature, the parameters as a tuple
+        head = (3, 2, 1, STREAM, 1234, False, True, ("packed",), None, None, None, None, None)
+        assert c_entry.calls == [(*head, ("annotations",), ("signature",), ("a", "b", 5, 64, (1, 8)))]
     assert compiled.run.calls == [] and jit.calls == []
 
 
@@ -110,9 +118,40 @@ def test_a_refusing_launcher_falls_back_to_the_jit_function(fake_cuda):
 
 def test_other_triton_releases_take_triton_launcher(monkeypatch):
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
-    monkeypatch.setattr(fast_launch, "_RAW_LAUNCHER_LAYOUT", ("0.0.",))
+    monkeypatch.setattr(fast_launch, "LAUNCHER_LAYOUTS", {"0.0.": "packed"})
     c_entry = _Recorder()
     launch, compiled, _ = _launch(c_entry)
     assert not launch.raw
     launch("a")
     assert c_entry.calls == [] and len(compiled.run.calls) == 1
+
+
+def test_the_layouts_are_named_by_release():
+    assert fast_launch.launcher_layout("3.6.0") == "positional"
+    assert [fast_launch.launcher_layout(v) for v in ("3.7.1", "3.8.0", "3.9.0")] == ["packed"] * 3
+    assert fast_launch.launcher_layout("3.10.0") is None and fast_launch.launcher_layout("4.0.0") is None
+
+
+class _OldShapedLauncher(_FakeLauncher):
+    """A launcher without 3.7+'s annotations and signature: not the layout its release claims."""
+
+    def __getattribute__(self, name):
+        if name in ("arg_annotations", "kernel_signature"):
+            raise AttributeError(name)
+        return super().__getattribute__(name)
+
+
+@pytest.mark.parametrize("state", ["sanitized", "no annotations"])
+def test_a_launcher_the_direct_path_cannot_speak_takes_triton_path(monkeypatch, state):
+    """A launcher under GSan appends the sanitizer's state to the arguments; one without 3.7+'s
+    annotations is not the layout its release claims: both go through Triton's launcher."""
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: STREAM, raising=False)
+    monkeypatch.setattr(fast_launch, "LAUNCHER_LAYOUTS", {triton.__version__: "packed"})
+    c_entry = _Recorder()
+    launcher = _FakeLauncher(c_entry) if state == "sanitized" else _OldShapedLauncher(c_entry)
+    launcher.gsan_enabled = state == "sanitized"
+    compiled = _FakeCompiled(launcher)
+    launch = fast_launch.CompiledLaunch(_FakeJit(), (1,), {}, {}, compiled, 0)
+    assert launch.direct and not launch.raw
+    launch("a")
+    assert c_entry.calls == [] and len(launcher.calls) == 1

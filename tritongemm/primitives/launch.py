@@ -25,10 +25,22 @@ from triton import knobs
 from triton.compiler import compiler
 from triton.runtime.errors import OutOfResources
 
-# Triton releases whose compiled launcher has the layout `_raw_launcher` reads and the argument
-# order its callers pass (checked on the GPU: tests/test_plan.py). 3.9's takes another (argument annotations, a kernel
-# signature, the kernel arguments as one tuple); those releases take Triton's own descriptor path.
-_RAW_LAUNCHER_LAYOUT = ("3.6.",)
+# How the compiled launcher's C entry point takes a launch, by Triton release (the call at the
+# end of backends/nvidia/driver.py's CudaLauncher.__call__), after (grid x, y, z, stream, function,
+# cooperative grid, programmatic dependent launch):
+# - "positional", 3.6: global scratch, profile scratch, packed metadata, launch metadata, the two
+#   hooks, then every kernel parameter as an argument of its own;
+# - "packed", 3.7 to 3.9: packed metadata, launch metadata, the two hooks, global scratch, profile
+#   scratch, the launcher's argument annotations and kernel signature, then every parameter in one
+#   tuple. Read in each release's source; 3.6 and 3.8 are checked on the GPU (tests/test_plan.py).
+# Other releases take Triton's own launcher: right, and a few microseconds slower a call.
+LAUNCHER_LAYOUTS = {"3.6.": "positional", "3.7.": "packed", "3.8.": "packed", "3.9.": "packed"}
+
+
+def launcher_layout(version: str | None = None) -> str | None:
+    """The layout of this (or `version`'s) Triton's C launcher that the direct path speaks, or None."""
+    version = version or triton.__version__
+    return next((layout for prefix, layout in LAUNCHER_LAYOUTS.items() if version.startswith(prefix)), None)
 
 
 # Encodings kept per TMA operand of a plan, by address: a 32-layer model's q and o projections
@@ -60,16 +72,20 @@ class CompiledLaunch:
         # (BENCHMARKS.md, "Host time per call").
         self._raw_plain = raw[0] if raw is not None and not raw[1] else None
         self.raw = self._raw_plain is not None  # what the tests check: the cheapest path is taken
-        if compiled is not None:  # the launcher's arguments before the kernel's, no hooks: see __call__
-            self._raw_head = (compiled.function, compiled.run.launch_cooperative_grid, compiled.run.launch_pdl,
-                              None, None, compiled.packed_metadata, None, None, None)  # fmt: skip
+        self._packs = launcher_layout() == "packed"  # the parameters go in one tuple
+        # The launcher's arguments before the kernel's, no hooks (see __call__), wherever the C
+        # launcher is reachable (with_descriptors uses them too).
+        self._raw_head = _raw_head(compiled) if raw is not None else ()
 
     def __call__(self, *runtime_args) -> None:
         raw = self._raw_plain
         if raw is not None and not _profiling():  # the common case, kept to the fewest steps
             stream = torch._C._cuda_getCurrentRawStream(self._device_index)
             try:
-                raw(*self._grid, stream, *self._raw_head, *runtime_args, *self._constexpr_tail)
+                if self._packs:
+                    raw(*self._grid, stream, *self._raw_head, (*runtime_args, *self._constexpr_tail))
+                else:
+                    raw(*self._grid, stream, *self._raw_head, *runtime_args, *self._constexpr_tail)
                 return
             except TypeError as exc:  # parsed before anything launches: Triton's wrapper from now on
                 self._raw_plain, self.raw = None, False
@@ -121,10 +137,9 @@ class CompiledLaunch:
         count = len(descriptors)
         if encode is None:
             return lambda *args: self(*map(rebase, unbound, args[:count]), *args[count:])
-        raw, specs = encode
+        raw, specs, fill = encode
         grid_x, grid_y, grid_z = self._grid
-        fill = triton.runtime.driver.active.utils.fill_tma_descriptor
-        head = self._raw_head
+        head, packs = self._raw_head, self._packs
         encodings = [{} for _ in specs]  # per operand: address -> its encoded descriptor
 
         def launch(*given) -> None:
@@ -146,7 +161,10 @@ class CompiledLaunch:
                 args.extend(specs[i][1])
             stream = torch._C._cuda_getCurrentRawStream(self._device_index)
             try:  # no hooks: None, as above
-                raw(grid_x, grid_y, grid_z, stream, *head, *args, *rest, *self._constexpr_tail)
+                if packs:
+                    raw(grid_x, grid_y, grid_z, stream, *head, (*args, *rest, *self._constexpr_tail))
+                else:
+                    raw(grid_x, grid_y, grid_z, stream, *head, *args, *rest, *self._constexpr_tail)
             except TypeError as exc:  # parsed before anything launches: take Triton's path from now on
                 self.encodes_descriptors = False
                 warnings.warn(f"tritongemm: direct TMA launch refused ({exc}); using Triton's", RuntimeWarning, 2)
@@ -155,8 +173,9 @@ class CompiledLaunch:
         return launch
 
     def _descriptor_encoding(self, descriptors):
-        """(raw launcher, per descriptor (encode fields, shape + strides)), or None where this
-        Triton's launcher does not have the shape of triton 3.6's (see _raw_launcher)."""
+        """(raw launcher, per descriptor (encode fields, shape + strides), the driver's encoder), or
+        None where this Triton's launcher has no layout the direct path speaks (see _raw_launcher)
+        or a descriptor needs what the encoding here leaves out."""
         raw = _raw_launcher(self._compiled)
         if raw is None:
             return None
@@ -176,28 +195,53 @@ class CompiledLaunch:
             from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
         except ImportError:
             return None
+        utils = triton.runtime.driver.active.utils
+        # 3.7 renamed the encoder when it added im2col descriptors beside the tiled ones.
+        fill = getattr(utils, "fill_tma_descriptor_tiled", None) or getattr(utils, "fill_tma_descriptor", None)
+        if fill is None:
+            return None
         specs = []
         for desc, meta in zip(descriptors, metadata):
-            if meta is None or meta.get("fp4_padded"):
+            # fp4's padded rows, im2col boxes and fp32 read as tf32 change the encoding: Triton's path.
+            if meta is None or meta.get("fp4_padded") or meta.get("is_im2col"):
+                return None
+            if getattr(desc, "round_f32_to_tf32", False):
                 return None
             shape, strides = list(desc.shape), list(desc.strides)
             padding = 1 if desc.padding == "nan" else 0
             fields = (meta["swizzle"], meta["elem_size"], TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
                       meta["block_size"], shape, strides, padding)  # fmt: skip
             specs.append((fields, (*shape, *strides)))
-        return raw, tuple(specs)
+        return raw, tuple(specs), fill
+
+
+def _raw_head(compiled) -> tuple:
+    """The C launcher's arguments between the stream and the kernel's parameters, in this
+    Triton's layout (LAUNCHER_LAYOUTS): no scratch buffers, no launch metadata, no hooks."""
+    run = compiled.run
+    common = (compiled.function, run.launch_cooperative_grid, run.launch_pdl)
+    if launcher_layout() == "packed":
+        return (*common, compiled.packed_metadata, None, None, None, None, None, run.arg_annotations,
+                run.kernel_signature)  # fmt: skip
+    return (*common, None, None, compiled.packed_metadata, None, None, None)
 
 
 def _raw_launcher(compiled) -> tuple[Callable, list | None] | None:
     """(the compiled launcher's C entry point, its TMA descriptor metadata or None), where this
-    Triton's launcher has the shape of triton 3.6's (backends/nvidia/driver.py): a `CudaLauncher`
-    whose `launch` is the C function itself, or a `wrap_handle_tensordesc` closure around it for
-    a kernel with descriptor arguments; and no scratch buffers to allocate per call. Else None."""
-    if compiled is None or not triton.__version__.startswith(_RAW_LAUNCHER_LAYOUT):
+    Triton's launcher has a layout the direct path speaks (LAUNCHER_LAYOUTS), in the shape of
+    backends/nvidia/driver.py's: a `CudaLauncher` whose `launch` is the C function itself, or a
+    `wrap_handle_tensordesc` closure around it for a kernel with descriptor arguments; and no
+    scratch buffers to allocate and no sanitizer state to pass per call. Else None."""
+    layout = launcher_layout()
+    if compiled is None or layout is None:
         return None
     launcher = compiled.run
     wrapper = getattr(launcher, "launch", None)
     if getattr(launcher, "global_scratch_size", 1) or getattr(launcher, "profile_scratch_size", 1):
+        return None
+    if getattr(launcher, "gsan_enabled", False):  # 3.8+'s GSan appends its state to the arguments
+        return None
+    if layout == "packed" and not (hasattr(launcher, "arg_annotations") and hasattr(launcher, "kernel_signature")):
         return None
     if not hasattr(wrapper, "__code__"):  # a builtin: the C launcher itself
         return (wrapper, None) if callable(wrapper) else None

@@ -1,8 +1,9 @@
 """Where one eager `tritongemm.matmul` hit spends its host time, one part at a time: the plan
-look-up, the operand preparation (the output's allocation), the launch, and the compiled
-kernel's C launcher alone with pre-built arguments, beside torch.matmul; medians of 5
-interleaved rounds of `eager_timer`. BENCHMARKS.md ("Host time per call") quotes it. Run on a GPU:
-PYTHONPATH=. python3 scripts/probes/host/host_breakdown.py
+look-up, the operand preparation (the output's allocation), the launch, the same launch through
+Triton's own Python launcher (what a Triton whose launcher layout primitives/launch.py does not
+speak gets), and the compiled kernel's C launcher alone with pre-built arguments, beside
+torch.matmul; medians of 5 interleaved rounds of `eager_timer`. BENCHMARKS.md ("Host time per
+call") quotes it. Run on a GPU: PYTHONPATH=. python3 scripts/probes/host/host_breakdown.py
 """
 
 import functools
@@ -14,7 +15,7 @@ import tritongemm
 from tritongemm.bench.measure import eager_timer
 from tritongemm.core.epilogue import PLAIN
 from tritongemm.dense.matmul import lookup
-from tritongemm.primitives.launch import compiled_launches
+from tritongemm.primitives.launch import compiled_launches, launcher_layout
 from tritongemm.primitives.tl.host import gemm_args
 
 CASES = [
@@ -43,12 +44,25 @@ for m, n, k, dtype, kernel in CASES:
         (launch,) = raw
         # as _host.planned_launch builds them: no trace, no epilogue
         runtime = (*gemm_args(pa, pb, c), 0, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None))
-        args = (*launch._grid, torch._C._cuda_getCurrentRawStream(c.device.index), *launch._raw_head, *runtime,
-                *launch._constexpr_tail)  # fmt: skip
+        params = (*runtime, *launch._constexpr_tail)
+        params = (params,) if launcher_layout() == "packed" else params
+        args = (*launch._grid, torch._C._cuda_getCurrentRawStream(c.device.index), *launch._raw_head, *params)
         parts["C launcher"] = functools.partial(launch._raw_plain, *args)
+    launches = compiled_launches(plan.launch)
+    direct = [(cl, cl._raw_plain, cl.encodes_descriptors) for cl in launches]
+
+    def through_triton(on: bool, direct=direct) -> None:
+        """Each of the plan's launches through Triton's CudaLauncher.__call__ (on) or back as built."""
+        for cl, raw_plain, encodes in direct:
+            cl._raw_plain, cl.encodes_descriptors = (None, False) if on else (raw_plain, encodes)
+
+    if any(raw_plain is not None or encodes for _, raw_plain, encodes in direct):
+        parts["Triton's launcher"] = functools.partial(plan.launch, pa, pb, c)
     samples = {name: [] for name in parts}
     for _ in range(5):
         for name, fn in parts.items():
+            through_triton(name == "Triton's launcher")
             samples[name].append(eager_timer(fn) * 1e3)
+        through_triton(False)
     times = ", ".join(f"{name} {statistics.median(v):.1f}" for name, v in samples.items())
     print(f"{m}x{n}x{k} {str(dtype)[6:]} {plan.kernel}: {times} us", flush=True)
