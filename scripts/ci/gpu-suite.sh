@@ -10,6 +10,7 @@
 #   other  any other word is a pytest selection of its own (split at spaces):
 #          "tests/test_fp8.py --deselect tests/test_fp8.py::test_fuzz@240"
 #   --triton TARBALL  run under the slim Triton in TARBALL, through with-triton.sh beside it
+# Exits 1 where any part's pytest did not pass (failed, cut by its limit), else 0.
 # Logs go to $OUT (or ./gpu-logs): suite-triton<version>-<part>.txt, each ending in pytest's summary,
 # then the failures and errors of every part in suite-triton<version>-summary.txt.
 set -uo pipefail
@@ -29,13 +30,16 @@ version=$("${wrap[@]}" python3 -c "import triton; print(triton.__version__)" | t
 [[ $version =~ ^[0-9] ]] || { echo "gpu-suite: triton does not import here (${wrap[*]:-the machine Triton})" >&2; exit 3; }
 summary="$out/suite-triton$version-summary.txt"
 {
-  # The tree's commit, "+changes" where the tree that travelled differs from it.
-  tree="$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo '+changes')"
+  # The tree's commit, "+changes" where the tree that travelled differs from it. The device tool's
+  # copy has the landed commit as its HEAD and a session's own commits as changes: GPU_SUITE_TREE
+  # (the developer's `git rev-parse --short HEAD`) names the tree instead.
+  tree=${GPU_SUITE_TREE:-"$(git rev-parse --short HEAD 2>/dev/null || echo '?')$(git diff --quiet HEAD 2>/dev/null || echo '+changes')"}
   echo "GPU suite at $tree under triton $version, $(date -u '+%Y-%m-%d %H:%M UTC')"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   "${wrap[@]}" python3 -c "import torch, triton, numpy; print('torch', torch.__version__, 'triton', triton.__version__, 'numpy', numpy.__version__)" | tail -1
 } >"$summary" 2>&1
 
+status=0  # the script's exit: 1 where any part's pytest did not pass
 for part in "$@"; do
   name=${part%@*}
   secs=540
@@ -52,9 +56,11 @@ for part in "$@"; do
   timeout -s INT "$secs" "${wrap[@]}" python3 -m pytest -n 16 --dist worksteal -v -p no:cacheprovider -rfE \
     "${selection[@]}" >>"$log" 2>&1
   rc=$?
+  [ $rc -eq 0 ] || status=1
   counted=$(grep -cE " (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS) " "$log")
   line="part $name: exit $rc after $((SECONDS - start)) s, $counted tests reported; $(grep -E '^=+ .*(passed|failed|error).* =+$' "$log" | tail -1)"
   [ $rc -eq 124 ] || [ $rc -eq 130 ] && line="$line (cut by the $secs s limit)"
   echo "$line" | tee -a "$summary"
-  grep -E "^(FAILED|ERROR) " "$log" | sort -u | tee -a "$summary"
+  grep -E "^(FAILED|ERROR) " "$log" | sort -u | tee -a "$summary" || true  # none found: grep's 1
 done
+exit $status

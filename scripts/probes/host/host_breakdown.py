@@ -13,10 +13,8 @@ import torch
 
 import tritongemm
 from tritongemm.bench.measure import eager_timer
-from tritongemm.core.epilogue import PLAIN
 from tritongemm.dense.matmul import lookup
-from tritongemm.primitives.launch import compiled_launches, launcher_layout
-from tritongemm.primitives.tl.host import gemm_args
+from tritongemm.primitives.launch import compiled_launches
 
 CASES = [
     (64, 64, 64, torch.float16, "naive"),
@@ -40,14 +38,13 @@ for m, n, k, dtype, kernel in CASES:
         "launch": functools.partial(plan.launch, pa, pb, c),
     }
     raw = [launch for launch in compiled_launches(plan.launch) if launch.raw]
-    if raw:  # a ladder kernel: its C launcher, the arguments built beforehand
+    if raw:  # a ladder kernel: its C launcher, with the arguments one launch of the plan passed it
         (launch,) = raw
-        # as _host.planned_launch builds them: no trace, no epilogue
-        runtime = (*gemm_args(pa, pb, c), 0, *PLAIN.pointers(None, None), *PLAIN.fixed_args(None))
-        params = (*runtime, *launch._constexpr_tail)
-        params = (params,) if launcher_layout() == "packed" else params
-        args = (*launch._grid, torch._C._cuda_getCurrentRawStream(c.device.index), *launch._raw_head, *params)
-        parts["C launcher"] = functools.partial(launch._raw_plain, *args)
+        c_entry, passed = launch._raw_plain, []
+        launch._raw_plain = lambda *args, record=passed.append: record(args)  # the instance's: one launch records
+        plan.launch(pa, pb, c)
+        launch._raw_plain = c_entry
+        parts["C launcher"] = functools.partial(c_entry, *passed[0])
     launches = compiled_launches(plan.launch)
     direct = [(cl, cl._raw_plain, cl.encodes_descriptors) for cl in launches]
 
