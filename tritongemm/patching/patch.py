@@ -22,6 +22,7 @@ from tritongemm.core.registry import dtype_name
 from tritongemm.dense.module import Linear
 from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
+from tritongemm.fp8.training import Fp8TrainingLinear, fp8_training_unsupported_reason
 from tritongemm.grouped import moe
 from tritongemm.patching.fp8 import quantize_in_norms, share_quantization
 from tritongemm.patching.fuse import fuse_mlps, fuse_norms, fuse_qkv
@@ -74,8 +75,8 @@ class PatchReport:
         return text
 
 
-def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None,
-          fuse: bool = False, batch_invariant: bool = False) -> torch.nn.Module:  # fmt: skip
+def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None, fuse: bool = False,
+          batch_invariant: bool = False, fp8_training: str | None = None) -> torch.nn.Module:  # fmt: skip
     """Replace, in place, every `torch.nn.Linear` in `model` with a tritongemm `Linear` sharing
     its parameters; return `model`, with a `PatchReport` as `model.tritongemm_patch_report`
     (also logged at INFO on the "tritongemm" logger).
@@ -103,6 +104,12 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     On a transformers (5.x) mixture-of-experts model, patch also makes tritongemm its experts
     implementation (grouped/moe.py: the experts on `grouped_mm`); the report's `experts` says so.
 
+    `fp8_training="row"`, `"tensor"` or `"block"` puts an `Fp8TrainingLinear` there instead (fp8/
+    training.py): the module's own parameters, which the optimizer keeps updating, and the forward
+    and both gradients computed on fp8 operands quantized each step with that recipe ("block":
+    the weight gradient in the weight's dtype). Not with `fp8`, `fuse` or `batch_invariant` yet,
+    and a MoE model's experts are left as they are.
+
     `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
     batch_invariant=True: a row's output the same bits whatever else is in the batch. Not with
     `fp8="tensor"` (its input scale is the batch's) or `fuse` (the fused blocks' kernels have no
@@ -116,6 +123,14 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     it is an nn.Linear (patch cannot rebind the caller's reference: use `Linear.from_linear`).
     Patching twice changes nothing: a tritongemm `Linear` is not replaced again.
     """
+    if fp8_training is not None:
+        if fp8_training not in RECIPES:
+            raise ValueError(f"patch: expected fp8_training to be None or one of {RECIPES}, but got {fp8_training!r}")
+        given = [name for name, on in (("fp8", fp8 is not None), ("fuse", fuse), ("batch_invariant", batch_invariant),
+                                       ("kernel", kernel != "auto")) if on]  # fmt: skip
+        if given:
+            raise ValueError(f"patch: fp8_training={fp8_training!r} trains plain fp8 Linears only, so expected "
+                             f"{given[0]} unset, but it was given")  # fmt: skip
     if fp8 is not None and fp8 not in RECIPES:
         raise ValueError(f"patch: expected fp8 to be None or one of {RECIPES}, but got {fp8!r}")
     if fp8 is not None and kernel != "auto":
@@ -140,9 +155,11 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
         if not name or not isinstance(module, torch.nn.Linear) or isinstance(module, Linear):
             continue
         if id(module) not in seen:
-            reason = _why_not(module, served, fp8)
+            reason = _why_not(module, served, fp8, fp8_training)
             if reason is not None:
                 seen[id(module)] = None
+            elif fp8_training is not None:
+                seen[id(module)] = Fp8TrainingLinear.from_linear(module, fp8_training)
             elif fp8 is not None:
                 seen[id(module)] = Fp8Linear.from_linear(module, fp8, batch_invariant=batch_invariant)
             else:
@@ -163,19 +180,21 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
             report.quantized_in_norms = quantize_in_norms(model)
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
         report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
-    report.experts = _patch_experts(model, served, fp8, batch_invariant)
+    fp8_given = f"fp8={fp8!r}" if fp8 else f"fp8_training={fp8_training!r}" if fp8_training else None
+    report.experts = _patch_experts(model, served, fp8_given, batch_invariant)
     model.tritongemm_patch_report = report  # a plain attribute: not in the state_dict
     logger.info(str(report))
     return model
 
 
-def _patch_experts(model: torch.nn.Module, served, fp8: str | None, batch_invariant: bool) -> str | None:
+def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_invariant: bool) -> str | None:
     """Select tritongemm's experts implementation (grouped/moe.py) on a transformers MoE model;
-    what happened, for the report (None: the model has no experts)."""
+    what happened, for the report (None: the model has no experts). `fp8_given`: the fp8 argument
+    patch was called with, as "fp8='row'" or "fp8_training='row'"."""
     if not moe.uses_experts(model):
         return None
-    if fp8 is not None:
-        return f"left as they are: fp8={fp8!r} covers nn.Linear modules only"
+    if fp8_given is not None:
+        return f"left as they are: {fp8_given} covers nn.Linear modules only"
     if batch_invariant:
         return "left as they are: grouped_mm has no batch-invariant mode yet"
     device = next(p.device for n, p in model.named_parameters() if "experts" in n or "down_proj" in n)
@@ -208,7 +227,7 @@ def _served_dtypes(kernel: str):
     return lookup
 
 
-def _why_not(module: torch.nn.Linear, served, fp8: str | None = None) -> str | None:
+def _why_not(module: torch.nn.Linear, served, fp8: str | None = None, fp8_training: str | None = None) -> str | None:
     """Why `patch` leaves this nn.Linear (None: it replaces it, or fuse may take it: tritongemm's own
     Linear, from an earlier patch, passes too)."""
     if type(module) not in (torch.nn.Linear, Linear):
@@ -221,9 +240,10 @@ def _why_not(module: torch.nn.Linear, served, fp8: str | None = None) -> str | N
     weight = module.weight
     if type(weight.data) is not torch.Tensor:  # quantized, sharded (DTensor) or float8 weights
         return f"{type(weight.data).__name__} weights, a tensor subclass: tritongemm reads plain tensors"
-    if fp8 is not None:  # the input is quantized: any dtype fp8 takes, where the kernels run
+    if fp8 is not None or fp8_training is not None:  # quantized: any dtype fp8 takes, where the kernels run
         unavailable = served(weight.device)[1]
-        return fp8_unsupported_reason(module, fp8) or (unavailable and f"{weight.device} weights: {unavailable}")
+        reason = fp8_unsupported_reason(module, fp8) if fp8 else fp8_training_unsupported_reason(module, fp8_training)
+        return reason or (unavailable and f"{weight.device} weights: {unavailable}")
     dtype = dtype_name(weight.dtype)
     if weight.dtype not in _DTYPES:
         return f"{dtype} weights: tritongemm computes {', '.join(map(dtype_name, _DTYPES))}"
