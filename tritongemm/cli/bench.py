@@ -9,7 +9,7 @@ import csv
 import torch
 
 from tritongemm import bench
-from tritongemm.bench import decode, epilogue, fp8, grouped, mlp, model, overhead, report, tp
+from tritongemm.bench import decode, epilogue, fp8, grouped, mlp, model, overhead, report, tp, train
 from tritongemm.bench.measure import TIMINGS
 from tritongemm.bench.suites import LAYOUTS, SUITES
 from tritongemm.cli.args import (
@@ -25,13 +25,14 @@ from tritongemm.cli.args import (
 from tritongemm.core import registry
 
 # Suites with their own module, problems and columns, beside bench.suites.SUITES.
-OWN_SUITES = ["overhead", "epilogue", "model", "decode", "fp8", "grouped", "mlp", "tp"]
+OWN_SUITES = ["overhead", "epilogue", "model", "decode", "train", "fp8", "grouped", "mlp", "tp"]
 # Which of bench's options each of those takes (--out-dir and --no-plot: all).
 OWN_SUITE_OPTIONS = {
     "overhead": ("kernels",),
     "epilogue": ("shapes", "dtypes", "timing", "name"),
     "model": ("layers", "models", "phases", "providers", "name"),
     "decode": ("models", "providers", "batches", "name"),
+    "train": ("layers", "models", "providers", "name"),
     "fp8": ("shapes", "kernels", "timing", "name"),
     "grouped": ("timing", "name"),
     "mlp": ("timing", "name"),
@@ -52,6 +53,8 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         "with tritongemm.patch vs torch, eager and compiled (CUDA GPU, transformers); "
         "decode: an 8-layer Llama-3-8B / Qwen2-7B decode step on a static KV cache, captured in a CUDA graph, "
         "at 1-256 sequences, torch vs tritongemm (plain, fused, fp8 row and block) (transformers); "
+        "train: a 4-layer Llama-3-8B-shaped model's training step on 2 x 2048 tokens, bf16 vs "
+        "patch(fp8_training=...) per recipe vs torchao.float8, eager and compiled (transformers); "
         "fp8: scaled_mm vs torch._scaled_mm per scaling recipe (tensor, row, block); "
         "grouped: grouped_mm vs torch._grouped_mm and a torch.mm loop on MoE layers' expert GEMMs; "
         "mlp: the gated MLP block as tritongemm.blocks.GatedMLP vs the unfused torch block and torch.compile of it; "
@@ -84,14 +87,16 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
         "--configs", type=config_labels, help="'128x256x64 g8 w8 s3;...': run every kernel with each of these"
     )
-    parser.add_argument("--layers", type=int, choices=model.LAYERS, help="bench model: decoder layers (default 2)")
+    parser.add_argument("--layers", type=int, choices=model.LAYERS,
+                        help=f"bench model: decoder layers (default 2); bench train: (default {train.LAYERS})")  # fmt: skip
     both = "; bench decode: some of {} (its default)"
     parser.add_argument("--models", type=names(list(model.FAMILIES)),
                         help=f"bench model: some of {','.join(model.FAMILIES)} (default all)"
                         + both.format(",".join(decode.MODELS)))  # fmt: skip
     parser.add_argument("--phases", type=names(list(model.PHASES)),
                         help=f"bench model: some of {','.join(model.PHASES)} (default all)")  # fmt: skip
-    parser.add_argument("--providers", type=names(list(dict.fromkeys([*model.PROVIDERS, *decode.PROVIDERS]))),
+    parser.add_argument("--providers", type=names(list(dict.fromkeys([*model.PROVIDERS, *decode.PROVIDERS,
+                                                                      *train.PROVIDERS]))),
                         help=f"bench model: some of {','.join(model.PROVIDERS)} (default all)"
                         + both.format(",".join(decode.PROVIDERS)))  # fmt: skip
     parser.add_argument("--batches", type=comma_list(positive_int, "comma-separated integers >= 1, e.g. 1,8,32"),
@@ -124,6 +129,11 @@ def check(args: argparse.Namespace) -> None:
         if args.suite == "model":
             model.check_arguments(**_model_arguments(args))
             problem = model.requirements_error()
+            if problem:
+                raise ValueError(problem)
+        if args.suite == "train":
+            train.check_arguments(**_train_arguments(args))
+            problem = train.requirements_error()
             if problem:
                 raise ValueError(problem)
         if args.suite == "decode":
@@ -187,6 +197,12 @@ def _model_arguments(args: argparse.Namespace) -> dict:
     )
 
 
+def _train_arguments(args: argparse.Namespace) -> dict:
+    """What `bench train` measures, as run_train and its check_arguments take it."""
+    return dict(families=args.models or train.FAMILIES_DEFAULT, providers=args.providers or train.PROVIDERS,
+                layers=args.layers or train.LAYERS)  # fmt: skip
+
+
 def _decode_arguments(args: argparse.Namespace) -> dict:
     """What `bench decode` measures, as run_decode and its check_arguments take it."""
     return dict(models=args.models or decode.MODELS, providers=args.providers or tuple(decode.PROVIDERS),
@@ -222,6 +238,9 @@ def run(args: argparse.Namespace) -> int:
                   plot=not args.no_plot)  # fmt: skip
     elif args.suite == "decode":
         decode.run_decode(**_decode_arguments(args), out_dir=out_dir, name=args.name, plot=not args.no_plot)
+    elif args.suite == "train":
+        train.run_train(**_train_arguments(args), out_dir=args.out_dir or "results", name=args.name or "train",
+                        plot=not args.no_plot)  # fmt: skip
     elif args.suite == "model":
         model.run_model(**_model_arguments(args), out_dir=args.out_dir or "results", name=args.name or "model",
                         plot=not args.no_plot)  # fmt: skip
