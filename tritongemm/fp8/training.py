@@ -20,12 +20,18 @@ Recipes: "tensor" (one scale per operand), "row" (per token / per channel, as ab
 `wgrad="bf16"` computes dW from the unquantized tensors, as torchao's row-wise recipe with a
 high-precision weight gradient does; the block recipe takes only that, since its dW needs 1 x 128
 scales on both operands (DeepGEMM's "1D1D" kernel), which `scaled_mm`'s block kernel does not take.
+
+Under `torch.compile` each GEMM is one `torch.ops.tritongemm.fp8_product` node (its two
+quantizations and the scaled GEMM, opaque to Inductor), so the layer compiles with
+fullgraph=True and AOTAutograd traces the backward through the autograd.Function below.
 """
 
 from __future__ import annotations
 
 import torch
 
+from tritongemm.core import operators
+from tritongemm.core.operators import LIB
 from tritongemm.dense.matmul import matmul
 from tritongemm.fp8.api import quantize_fp8, scaled_mm
 from tritongemm.fp8.recipes import RECIPES, SCALE_BLOCK
@@ -55,6 +61,28 @@ def fp8_product(a: torch.Tensor, b_rows: torch.Tensor, recipe: str, out_dtype: t
     return scaled_mm(a_fp8, b_fp8.T, scale_a, scale_b, bias=bias, out_dtype=out_dtype, recipe=recipe)
 
 
+# The operator, for graphs: eager calls take fp8_product itself (no dispatcher on the hot path).
+LIB.define("fp8_product(Tensor a, Tensor b_rows, str recipe, ScalarType out_dtype, Tensor? bias=None) -> Tensor")
+LIB.impl("fp8_product", fp8_product, "CompositeExplicitAutograd")
+fp8_product_op = torch.ops.tritongemm.fp8_product.default
+
+
+@torch.library.register_fake("tritongemm::fp8_product", lib=LIB)
+def _fp8_product_fake(a, b_rows, recipe, out_dtype, bias=None):
+    operators.traced()
+    if a.dim() != 2 or b_rows.dim() != 2 or a.shape[1] != b_rows.shape[1]:
+        raise ValueError(f"fp8_product: expected a (M, R) and b_rows (N, R), but got {tuple(a.shape)} and "
+                         f"{tuple(b_rows.shape)}")  # fmt: skip
+    return a.new_empty((a.shape[0], b_rows.shape[0]), dtype=out_dtype)
+
+
+def _product(a, b_rows, recipe, out_dtype, bias=None):
+    """fp8_product, as a graph node while compiling."""
+    if torch.compiler.is_compiling():
+        return fp8_product_op(a, b_rows, recipe, out_dtype, bias)
+    return fp8_product(a, b_rows, recipe, out_dtype, bias)
+
+
 class _Fp8LinearFunction(torch.autograd.Function):
     """y = x @ weight.T + bias with the three GEMMs in fp8 (the module docstring's table)."""
 
@@ -62,7 +90,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, recipe: str, wgrad: str):
         ctx.save_for_backward(x, weight)
         ctx.recipe, ctx.wgrad, ctx.has_bias = recipe, wgrad, bias is not None
-        return fp8_product(x, weight, recipe, x.dtype, bias=bias)
+        return _product(x, weight, recipe, x.dtype, bias)
 
     @staticmethod
     def backward(ctx, dy):
@@ -71,12 +99,12 @@ class _Fp8LinearFunction(torch.autograd.Function):
         dy = dy.contiguous()  # autograd may hand an expanded or strided gradient
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = fp8_product(dy, weight.T, recipe, x.dtype)
+            dx = _product(dy, weight.T, recipe, x.dtype)
         if ctx.needs_input_grad[1]:
             if ctx.wgrad == "bf16":  # from the tensors as they are, at the weight's precision
                 dw = matmul(dy.T.to(weight.dtype), x.to(weight.dtype))
             else:
-                dw = fp8_product(dy.T, x.T, recipe, weight.dtype)
+                dw = _product(dy.T, x.T, recipe, weight.dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy.sum(0, dtype=torch.float32).to(weight.dtype)
         return dx, dw, db, None, None
