@@ -10,8 +10,8 @@ import torch
 from cases import DEVICE
 
 from tritongemm.core.reference import fp8_tolerance, rel_error
-from tritongemm.fp8.recipes import reference_scaled_mm
-from tritongemm.fp8.training import Fp8TrainingLinear, _quantized
+from tritongemm.fp8.recipes import reference_quantize, reference_scaled_mm
+from tritongemm.fp8.training import Fp8TrainingLinear
 
 # (recipe, wgrad, M, K, N): odd token counts, widths that are and are not multiples of 16;
 # block-wise needs K and N multiples of 128 (the forward reduces over K, dX over N).
@@ -32,9 +32,12 @@ def _data(shape, seed, scale=1.0):
 
 
 def _reference(a, b_rows, recipe, out_dtype):
-    """The fp64 product of a and b_rows.T from their fp8 copies as the layer quantizes them."""
-    a_fp8, scale_a = _quantized(a, recipe)
-    b_fp8, scale_b = _quantized(b_rows, recipe, weight_role=True)
+    """The fp64 product of a and b_rows.T from their fp8 copies, made by torch
+    (`reference_quantize`, the recipe's arithmetic): a along its rows (1 x 128 blocks for the
+    block recipe), b_rows as a weight (128 x 128 blocks)."""
+    a_fp8, scale_a = reference_quantize(a, recipe)
+    b_fp8, scale_b = reference_quantize(b_rows, recipe, (128, 128) if recipe == "block" else None)
+    scale_b = scale_b.T if recipe == "row" else scale_b
     return reference_scaled_mm(a_fp8, b_fp8.T, scale_a, scale_b, out_dtype=torch.float64).to(out_dtype)
 
 

@@ -7,9 +7,11 @@ the parameter the optimizer updates; each step quantizes it and the activations 
     dW        dW = dYᵀ X   reduces over M: dYᵀ per output channel along M, Xᵀ per input channel along M
 
 Each operand is quantized along the axis its GEMM reduces over, so one outlier spoils only the
-scale of the row it is in. `quantize_fp8` reads a transposed view as it is and writes its fp8
-copy row-major, so the transposed copies the backward GEMMs need (Wᵀ, dYᵀ, Xᵀ) are made in the
-quantizing pass itself, not by a second one.
+scale of the row it is in. X and dY are each needed along two axes: `quantize_fp8_pair`
+(fp8/pair.py) writes both fp8 copies (X along K and Xᵀ along M; dY along N and dYᵀ along M) from
+one cast pass over the tensor. Wᵀ is quantized in the backward from the weight itself
+(`quantize_fp8` reads the transposed view in place and writes its copy row-major), so nothing of
+the weight's is kept between the forward and the backward but the parameter.
 
 All operands are e4m3: with a scale per row (or per tensor) taken from the current absmax, the
 gradients' range fits e4m3's, and its extra mantissa bit halves the rounding error against
@@ -21,19 +23,17 @@ Recipes: "tensor" (one scale per operand), "row" (per token / per channel, as ab
 high-precision weight gradient does; the block recipe takes only that, since its dW needs 1 x 128
 scales on both operands (DeepGEMM's "1D1D" kernel), which `scaled_mm`'s block kernel does not take.
 
-Under `torch.compile` each GEMM is one `torch.ops.tritongemm.fp8_product` node (its two
-quantizations and the scaled GEMM, opaque to Inductor), so the layer compiles with
-fullgraph=True and AOTAutograd traces the backward through the autograd.Function below.
+Under `torch.compile` each quantization and each GEMM is one node (fp8/graph_ops.py), so the
+layer compiles with fullgraph=True and AOTAutograd traces the backward through the
+autograd.Function below.
 """
 
 from __future__ import annotations
 
 import torch
 
-from tritongemm.core import operators
-from tritongemm.core.operators import LIB
 from tritongemm.dense.matmul import matmul
-from tritongemm.fp8.api import quantize_fp8, scaled_mm
+from tritongemm.fp8.graph_ops import graph_or_direct
 from tritongemm.fp8.recipes import RECIPES, SCALE_BLOCK
 
 WGRADS = ("fp8", "bf16")
@@ -42,70 +42,52 @@ DEFAULT_WGRAD = {"tensor": "fp8", "row": "fp8", "block": "bf16"}
 TRAIN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-def _quantized(t: torch.Tensor, recipe: str, weight_role: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """`t` (R, C) in fp8, scaled per `recipe` along C, with its scale shaped as `scaled_mm` takes
-    it: as scale_a for an activation-role operand, as scale_b (its (N, K) weight's) otherwise."""
-    if recipe == "block":
-        block = (SCALE_BLOCK, SCALE_BLOCK) if weight_role else None
-        return quantize_fp8(t, "block", block=block)
-    t_fp8, scale = quantize_fp8(t, recipe)
-    return t_fp8, (scale.T if weight_role and recipe == "row" else scale)
-
-
-def fp8_product(a: torch.Tensor, b_rows: torch.Tensor, recipe: str, out_dtype: torch.dtype,
-                bias: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-    """a (M, R) @ b_rows (N, R)ᵀ on fp8 operands, each quantized along R, the reduced axis: one of
-    the layer's three GEMMs. Either may be a transposed view; its fp8 copy is row-major."""
-    a_fp8, scale_a = _quantized(a, recipe)
-    b_fp8, scale_b = _quantized(b_rows, recipe, weight_role=True)
-    return scaled_mm(a_fp8, b_fp8.T, scale_a, scale_b, bias=bias, out_dtype=out_dtype, recipe=recipe)
-
-
-# The operator, for graphs: eager calls take fp8_product itself (no dispatcher on the hot path).
-LIB.define("fp8_product(Tensor a, Tensor b_rows, str recipe, ScalarType out_dtype, Tensor? bias=None) -> Tensor")
-LIB.impl("fp8_product", fp8_product, "CompositeExplicitAutograd")
-fp8_product_op = torch.ops.tritongemm.fp8_product.default
-
-
-@torch.library.register_fake("tritongemm::fp8_product", lib=LIB)
-def _fp8_product_fake(a, b_rows, recipe, out_dtype, bias=None):
-    operators.traced()
-    if a.dim() != 2 or b_rows.dim() != 2 or a.shape[1] != b_rows.shape[1]:
-        raise ValueError(f"fp8_product: expected a (M, R) and b_rows (N, R), but got {tuple(a.shape)} and "
-                         f"{tuple(b_rows.shape)}")  # fmt: skip
-    return a.new_empty((a.shape[0], b_rows.shape[0]), dtype=out_dtype)
-
-
-def _product(a, b_rows, recipe, out_dtype, bias=None):
-    """fp8_product, as a graph node while compiling."""
-    if torch.compiler.is_compiling():
-        return fp8_product_op(a, b_rows, recipe, out_dtype, bias)
-    return fp8_product(a, b_rows, recipe, out_dtype, bias)
+def _as_scale_b(scale: torch.Tensor, recipe: str) -> torch.Tensor:
+    """An (N, K) operand's scale as scaled_mm takes it for b = that operand transposed: row-wise
+    (N, 1) -> (1, N); tensor-wise and block-wise as they are."""
+    return scale.T if recipe == "row" else scale
 
 
 class _Fp8LinearFunction(torch.autograd.Function):
-    """y = x @ weight.T + bias with the three GEMMs in fp8 (the module docstring's table)."""
+    """y = x @ weight.T + bias with the three GEMMs in fp8 (the module docstring's table). With
+    an fp8 weight gradient, x's transposed fp8 copy (scaled along M) is made in the pass that
+    quantizes x for the forward and saved instead of x: half of x's bytes until the backward."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, recipe: str, wgrad: str):
-        ctx.save_for_backward(x, weight)
-        ctx.recipe, ctx.wgrad, ctx.has_bias = recipe, wgrad, bias is not None
-        return _product(x, weight, recipe, x.dtype, bias)
+        quantize, quantize_pair, mm = graph_or_direct()
+        if wgrad == "fp8":
+            x_fp8, x_scale, xt_fp8, xt_scale = quantize_pair(x, recipe)
+            ctx.save_for_backward(xt_fp8, xt_scale, weight)
+        else:
+            x_fp8, x_scale = quantize(x, recipe, 1)
+            ctx.save_for_backward(x, weight)
+        w_fp8, w_scale = quantize(weight, recipe, SCALE_BLOCK if recipe == "block" else 1)
+        ctx.recipe, ctx.wgrad, ctx.x_dtype, ctx.has_bias = recipe, wgrad, x.dtype, bias is not None
+        return mm(x_fp8, w_fp8.T, x_scale, _as_scale_b(w_scale, recipe), bias, x.dtype, recipe)
 
     @staticmethod
     def backward(ctx, dy):
-        x, weight = ctx.saved_tensors
-        recipe = ctx.recipe
+        quantize, quantize_pair, mm = graph_or_direct()
+        recipe, fp8_wgrad = ctx.recipe, ctx.wgrad == "fp8"
+        *saved, weight = ctx.saved_tensors
         dy = dy.contiguous()  # autograd may hand an expanded or strided gradient
+        want_dx, want_dw, want_db = ctx.needs_input_grad[:3]
+        if fp8_wgrad and want_dw:  # dY along N for dX and dYᵀ along M for dW, from one pass
+            dy_fp8, dy_scale, dyt_fp8, dyt_scale = quantize_pair(dy, recipe)
+        else:
+            dy_fp8, dy_scale = quantize(dy, recipe, 1)
         dx = dw = db = None
-        if ctx.needs_input_grad[0]:
-            dx = _product(dy, weight.T, recipe, x.dtype)
-        if ctx.needs_input_grad[1]:
-            if ctx.wgrad == "bf16":  # from the tensors as they are, at the weight's precision
-                dw = matmul(dy.T.to(weight.dtype), x.to(weight.dtype))
-            else:
-                dw = _product(dy.T, x.T, recipe, weight.dtype)
-        if ctx.has_bias and ctx.needs_input_grad[2]:
+        if want_dx:  # Wᵀ (K, N) along N: its fp8 copy made row-major in the quantizing pass
+            wt_fp8, wt_scale = quantize(weight.T, recipe, SCALE_BLOCK if recipe == "block" else 1)
+            dx = mm(dy_fp8, wt_fp8.T, dy_scale, _as_scale_b(wt_scale, recipe), None, ctx.x_dtype, recipe)
+        if want_dw and fp8_wgrad:
+            xt_fp8, xt_scale = saved
+            dw = mm(dyt_fp8, xt_fp8.T, dyt_scale, _as_scale_b(xt_scale, recipe), None, weight.dtype, recipe)
+        elif want_dw:  # from the tensors as they are, at the weight's precision
+            (x,) = saved
+            dw = matmul(dy.T.to(weight.dtype), x.to(weight.dtype))
+        if ctx.has_bias and want_db:
             db = dy.sum(0, dtype=torch.float32).to(weight.dtype)
         return dx, dw, db, None, None
 
