@@ -127,3 +127,20 @@ def test_a_wrong_provider_is_reported_and_not_timed():
     results = T.measure(models, {}, inputs, list(M.linear_parameters(base)), rounds=2, timer=_counting_timer(timed))
     assert [r[2] for r in results.values()] == ["ok", "wrong"] and results["tritongemm"][0] is None
     assert len(timed) == 2  # eager torch alone, once a round
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        ("", dict(families=T.FAMILIES_DEFAULT, providers=T.PROVIDERS, layers=T.LAYERS, name="train")),
+        ("--models qwen3-30b-moe --providers torch,tritongemm-fp8-row --layers 2 --name t2 --no-plot",
+         dict(families=("qwen3-30b-moe",), providers=("torch", "tritongemm-fp8-row"), layers=2, name="t2",
+              plot=False)),
+    ],
+)  # fmt: skip
+def test_bench_train_passes_its_options_to_run_train(argv, expected, monkeypatch, tmp_path):
+    given = {}
+    monkeypatch.setattr(T, "requirements_error", lambda: None)
+    monkeypatch.setattr(T, "run_train", lambda **kwargs: given.update(kwargs))
+    assert main(["bench", "train", "--out-dir", str(tmp_path), *argv.split()]) == 0
+    assert given == dict(out_dir=str(tmp_path), plot=True) | expected
