@@ -74,3 +74,14 @@ def test_bad_arguments_are_refused_by_name(args, error, match):
     x, *rest = args
     with pytest.raises(error, match=match):
         quantize_fp8_pair(x.to(DEVICE), *rest)
+
+
+@pytest.mark.parametrize("recipe", list(SHAPES))
+def test_the_transposed_copy_alone_equals_quantize_fp8_of_the_transpose(recipe):
+    from tritongemm.fp8.pair import quantize_fp8_transposed
+
+    gen = torch.Generator().manual_seed(1)
+    block = (128, 128) if recipe == "block" else None
+    for R, C in SHAPES[recipe]:
+        x = (torch.randn(R, C, generator=gen) * 2).to(DEVICE)
+        _same(quantize_fp8_transposed(x, recipe), quantize_fp8(x.T, recipe, block=block))

@@ -34,7 +34,6 @@ from tritongemm.bench.environment import describe_environment
 from tritongemm.bench.measure import describe_error, eager_timer
 from tritongemm.bench.model import (
     FAMILIES,
-    FP8_MAX_REL_ERR,
     INSTALL_HINT,
     MAX_GRAD_REL_ERR,
     MAX_REL_ERR,
@@ -59,9 +58,16 @@ LAYERS = 4
 BATCH, TOKENS = 2, 2048  # 4096 tokens a step: the issue's "2 x 2048"
 ROUNDS = 5
 # fp8 against the bf16 model: every GEMM operand rounded to e4m3 (3 mantissa bits) in all three
-# GEMMs of every layer, so gradients a few percent to ~10% off in a 4-layer random model; a wrong
-# scale, axis or transpose is off by O(1).
-FP8_MAX_GRAD_REL_ERR = 0.3
+# GEMMs of every layer. Measured, not guessed: on the H200 (4-layer Llama-3-8B shape, 2 x 2048
+# tokens, results/h200/probes/fp8_training/train-first-run.txt) torchao.float8's own tensor- and
+# row-wise recipes were 0.26 off in the logits and 0.60 in the worst gradient (a small one of a
+# random model's), tritongemm's three recipes 0.26 and 0.58-0.59; the loss 1e-4 to 7e-4. A wrong
+# scale, axis or transpose is off by 1 or more in the gradients and far more in the loss.
+FP8_MAX_REL_ERR_TRAIN = 0.4
+FP8_MAX_GRAD_REL_ERR = 0.9
+# bf16 bounds grow with depth: bench model's hold two layers; at four torch.compile's own
+# gradients were 5.65e-2 from eager torch's (same run), past bench model's 5e-2.
+DEPTH_REFERENCE = 2
 COLUMNS = ["device", "model", "layers", "batch", "tokens", "provider", "recipe", "ms", "tokens_per_s",
            "ratio_to_torch", "ratio_to_torch_compile", "logits_rel_err", "loss_rel_err", "max_grad_rel_err",
            "status"]  # fmt: skip
@@ -188,14 +194,19 @@ def compare(seen: dict, ref: dict) -> tuple[float, float, float]:
     return rel_error(seen["logits"], ref["logits"]), loss, max(grads, default=math.nan)
 
 
-def within_bounds(provider: str, errors: tuple[float, float, float]) -> bool:
-    fp8 = recipe_of(provider) != "bf16"
-    bounds = (FP8_MAX_REL_ERR if fp8 else MAX_REL_ERR, MAX_REL_ERR, FP8_MAX_GRAD_REL_ERR if fp8 else MAX_GRAD_REL_ERR)
+def within_bounds(provider: str, errors: tuple[float, float, float], layers: int = LAYERS) -> bool:
+    """(logits, loss, worst gradient) within the provider's bounds: fp8's measured ones, or bf16's
+    grown with depth as sqrt(layers / DEPTH_REFERENCE)."""
+    if recipe_of(provider) != "bf16":
+        bounds = (FP8_MAX_REL_ERR_TRAIN, MAX_REL_ERR, FP8_MAX_GRAD_REL_ERR)
+    else:
+        depth = math.sqrt(max(1.0, layers / DEPTH_REFERENCE))
+        bounds = (MAX_REL_ERR * depth, MAX_REL_ERR, MAX_GRAD_REL_ERR * depth)
     return all(e <= b for e, b in zip(errors, bounds))
 
 
 def measure(models: dict, unavailable: dict, inputs: dict, names: list[str], rounds: int,
-            timer=eager_timer) -> dict:  # fmt: skip
+            timer=eager_timer, layers: int = LAYERS) -> dict:  # fmt: skip
     """provider -> [ms or None, errors or None, status]: every provider checked against eager
     torch (the first of `models`) before any is timed; only the correct ones are timed."""
     results, reference = {}, None
@@ -208,7 +219,7 @@ def measure(models: dict, unavailable: dict, inputs: dict, names: list[str], rou
             reference = seen if provider == "torch" else reference
             errors = compare(seen, reference)
             del seen
-            status = "ok" if within_bounds(provider, errors) else "wrong"
+            status = "ok" if within_bounds(provider, errors, layers) else "wrong"
             step_of(model, inputs)()  # nothing lazy left to the timed steps
         except Exception as exc:  # a compile that fails is a result too
             errors, status = None, describe_error(exc)
@@ -280,7 +291,7 @@ def run_train(*, families=FAMILIES_DEFAULT, providers=PROVIDERS, layers: int = L
         names = list(linear_parameters(base))
         torch._dynamo.reset()
         with torch._dynamo.config.patch(cache_size_limit=64):
-            results = measure(models, unavailable, inputs, names, rounds)
+            results = measure(models, unavailable, inputs, names, rounds, layers=layers)
         rows += make_rows(env["device"], family, layers, setting, results, providers)
         print(f"[{time.perf_counter() - start:.0f} s] {family}", flush=True)
         if out_dir is not None:

@@ -6,6 +6,7 @@ with fullgraph=True; eager calls skip the dispatcher and run the functions thems
 - `tritongemm::fp8_quantize(x, recipe, block_rows)`: `quantize_fp8(x, recipe)`, block_rows 128 for
   a weight's 128 x 128 blocks (1 otherwise);
 - `tritongemm::fp8_quantize_pair(x, recipe)`: `quantize_fp8_pair` (fp8/pair.py);
+- `tritongemm::fp8_quantize_transposed(x, recipe)`: `quantize_fp8_transposed` (the same file);
 - `tritongemm::fp8_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, recipe)`: `scaled_mm`.
 None has a backward: the autograd.Function that calls them (fp8/training.py) is differentiated.
 """
@@ -17,7 +18,7 @@ import torch
 from tritongemm.core import operators
 from tritongemm.core.operators import LIB
 from tritongemm.fp8.api import quantize_fp8, scaled_mm
-from tritongemm.fp8.pair import quantize_fp8_pair
+from tritongemm.fp8.pair import quantize_fp8_pair, quantize_fp8_transposed
 from tritongemm.fp8.recipes import SCALE_BLOCK
 from tritongemm.primitives.tiling import cdiv
 
@@ -25,6 +26,7 @@ E4M3 = torch.float8_e4m3fn
 
 LIB.define("fp8_quantize(Tensor x, str recipe, int block_rows) -> (Tensor, Tensor)")
 LIB.define("fp8_quantize_pair(Tensor x, str recipe) -> (Tensor, Tensor, Tensor, Tensor)")
+LIB.define("fp8_quantize_transposed(Tensor x, str recipe) -> (Tensor, Tensor)")
 LIB.define("fp8_scaled_mm(Tensor a, Tensor b, Tensor scale_a, Tensor scale_b, Tensor? bias, ScalarType out_dtype, "
            "str recipe) -> Tensor")  # fmt: skip
 
@@ -46,9 +48,11 @@ def _scaled_mm_impl(a, b, scale_a, scale_b, bias, out_dtype, recipe):
 
 LIB.impl("fp8_quantize", quantize, "CompositeExplicitAutograd")
 LIB.impl("fp8_quantize_pair", _quantize_pair_impl, "CompositeExplicitAutograd")
+LIB.impl("fp8_quantize_transposed", quantize_fp8_transposed, "CompositeExplicitAutograd")
 LIB.impl("fp8_scaled_mm", _scaled_mm_impl, "CompositeExplicitAutograd")
 quantize_op = torch.ops.tritongemm.fp8_quantize.default
 quantize_pair_op = torch.ops.tritongemm.fp8_quantize_pair.default
+quantize_transposed_op = torch.ops.tritongemm.fp8_quantize_transposed.default
 scaled_mm_op = torch.ops.tritongemm.fp8_scaled_mm.default
 
 
@@ -78,6 +82,13 @@ def _quantize_pair_fake(x, recipe):
             x.new_empty((C, R), dtype=E4M3), _scale_of((C, R), recipe, rows, x))  # fmt: skip
 
 
+@torch.library.register_fake("tritongemm::fp8_quantize_transposed", lib=LIB)
+def _quantize_transposed_fake(x, recipe):
+    operators.traced()
+    R, C = x.shape
+    return x.new_empty((C, R), dtype=E4M3), _scale_of((C, R), recipe, SCALE_BLOCK if recipe == "block" else 1, x)
+
+
 @torch.library.register_fake("tritongemm::fp8_scaled_mm", lib=LIB)
 def _scaled_mm_fake(a, b, scale_a, scale_b, bias, out_dtype, recipe):
     operators.traced()
@@ -85,7 +96,8 @@ def _scaled_mm_fake(a, b, scale_a, scale_b, bias, out_dtype, recipe):
 
 
 def graph_or_direct():
-    """(quantize, quantize_pair, scaled_mm): the operators while compiling, else the functions."""
+    """(quantize, quantize_pair, quantize_transposed, scaled_mm): the operators while compiling,
+    else the functions."""
     if torch.compiler.is_compiling():
-        return quantize_op, quantize_pair_op, scaled_mm_op
-    return quantize, quantize_fp8_pair, _scaled_mm_impl
+        return quantize_op, quantize_pair_op, quantize_transposed_op, scaled_mm_op
+    return quantize, quantize_fp8_pair, quantize_fp8_transposed, _scaled_mm_impl

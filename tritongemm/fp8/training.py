@@ -10,8 +10,9 @@ Each operand is quantized along the axis its GEMM reduces over, so one outlier s
 scale of the row it is in. X and dY are each needed along two axes: `quantize_fp8_pair`
 (fp8/pair.py) writes both fp8 copies (X along K and Xᵀ along M; dY along N and dYᵀ along M) from
 one cast pass over the tensor. Wᵀ is quantized in the backward from the weight itself
-(`quantize_fp8` reads the transposed view in place and writes its copy row-major), so nothing of
-the weight's is kept between the forward and the backward but the parameter.
+(`quantize_fp8_transposed`: the pair's kernels writing the transposed copy alone), so nothing of
+the weight's is kept between the forward and the backward but the parameter (as FSDP, which
+frees a gathered weight after the forward, needs).
 
 All operands are e4m3: with a scale per row (or per tensor) taken from the current absmax, the
 gradients' range fits e4m3's, and its extra mantissa bit halves the rounding error against
@@ -55,7 +56,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, recipe: str, wgrad: str):
-        quantize, quantize_pair, mm = graph_or_direct()
+        quantize, quantize_pair, _, mm = graph_or_direct()
         if wgrad == "fp8":
             x_fp8, x_scale, xt_fp8, xt_scale = quantize_pair(x, recipe)
             ctx.save_for_backward(xt_fp8, xt_scale, weight)
@@ -68,7 +69,7 @@ class _Fp8LinearFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dy):
-        quantize, quantize_pair, mm = graph_or_direct()
+        quantize, quantize_pair, quantize_transposed, mm = graph_or_direct()
         recipe, fp8_wgrad = ctx.recipe, ctx.wgrad == "fp8"
         *saved, weight = ctx.saved_tensors
         dy = dy.contiguous()  # autograd may hand an expanded or strided gradient
@@ -78,8 +79,8 @@ class _Fp8LinearFunction(torch.autograd.Function):
         else:
             dy_fp8, dy_scale = quantize(dy, recipe, 1)
         dx = dw = db = None
-        if want_dx:  # Wᵀ (K, N) along N: its fp8 copy made row-major in the quantizing pass
-            wt_fp8, wt_scale = quantize(weight.T, recipe, SCALE_BLOCK if recipe == "block" else 1)
+        if want_dx:  # Wᵀ (K, N) along N, from W read row-major in tiles (fp8/pair.py)
+            wt_fp8, wt_scale = quantize_transposed(weight, recipe)
             dx = mm(dy_fp8, wt_fp8.T, dy_scale, _as_scale_b(wt_scale, recipe), None, ctx.x_dtype, recipe)
         if want_dw and fp8_wgrad:
             xt_fp8, xt_scale = saved

@@ -46,6 +46,7 @@ def main():
         ref = do_bench(step_fn(base, x, dy), warmup=50, rep=200)
         comp = torch.compile(base, fullgraph=True)
         ref_c = do_bench(step_fn(comp, x, dy), warmup=50, rep=200)
+        x.grad = base.weight.grad = None  # do_bench's last step left its gradients
         base(x).backward(dy)
         gx, gw = x.grad.clone(), base.weight.grad.clone()
         line = f"{TOKENS}x{k}->{n}: bf16 {ref:.3f} ms ({flops / ref * 1e-9:.0f} TFLOP/s) compiled {ref_c:.3f}"
