@@ -24,7 +24,9 @@ def _expected(x, recipe, dtype):
 def _same(got, want):
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
-        assert torch.equal(g.view(torch.uint8) if g.dtype.itemsize == 1 else g, w.view(torch.uint8) if w.dtype.itemsize == 1 else w)
+        assert torch.equal(
+            g.view(torch.uint8) if g.dtype.itemsize == 1 else g, w.view(torch.uint8) if w.dtype.itemsize == 1 else w
+        )
 
 
 @pytest.mark.parametrize("recipe", list(SHAPES))

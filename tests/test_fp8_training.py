@@ -189,7 +189,10 @@ def test_compile_fullgraph_gives_the_eager_steps_results(recipe, wgrad):
     x = _data((2, 5, 128), 13)
     dy = _data((2, 5, 256), 14, scale=1e-2)
     results = []
-    for fn in (layer, torch.compile(layer, fullgraph=True, backend="inductor" if DEVICE.type == "cuda" else "aot_eager")):
+    for fn in (
+        layer,
+        torch.compile(layer, fullgraph=True, backend="inductor" if DEVICE.type == "cuda" else "aot_eager"),
+    ):
         xi = x.clone().requires_grad_()
         layer.zero_grad(set_to_none=True)
         fn(xi).backward(dy)

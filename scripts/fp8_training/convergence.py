@@ -31,7 +31,8 @@ from tritongemm.tools import figures
 
 RECIPES = ("bf16", "tensor", "row", "block")
 # Widths that are multiples of 128 (block scales) and a vocabulary of bytes (256, also a multiple).
-MODEL = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=8, num_key_value_heads=8, num_hidden_layers=4,
+MODEL = dict(hidden_size=1024, intermediate_size=2816, num_attention_heads=8, num_key_value_heads=8,
+             num_hidden_layers=4,
              vocab_size=256, max_position_embeddings=1024, tie_word_embeddings=False, attention_dropout=0.0,
              attn_implementation="sdpa")  # fmt: skip
 BATCH, SEQ = 16, 512
@@ -119,7 +120,8 @@ def run(recipe: str, steps: int, train: torch.Tensor, valid: torch.Tensor, bf16_
     if bf16_grads is not None:
         errors = {n: ((g - bf16_grads[n]).norm() / bf16_grads[n].norm()).item() for n, g in grads.items()}
     held = held_out_loss(model, valid)
-    print(f"{recipe}: final {LAST}-step mean loss {sum(losses[-LAST:]) / len(losses[-LAST:]):.4f}, held-out {held:.4f}, "
+    mean = sum(losses[-LAST:]) / len(losses[-LAST:])
+    print(f"{recipe}: final {LAST}-step mean loss {mean:.4f}, held-out {held:.4f}, "
           f"median step {sorted(times)[len(times) // 2]:.1f} ms", flush=True)  # fmt: skip
     return losses, times, grads, errors, held
 
@@ -146,8 +148,8 @@ def main():
         w = csv.writer(f)
         w.writerow(["device", "triton", "recipe", "step", "loss", "ms"])
         for recipe, (losses, times, *_) in results.items():
-            w.writerows([env["device"], env["triton"], recipe, i, f"{l:.5f}", f"{t:.2f}"]
-                        for i, (l, t) in enumerate(zip(losses, times)))  # fmt: skip
+            w.writerows([env["device"], env["triton"], recipe, i, f"{loss:.5f}", f"{t:.2f}"]
+                        for i, (loss, t) in enumerate(zip(losses, times)))  # fmt: skip
     with (out / "convergence-grads.csv").open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["recipe", "module", "grad_rel_err_vs_bf16"])
@@ -163,7 +165,8 @@ def main():
             mean = sum(losses[-LAST:]) / len(losses[-LAST:])
             w.writerow([env["device"], env["triton"], recipe, len(losses), f"{mean:.5f}",
                         f"{mean / base_mean:.5f}" if base_mean else "", f"{held:.5f}",
-                        f"{sorted(times)[len(times) // 2]:.2f}", f"{max(errors.values()):.3e}" if errors else ""])  # fmt: skip
+                        f"{sorted(times)[len(times) // 2]:.2f}",
+                        f"{max(errors.values()):.3e}" if errors else ""])  # fmt: skip
     plt = figures.pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for recipe, (losses, *_) in results.items():

@@ -46,8 +46,8 @@ from tritongemm.bench.model import (
     sharing_copy,
 )
 from tritongemm.bench.plots import _ratio_bars
-from tritongemm.tools import figures
 from tritongemm.bench.report import write_results
+from tritongemm.tools import figures
 
 FP8_TRAINING = {"tritongemm-fp8-tensor": "tensor", "tritongemm-fp8-row": "row", "tritongemm-fp8-block": "block"}
 TORCHAO = {"torchao-fp8-tensor": "tensorwise", "torchao-fp8-row": "rowwise"}
@@ -224,7 +224,8 @@ def measure(models: dict, unavailable: dict, inputs: dict, names: list[str], rou
         except Exception as exc:  # a compile that fails is a result too
             errors, status = None, describe_error(exc)
         results[provider] = [None, errors, status]
-        print(f"  {provider}: {status}" + (" (errors %.2e %.2e %.2e)" % errors if errors else ""), flush=True)
+        shown = " (errors {:.2e} {:.2e} {:.2e})".format(*errors) if errors else ""
+        print(f"  {provider}: {status}{shown}", flush=True)
     samples = {p: [] for p in models}
     for _ in range(rounds):  # interleaved: a shared machine's drift falls on every provider alike
         for provider, model in models.items():
@@ -254,7 +255,9 @@ def make_rows(env_device: str, family: str, layers: int, setting: Setting, resul
 
 
 def format_table(rows: list[TrainRow]) -> str:
-    head = f"{'model':<16} {'provider':<28} {'ms':>9} {'tok/s':>9} {'/torch':>7} {'/compile':>8} {'grad err':>9}  status"
+    head = (
+        f"{'model':<16} {'provider':<28} {'ms':>9} {'tok/s':>9} {'/torch':>7} {'/compile':>8} {'grad err':>9}  status"
+    )
     lines = [head]
     for r in rows:
         ms = f"{r.ms:9.2f}" if r.ms else f"{'-':>9}"

@@ -88,7 +88,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
         "--configs", type=config_labels, help="'128x256x64 g8 w8 s3;...': run every kernel with each of these"
     )
     parser.add_argument("--layers", type=int, choices=model.LAYERS,
-                        help=f"bench model: decoder layers (default 2); bench train: (default {train.LAYERS})")  # fmt: skip
+                        help=f"bench model: decoder layers (default 2); bench train: ({train.LAYERS})")  # fmt: skip
     both = "; bench decode: some of {} (its default)"
     parser.add_argument("--models", type=names(list(model.FAMILIES)),
                         help=f"bench model: some of {','.join(model.FAMILIES)} (default all)"

@@ -151,7 +151,8 @@ def plan_pair(x: torch.Tensor, recipe: str, dtype: torch.dtype, write_q: bool = 
     tile = (SCALE_BLOCK, SCALE_BLOCK) if recipe == "block" else _TILE
     grid = (cdiv(R, tile[0]), cdiv(C, tile[1]))
     scales = {"tensor": _TENSOR, "row": _ROW, "block": _BLOCK}[recipe]
-    meta = dict(SCALES=scales, WRITE_Q=write_q, BLOCK_R=tile[0], BLOCK_C=tile[1], FP8_MAX=fp8_max(dtype), **fp8_format(dtype),
+    meta = dict(SCALES=scales, WRITE_Q=write_q, BLOCK_R=tile[0], BLOCK_C=tile[1], FP8_MAX=fp8_max(dtype),
+                **fp8_format(dtype),
                 num_warps=8 if recipe == "block" else 4)  # fmt: skip
     q, qt = x.new_empty((R, C), dtype=dtype), x.new_empty((C, R), dtype=dtype)
     s, st = x.new_empty(s_shape, dtype=torch.float32), x.new_empty(st_shape, dtype=torch.float32)
