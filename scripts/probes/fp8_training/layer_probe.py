@@ -68,8 +68,10 @@ def main():
             except Exception as exc:
                 tc = f"compile failed: {type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             torch._dynamo.reset()
-            line += (f"\n   {recipe:<6} eager {t:.3f} ms ({ref / t:.2f}x bf16, {flops / t * 1e-9:.0f} TFLOP/s) "
-                     f"errs dX {errs[0]:.1e} dW {errs[1]:.1e} | fullgraph {tc}")
+            line += (
+                f"\n   {recipe:<6} eager {t:.3f} ms ({ref / t:.2f}x bf16, {flops / t * 1e-9:.0f} TFLOP/s) "
+                f"errs dX {errs[0]:.1e} dW {errs[1]:.1e} | fullgraph {tc}"
+            )
         print(line, flush=True)
         torch._dynamo.reset()
 
