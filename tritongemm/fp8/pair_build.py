@@ -1,0 +1,168 @@
+"""quantize_fp8_pair's kernels and plans (the idea: fp8/pair.py): built on a problem's first
+call, imported then, since decorating a kernel imports Triton, which reads TRITON_INTERPRET."""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, fp8_format, fp8_max
+from tritongemm.fp8.tl import _absmax_kernel, _round_to_fp8
+from tritongemm.primitives.launch import compile_launch
+from tritongemm.primitives.tiling import cdiv
+
+PAIR_RECIPES = ("tensor", "row", "block")
+_TENSOR, _ROW, _BLOCK = 0, 1, 2
+# tensor and row: 128 x 64 tiles, 16 KB of bf16 a load, 64-byte runs into q's rows and 128-byte runs
+# into qt's (the block recipe's tile is its block). 64 x 64 tiles ran at 1.5 TB/s on the H200 (reads and
+# writes counted) in a 4096 x 14336 layer's step.
+_TILE = (128, 64)
+_ABSMAX_TILE = (32, 128)  # the tensor recipe's absmax pass, as quantize_fp8's
+
+
+# fmt: off
+@triton.jit
+def _row_col_absmax_kernel(
+    x_ptr, rmax_ptr, cmax_ptr,  # x (R, C); the row and column maxima, zeroed by the host
+    R, C, stride_xr, stride_xc,
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    # fmt: on
+    """Each tile's row and column maxima of |x|, max-reduced into rmax and cmax (|x| >= 0, so the
+    float order is the integer order the atomics compare)."""
+    offs_r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_c = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (offs_r[:, None] < R) & (offs_c[None, :] < C)
+    x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask, other=0.0)
+    a = tl.abs(x.to(tl.float32))
+    tl.atomic_max(rmax_ptr + offs_r, tl.max(a, 1), mask=offs_r < R)
+    tl.atomic_max(cmax_ptr + offs_c, tl.max(a, 0), mask=offs_c < C)
+
+
+# fmt: off
+@triton.jit
+def _quantize_pair_kernel(
+    x_ptr, q_ptr, qt_ptr,  # x (R, C) any strides; q (R, C) and qt (C, R), row-major
+    s_ptr, st_ptr,  # q's and qt's scales (row: (R,) and (C,); tensor: one; block: the grid and its transpose)
+    rmax_ptr, cmax_ptr,  # the first pass's maxima (row: per row and column; tensor: rmax_ptr's one)
+    R, C, stride_xr, stride_xc,
+    SCALES: tl.constexpr,  # 0 tensor, 1 row, 2 block (the tile is one block)
+    WRITE_Q: tl.constexpr,  # False: qt alone (xᵀ's copy, which a backward makes of the weight)
+    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+    FP8_MAX: tl.constexpr, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr,
+):
+    # fmt: on
+    """One tile of x, read once, cast twice: into q's rows and, transposed, into qt's."""
+    pid_r, pid_c = tl.program_id(0), tl.program_id(1)
+    offs_r = pid_r.to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    offs_c = pid_c.to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    rows_in, cols_in = offs_r < R, offs_c < C
+    mask = rows_in[:, None] & cols_in[None, :]
+    x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask, other=0.0)
+    x = x.to(tl.float32)
+    if SCALES == 1:
+        s_rows = tl.math.div_rn(tl.maximum(tl.load(rmax_ptr + offs_r, mask=rows_in, other=0.0), 1e-12), FP8_MAX)
+        s_cols = tl.math.div_rn(tl.maximum(tl.load(cmax_ptr + offs_c, mask=cols_in, other=0.0), 1e-12), FP8_MAX)
+        y = tl.math.div_rn(x, s_rows[:, None])
+        yt = tl.math.div_rn(x, s_cols[None, :])
+        if WRITE_Q and pid_c == 0:
+            tl.store(s_ptr + offs_r, s_rows, mask=rows_in)
+        if pid_r == 0:
+            tl.store(st_ptr + offs_c, s_cols, mask=cols_in)
+    else:
+        if SCALES == 0:
+            amax = tl.load(rmax_ptr)
+        else:
+            amax = tl.max(tl.max(tl.abs(x), 1), 0)
+        scale = tl.math.div_rn(tl.maximum(amax, 1e-12), FP8_MAX)
+        y = tl.math.div_rn(x, tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32) + scale)
+        yt = y  # replaced by y's cast below
+        if SCALES == 2:
+            if WRITE_Q:
+                tl.store(s_ptr + pid_r * tl.num_programs(1) + pid_c, scale)
+            tl.store(st_ptr + pid_c * tl.num_programs(0) + pid_r, scale)
+        elif (pid_r == 0) & (pid_c == 0):
+            tl.store(st_ptr, scale)
+    y = _round_to_fp8(tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP).to(qt_ptr.dtype.element_ty)
+    if WRITE_Q:
+        tl.store(q_ptr + offs_r[:, None] * C + offs_c[None, :], y, mask=mask)
+    if SCALES == 1:  # its own scales: its own cast
+        yt = _round_to_fp8(tl.minimum(tl.maximum(yt, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP).to(qt_ptr.dtype.element_ty)
+    else:  # the same scale: the same values, transposed
+        yt = y
+    tl.store(qt_ptr + offs_c[None, :] * R + offs_r[:, None], yt, mask=mask)
+
+
+def check_pair(x: torch.Tensor, recipe: str, dtype: torch.dtype) -> None:
+    if recipe not in PAIR_RECIPES:
+        raise ValueError(f"quantize_fp8_pair: expected recipe to be one of {PAIR_RECIPES}, but got {recipe!r}")
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+        raise ValueError(f"quantize_fp8_pair: expected x of 2 dimensions (R, C), but got {got}")
+    if x.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"quantize_fp8_pair: expected x of dtype bfloat16, float16 or float32, but got {x.dtype}")
+    if dtype not in (torch.float8_e4m3fn, torch.float8_e5m2):
+        raise TypeError(f"quantize_fp8_pair: expected dtype float8_e4m3fn or float8_e5m2, but got {dtype}")
+
+
+def plan_pair(x: torch.Tensor, recipe: str, dtype: torch.dtype, write_q: bool = True):
+    """`call(x) -> (q, scale, qt, scale_t)` for tensors like x, checked and compiled once;
+    without write_q, `call(x) -> (qt, scale_t)`."""
+    check_pair(x, recipe, dtype)
+    R, C = x.shape
+    floor = TINY / fp8_max(dtype)
+    if recipe == "row":
+        s_shape, st_shape = (R, 1), (C, 1)
+    elif recipe == "block":
+        s_shape = (cdiv(R, SCALE_BLOCK), cdiv(C, SCALE_BLOCK))
+        st_shape = s_shape[::-1]
+    else:
+        s_shape = st_shape = ()
+    if R * C == 0:
+
+        def empty(x):
+            q, qt = x.new_empty((R, C), dtype=dtype), x.new_empty((C, R), dtype=dtype)
+            s = torch.full(s_shape, floor, dtype=torch.float32, device=x.device)
+            st = s if recipe == "tensor" else torch.full(st_shape, floor, device=x.device)
+            return (q, s, qt, st) if write_q else (qt, st)
+
+        return empty
+    tile = (SCALE_BLOCK, SCALE_BLOCK) if recipe == "block" else _TILE
+    grid = (cdiv(R, tile[0]), cdiv(C, tile[1]))
+    scales = {"tensor": _TENSOR, "row": _ROW, "block": _BLOCK}[recipe]
+    meta = dict(SCALES=scales, WRITE_Q=write_q, BLOCK_R=tile[0], BLOCK_C=tile[1], FP8_MAX=fp8_max(dtype),
+                **fp8_format(dtype),
+                num_warps=8 if recipe == "block" else 4)  # fmt: skip
+    q, qt = x.new_empty((R, C), dtype=dtype), x.new_empty((C, R), dtype=dtype)
+    s, st = x.new_empty(s_shape, dtype=torch.float32), x.new_empty(st_shape, dtype=torch.float32)
+    rmax, cmax = x.new_zeros((R,), dtype=torch.float32), x.new_zeros((C,), dtype=torch.float32)
+    sizes = (R, C, *x.stride())
+    cast = compile_launch(_quantize_pair_kernel, grid, (x, q, qt, s, st, rmax, cmax, *sizes), meta, x.device)
+    if recipe == "row":
+        absmax = compile_launch(_row_col_absmax_kernel, grid, (x, rmax, cmax, *sizes),
+                                dict(BLOCK_R=_TILE[0], BLOCK_C=_TILE[1]), x.device)  # fmt: skip
+    elif recipe == "tensor":
+        absmax_grid = (cdiv(R, _ABSMAX_TILE[0]), cdiv(C, _ABSMAX_TILE[1]))
+        absmax = compile_launch(_absmax_kernel, absmax_grid, (x, rmax, *sizes),
+                                dict(BLOCK_R=_ABSMAX_TILE[0], BLOCK_C=_ABSMAX_TILE[1]), x.device)  # fmt: skip
+
+    def call(x):
+        qt = x.new_empty((C, R), dtype=dtype)
+        st = x.new_empty(st_shape, dtype=torch.float32)
+        # Without write_q, q and s are not written: qt and st stand in (the pointers' dtypes the compiled kernel's).
+        q = x.new_empty((R, C), dtype=dtype) if write_q else qt
+        s = x.new_empty(s_shape, dtype=torch.float32) if write_q and recipe != "tensor" else st
+        if recipe == "row":  # every row's and column's absmax, into zeros
+            maxima = x.new_zeros((R + C,), dtype=torch.float32)
+            rmax, cmax = maxima[:R], maxima[R:]
+            absmax(x, rmax, cmax, *sizes)
+        elif recipe == "tensor":  # the whole tensor's
+            rmax = cmax = x.new_zeros((), dtype=torch.float32)
+            absmax(x, rmax, *sizes)
+        else:  # each block's, in the cast pass
+            rmax = cmax = st  # not read
+        cast(x, q, qt, s, st, rmax, cmax, *sizes)
+        return (q, s, qt, st) if write_q else (qt, st)
+
+    return call
