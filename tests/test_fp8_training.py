@@ -41,6 +41,18 @@ def _reference(a, b_rows, recipe, out_dtype):
     return reference_scaled_mm(a_fp8, b_fp8.T, scale_a, scale_b, out_dtype=torch.float64).to(out_dtype)
 
 
+def _train(model, optimizer, x, target, steps):
+    """The losses of `steps` steps of a least-squares fit of model(x) to target."""
+    losses = []
+    for _ in range(steps):
+        loss = torch.nn.functional.mse_loss(model(x), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
 @pytest.mark.parametrize("recipe,wgrad,M,K,N", CASES)
 def test_forward_and_both_gradients_match_fp64_of_their_fp8_operands(recipe, wgrad, M, K, N):
     torch.manual_seed(0)
@@ -89,14 +101,7 @@ def test_from_linear_shares_the_parameters_and_an_optimizer_trains_them():
     assert layer.weight is base.weight and layer.bias is base.bias
     assert layer.state_dict().keys() == base.state_dict().keys()
     optimizer = torch.optim.SGD(base.parameters(), lr=0.1)  # built on the model before the patch
-    x, target = _data((16, 32), 6), _data((16, 24), 7)
-    losses = []
-    for _ in range(5):
-        loss = torch.nn.functional.mse_loss(layer(x), target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = _train(layer, optimizer, _data((16, 32), 6), _data((16, 24), 7), steps=5)
     assert losses[-1] < 0.9 * losses[0], losses
 
 
@@ -141,14 +146,7 @@ def test_patch_trains_a_model_in_fp8_on_its_own_parameters():
     tritongemm.patch(model, fp8_training="row")
     assert [type(m) for m in model] == [Fp8TrainingLinear, torch.nn.ReLU, Fp8TrainingLinear]
     assert list(model.parameters()) == params and model.tritongemm_patch_report.replaced == ["0", "2"]
-    x, target = _data((24, 32), 10), _data((24, 8), 11)
-    losses = []
-    for _ in range(8):
-        loss = torch.nn.functional.mse_loss(model(x), target)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+    losses = _train(model, optimizer, _data((24, 32), 10), _data((24, 8), 11), steps=8)
     assert losses[-1] < 0.8 * losses[0], losses
 
 
