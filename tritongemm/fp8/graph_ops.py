@@ -19,8 +19,7 @@ from tritongemm.core import operators
 from tritongemm.core.operators import LIB
 from tritongemm.fp8.api import quantize_fp8, scaled_mm
 from tritongemm.fp8.pair import quantize_fp8_pair, quantize_fp8_transposed
-from tritongemm.fp8.recipes import SCALE_BLOCK
-from tritongemm.primitives.tiling import cdiv
+from tritongemm.fp8.recipes import SCALE_BLOCK, scale_shape
 
 E4M3 = torch.float8_e4m3fn
 
@@ -57,14 +56,8 @@ scaled_mm_op = torch.ops.tritongemm.fp8_scaled_mm.default
 
 
 def _scale_of(shape: tuple, recipe: str, block_rows: int, x: torch.Tensor) -> torch.Tensor:
-    R, C = shape
-    if recipe == "tensor":
-        sizes = ()
-    elif recipe == "row":
-        sizes = (R, 1)
-    else:
-        sizes = (cdiv(R, block_rows), cdiv(C, SCALE_BLOCK))
-    return x.new_empty(sizes, dtype=torch.float32)
+    """The scale quantize_fp8 gives for an x of `shape` (recipes.scale_shape), as a fake."""
+    return x.new_empty(scale_shape(shape, recipe, (block_rows, SCALE_BLOCK)), dtype=torch.float32)
 
 
 @torch.library.register_fake("tritongemm::fp8_quantize", lib=LIB)

@@ -7,7 +7,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, fp8_format, fp8_max
+from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, fp8_format, fp8_max, scale_shape
 from tritongemm.fp8.tl import _absmax_kernel, _round_to_fp8
 from tritongemm.primitives.launch import compile_launch
 from tritongemm.primitives.tiling import cdiv
@@ -112,13 +112,8 @@ def plan_pair(x: torch.Tensor, recipe: str, dtype: torch.dtype, write_q: bool = 
     check_pair(x, recipe, dtype)
     R, C = x.shape
     floor = TINY / fp8_max(dtype)
-    if recipe == "row":
-        s_shape, st_shape = (R, 1), (C, 1)
-    elif recipe == "block":
-        s_shape = (cdiv(R, SCALE_BLOCK), cdiv(C, SCALE_BLOCK))
-        st_shape = s_shape[::-1]
-    else:
-        s_shape = st_shape = ()
+    group = (SCALE_BLOCK, SCALE_BLOCK) if recipe == "block" else None  # read by the block recipe's shape only
+    s_shape, st_shape = scale_shape((R, C), recipe, group), scale_shape((C, R), recipe, group)
     if R * C == 0:
 
         def empty(x):
