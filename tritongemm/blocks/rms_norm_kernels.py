@@ -11,8 +11,8 @@ import triton.language as tl
 from tritongemm.core import device_info
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
-from tritongemm.fp8.recipes import fp8_format, fp8_max
-from tritongemm.fp8.tl import _round_to_fp8
+from tritongemm.fp8.recipes import fp8_cast_meta, fp8_max
+from tritongemm.fp8.tl import _fp8_ready, _reciprocal
 from tritongemm.primitives.launch import compile_launch
 
 ROW_ELEMENTS = 4096  # elements a program holds at once: rows of 128 (Qwen3's q/k norms) go 32 a program
@@ -39,6 +39,7 @@ def _rms_norm_forward_kernel(
     OFFSET: tl.constexpr, CAST_BEFORE_WEIGHT: tl.constexpr, KEEP_RSTD: tl.constexpr,
     QUANT: tl.constexpr,  # "none", or fp8 quantize_fp8's recipe of y as stored: "row" or "block" (1 x 128)
     FP8_MAX: tl.constexpr, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr,  # QUANT's fp8 format
+    INTERPRETED: tl.constexpr,  # under Triton's interpreter (recipes.fp8_cast_meta)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):  # fmt: skip
     rows = tl.program_id(0).to(tl.int64) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -58,17 +59,18 @@ def _rms_norm_forward_kernel(
         y = y.to(tl.float32)  # padding columns are 0: no absmax, no store
         if QUANT == "row":
             scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(y), axis=1), 1e-12), FP8_MAX)
-            q = tl.math.div_rn(y, scale[:, None])
+            q = _fp8_ready(y, scale[:, None], _reciprocal(scale)[:, None], FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED)
             tl.store(s_ptr + rows * stride_sm, scale, mask=rows < M)
         else:
             GROUPS: tl.constexpr = BLOCK_N // 128
             blocks = tl.reshape(y, (BLOCK_M, GROUPS, 128))
             scale = tl.math.div_rn(tl.maximum(tl.max(tl.abs(blocks), axis=2), 1e-12), FP8_MAX)
-            q = tl.reshape(tl.math.div_rn(blocks, scale[:, :, None]), (BLOCK_M, BLOCK_N))
+            inv_scale = _reciprocal(scale)[:, :, None]
+            q = _fp8_ready(blocks, scale[:, :, None], inv_scale, FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED)
+            q = tl.reshape(q, (BLOCK_M, BLOCK_N))
             groups = tl.arange(0, GROUPS)
             s_mask = (rows[:, None] < M) & (groups[None, :] < N // 128)
             tl.store(s_ptr + rows[:, None] * stride_sm + groups[None, :], scale, mask=s_mask)
-        q = _round_to_fp8(tl.minimum(tl.maximum(q, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP)
         tl.store(q_ptr + rows[:, None] * N + cols[None, :], q.to(q_ptr.dtype.element_ty), mask=mask)
 
 
@@ -129,7 +131,8 @@ def _forward_plan(x, weight, y_dtype, eps, offset, cast, keep_rstd, quantize=Non
         return lambda x, weight: (torch.empty_like(y_like), torch.empty_like(rstd_like))
     block_m, block_n, warps = _blocks(N)
     meta = dict(OFFSET=offset, CAST_BEFORE_WEIGHT=cast, KEEP_RSTD=keep_rstd, QUANT=quantize or "none",
-                FP8_MAX=fp8_max(fp8), **fp8_format(fp8), BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)  # fmt: skip
+                FP8_MAX=fp8_max(fp8), **fp8_cast_meta(fp8),
+                BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps)  # fmt: skip
     sizes = (M, N, x.stride(0), N, s_like.stride(0), eps)
     launch = compile_launch(_rms_norm_forward_kernel, (triton.cdiv(M, block_m),),
                             (x, weight, y_like, rstd_like, q_like, s_like, *sizes), meta, x.device)  # fmt: skip

@@ -23,7 +23,7 @@ from tritongemm.fp8.recipes import (
     TINY,
     check_quantize,
     check_scaled_mm,
-    fp8_format,
+    fp8_cast_meta,
     fp8_max,
     given_recipe,
     scale_shape,
@@ -100,7 +100,7 @@ def quantize_call(x, recipe, block=None, dtype=torch.float8_e4m3fn):
     s_strides = (0, 0) if whole else scale.view(-1, scale.shape[-1]).stride()
     sizes = (R, K, *x2.stride(), *q2.stride(), *s_strides)
     meta = dict(GROUP_R=group_rows, GROUP_C=group_cols, BLOCK_R=rows, BLOCK_C=cols,
-                WHOLE_TENSOR=whole, FP8_MAX=fp8_max(dtype), **fp8_format(dtype))  # fmt: skip
+                WHOLE_TENSOR=whole, FP8_MAX=fp8_max(dtype), **fp8_cast_meta(dtype))  # fmt: skip
     amax = x2.new_zeros((), dtype=torch.float32)
     quantize = compile_launch(_quantize_kernel, (cdiv(R, rows), cdiv(K, group_cols)),
                               (x2, q2, scale, amax, *sizes), meta, x.device)  # fmt: skip

@@ -7,17 +7,20 @@ import torch
 import triton
 import triton.language as tl
 
-from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, fp8_format, fp8_max, scale_shape
-from tritongemm.fp8.tl import _absmax_kernel, _round_to_fp8
+from tritongemm.fp8.recipes import SCALE_BLOCK, TINY, fp8_cast_meta, fp8_max, scale_shape
+from tritongemm.fp8.tl import _absmax_kernel, _fp8_ready, _reciprocal
 from tritongemm.primitives.launch import compile_launch
 from tritongemm.primitives.tiling import cdiv
 
 PAIR_RECIPES = ("tensor", "row", "block")
 _TENSOR, _ROW, _BLOCK = 0, 1, 2
-# tensor and row: 128 x 64 tiles, 16 KB of bf16 a load, 64-byte runs into q's rows and 128-byte runs
-# into qt's (the block recipe's tile is its block). 64 x 64 tiles ran at 1.5 TB/s on the H200 (reads and
-# writes counted) in a 4096 x 14336 layer's step.
-_TILE = (128, 64)
+# The cast pass's tiles (4 warps; the block recipe's tile is its block), by recipe, from
+# scripts/probes/fp8_training/kernel_probe.py on the H200 (GB/s of reads and writes, 4096 x 4096 to
+# 14336 x 4096 bf16; a copy runs at 3.7-4.1 TB/s): the row recipe's two casts a value at 2.5-2.8 TB/s
+# in 32 x 128 tiles (2.0-2.3 in 128 x 64); the tensor recipe's one cast at 2.8-3.2 in 128 x 64.
+_CAST_TILE = {"tensor": (128, 64), "row": (32, 128), "block": (SCALE_BLOCK, SCALE_BLOCK)}
+# The row recipe's maxima pass: 2.0-2.1 TB/s of reads in 128 x 64 tiles, 1.1-1.2 in 32 x 128.
+_ROW_COL_ABSMAX_TILE = (128, 64)
 _ABSMAX_TILE = (32, 128)  # the tensor recipe's absmax pass, as quantize_fp8's
 
 
@@ -51,6 +54,7 @@ def _quantize_pair_kernel(
     WRITE_Q: tl.constexpr,  # False: qt alone (xᵀ's copy, which a backward makes of the weight)
     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
     FP8_MAX: tl.constexpr, MANTISSA: tl.constexpr, MIN_EXP: tl.constexpr,
+    INTERPRETED: tl.constexpr,  # under Triton's interpreter (recipes.fp8_cast_meta)
 ):
     # fmt: on
     """One tile of x, read once, cast twice: into q's rows and, transposed, into qt's."""
@@ -61,36 +65,34 @@ def _quantize_pair_kernel(
     mask = rows_in[:, None] & cols_in[None, :]
     x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask, other=0.0)
     x = x.to(tl.float32)
-    if SCALES == 1:
+    fp8 = qt_ptr.dtype.element_ty
+    if SCALES == 1:  # each copy its own scales, its own cast
         s_rows = tl.math.div_rn(tl.maximum(tl.load(rmax_ptr + offs_r, mask=rows_in, other=0.0), 1e-12), FP8_MAX)
         s_cols = tl.math.div_rn(tl.maximum(tl.load(cmax_ptr + offs_c, mask=cols_in, other=0.0), 1e-12), FP8_MAX)
-        y = tl.math.div_rn(x, s_rows[:, None])
-        yt = tl.math.div_rn(x, s_cols[None, :])
-        if WRITE_Q and pid_c == 0:
-            tl.store(s_ptr + offs_r, s_rows, mask=rows_in)
+        if WRITE_Q:
+            y = _fp8_ready(x, s_rows[:, None], _reciprocal(s_rows)[:, None], FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED)
+            tl.store(q_ptr + offs_r[:, None] * C + offs_c[None, :], y.to(fp8), mask=mask)
+            if pid_c == 0:
+                tl.store(s_ptr + offs_r, s_rows, mask=rows_in)
+        yt = _fp8_ready(x, s_cols[None, :], _reciprocal(s_cols)[None, :], FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED)
+        yt = yt.to(fp8)
         if pid_r == 0:
             tl.store(st_ptr + offs_c, s_cols, mask=cols_in)
-    else:
+    else:  # one scale: one cast, stored twice
         if SCALES == 0:
             amax = tl.load(rmax_ptr)
         else:
             amax = tl.max(tl.max(tl.abs(x), 1), 0)
         scale = tl.math.div_rn(tl.maximum(amax, 1e-12), FP8_MAX)
-        y = tl.math.div_rn(x, tl.zeros((BLOCK_R, BLOCK_C), dtype=tl.float32) + scale)
-        yt = y  # replaced by y's cast below
+        yt = _fp8_ready(x, scale, _reciprocal(scale), FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED).to(fp8)
+        if WRITE_Q:
+            tl.store(q_ptr + offs_r[:, None] * C + offs_c[None, :], yt, mask=mask)
         if SCALES == 2:
             if WRITE_Q:
                 tl.store(s_ptr + pid_r * tl.num_programs(1) + pid_c, scale)
             tl.store(st_ptr + pid_c * tl.num_programs(0) + pid_r, scale)
         elif (pid_r == 0) & (pid_c == 0):
             tl.store(st_ptr, scale)
-    y = _round_to_fp8(tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP).to(qt_ptr.dtype.element_ty)
-    if WRITE_Q:
-        tl.store(q_ptr + offs_r[:, None] * C + offs_c[None, :], y, mask=mask)
-    if SCALES == 1:  # its own scales: its own cast
-        yt = _round_to_fp8(tl.minimum(tl.maximum(yt, -FP8_MAX), FP8_MAX), MANTISSA, MIN_EXP).to(qt_ptr.dtype.element_ty)
-    else:  # the same scale: the same values, transposed
-        yt = y
     tl.store(qt_ptr + offs_c[None, :] * R + offs_r[:, None], yt, mask=mask)
 
 
@@ -123,11 +125,11 @@ def plan_pair(x: torch.Tensor, recipe: str, dtype: torch.dtype, write_q: bool = 
             return (q, s, qt, st) if write_q else (qt, st)
 
         return empty
-    tile = (SCALE_BLOCK, SCALE_BLOCK) if recipe == "block" else _TILE
+    tile = _CAST_TILE[recipe]
     grid = (cdiv(R, tile[0]), cdiv(C, tile[1]))
     scales = {"tensor": _TENSOR, "row": _ROW, "block": _BLOCK}[recipe]
     meta = dict(SCALES=scales, WRITE_Q=write_q, BLOCK_R=tile[0], BLOCK_C=tile[1], FP8_MAX=fp8_max(dtype),
-                **fp8_format(dtype),
+                **fp8_cast_meta(dtype),
                 num_warps=8 if recipe == "block" else 4)  # fmt: skip
     q, qt = x.new_empty((R, C), dtype=dtype), x.new_empty((C, R), dtype=dtype)
     s, st = x.new_empty(s_shape, dtype=torch.float32), x.new_empty(st_shape, dtype=torch.float32)
@@ -138,8 +140,9 @@ def plan_pair(x: torch.Tensor, recipe: str, dtype: torch.dtype, write_q: bool = 
     sizes = (R, C, *x.stride())
     cast = compile_launch(_quantize_pair_kernel, grid, (x, q, qt, s, st, rmax, cmax, *sizes), meta, x.device)
     if recipe == "row":
-        absmax = compile_launch(_row_col_absmax_kernel, grid, (x, rmax, cmax, *sizes),
-                                dict(BLOCK_R=_TILE[0], BLOCK_C=_TILE[1]), x.device)  # fmt: skip
+        br, bc = _ROW_COL_ABSMAX_TILE
+        absmax = compile_launch(_row_col_absmax_kernel, (cdiv(R, br), cdiv(C, bc)), (x, rmax, cmax, *sizes),
+                                dict(BLOCK_R=br, BLOCK_C=bc), x.device)  # fmt: skip
     elif recipe == "tensor":
         absmax_grid = (cdiv(R, _ABSMAX_TILE[0]), cdiv(C, _ABSMAX_TILE[1]))
         absmax = compile_launch(_absmax_kernel, absmax_grid, (x, rmax, *sizes),

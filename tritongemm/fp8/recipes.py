@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from tritongemm.core import device_info
 from tritongemm.core.checks import _check_dense
 from tritongemm.core.epilogue import ACTIVATIONS, reference_linear
 from tritongemm.core.registry import dtype_name
@@ -39,9 +40,12 @@ def fp8_max(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max)
 
 
-def fp8_format(dtype: torch.dtype) -> dict:
-    """An fp8 dtype's mantissa bits and smallest normal exponent, as the kernels take them."""
-    return dict(MANTISSA=3, MIN_EXP=-6) if dtype == torch.float8_e4m3fn else dict(MANTISSA=2, MIN_EXP=-14)
+def fp8_cast_meta(dtype: torch.dtype) -> dict:
+    """What a quantizing kernel's cast to `dtype` takes (fp8/tl.py's `_fp8_ready`): the format's
+    mantissa bits and smallest normal exponent, and whether the kernels run under Triton's
+    interpreter, whose cast they must round for."""
+    fmt = dict(MANTISSA=3, MIN_EXP=-6) if dtype == torch.float8_e4m3fn else dict(MANTISSA=2, MIN_EXP=-14)
+    return dict(fmt, INTERPRETED=device_info.interpreter_active())
 
 
 # ----------------------------------------------------------------------------------------------
