@@ -84,9 +84,16 @@ def _quantize_pair_kernel(
         else:
             amax = tl.max(tl.max(tl.abs(x), 1), 0)
         scale = tl.math.div_rn(tl.maximum(amax, 1e-12), FP8_MAX)
-        yt = _fp8_ready(x, scale, _reciprocal(scale), FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED).to(fp8)
+        inv_scale = _reciprocal(scale)
+        yt = _fp8_ready(x, scale, inv_scale, FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED).to(fp8)
         if WRITE_Q:
             tl.store(q_ptr + offs_r[:, None] * C + offs_c[None, :], yt, mask=mask)
+            if x_ptr.dtype.element_ty == tl.float32:
+                # Triton 3.6 miscompiled qt's copy for fp32 x when one fp8 tensor fed both stores (the
+                # H200: 25-45% of qt's bytes wrong, q's right; bf16 and fp16 x, and qt alone, right):
+                # qt's from its own read of the tile (from L1/L2, after q's store), as the row recipe's.
+                x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc, mask=mask, other=0.0)
+                yt = _fp8_ready(x, scale, inv_scale, FP8_MAX, MANTISSA, MIN_EXP, INTERPRETED).to(fp8)
         if SCALES == 2:
             if WRITE_Q:
                 tl.store(s_ptr + pid_r * tl.num_programs(1) + pid_c, scale)
