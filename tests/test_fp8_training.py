@@ -81,6 +81,40 @@ def test_forward_and_both_gradients_match_fp64_of_their_fp8_operands(recipe, wgr
     assert rel_error(layer.weight.grad, dy64.T @ x64) <= FP8_VS_EXACT
 
 
+def _forward_saving(layer, x):
+    """(layer(x), the (shape, dtype) of every tensor autograd saved for the backward)."""
+    saved = []
+
+    def pack(t):
+        saved.append((tuple(t.shape), t.dtype))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        return layer(x), saved
+
+
+@pytest.mark.parametrize("recipe,wgrad,M,K,N", CASES)
+def test_saving_the_weights_transpose_changes_no_bit_and_is_what_the_backward_keeps(recipe, wgrad, M, K, N):
+    """Wᵀ's fp8 copy made in the forward's pass over W (save_weight_t) equals the backward's own
+    quantization of W bit for bit, so both give the same step; it is kept until the backward as an
+    (in, out) fp8 tensor, and without it nothing of W's but the parameter."""
+    torch.manual_seed(3)
+    results, kept = [], []
+    for save in (True, False):
+        layer = Fp8TrainingLinear(K, N, device=DEVICE, recipe=recipe, wgrad=wgrad, save_weight_t=save)
+        with torch.no_grad():
+            layer.weight.copy_(_data((N, K), 4))
+            layer.bias.copy_(_data((N,), 5))
+        x = _data((M, K), 6).requires_grad_()
+        y, saved = _forward_saving(layer, x)
+        y.backward(_data((M, N), 7, scale=1e-3))
+        results.append((y.detach(), x.grad, layer.weight.grad, layer.bias.grad))
+        kept.append(((K, N), torch.float8_e4m3fn) in saved)
+    for with_t, without_t in zip(*results):
+        assert torch.equal(with_t, without_t)
+    assert kept == [True, False]
+
+
 def test_an_outlier_token_spoils_only_its_own_row():
     """Row-wise, each token of X has its own scale: one token 10^4 times larger leaves the other
     tokens' outputs as accurate as before (tensor-wise, their values would sink to e4m3's
@@ -126,6 +160,8 @@ def test_leading_dimensions_are_kept():
 def test_bad_arguments_are_refused_by_name(kwargs, match):
     with pytest.raises(ValueError, match=match):
         Fp8TrainingLinear(96, 64, device=DEVICE, **kwargs)
+    with pytest.raises(TypeError, match="expected save_weight_t to be a bool, but got str"):
+        Fp8TrainingLinear(96, 64, device=DEVICE, save_weight_t="yes")
 
 
 def test_a_wrong_width_or_dtype_is_refused():

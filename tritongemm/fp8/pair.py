@@ -16,7 +16,8 @@ column's absmax at once (atomic maxima): two reads of x for two copies instead o
   grid the transpose of q's.
 
 Every value equals `quantize_fp8(x, recipe)` and `quantize_fp8(x.T, recipe)` (block: with block
-(128, 128)) bit for bit: the same floor, the same IEEE divisions (div_rn), the same rounding.
+(128, 128)) bit for bit: the same floor, the same correctly rounded quotients (fp8/tl.py's
+`_fp8_ready`), the same rounding.
 """
 
 from __future__ import annotations
