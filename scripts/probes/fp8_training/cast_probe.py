@@ -47,44 +47,35 @@ def main():
         s_ref, st_ref = rmax.clamp_min(1e-12) / fp8_max_t, cmax.clamp_min(1e-12) / fp8_max_t
         q_ref = (xf / s_ref[:, None]).clamp(-448, 448).to(E4M3)
         qt_ref = (xf / st_ref[None, :]).clamp(-448, 448).to(E4M3).T.contiguous()
-        sizes = (R, C, *x.stride())
-        n = R * C
         print(f"x ({R}, {C}): GB/s (4 bytes a value: bf16 read, two e4m3 writes) | values unlike torch's (q, qt)")
-        for br, bc, warps in CONFIGS:
-            line = f"  {br:3d} x {bc:3d} w{warps}:"
-            for mode in range(2):
-                q, qt = x.new_empty((R, C), dtype=E4M3), x.new_empty((C, R), dtype=E4M3)
-                s, st = x.new_empty((R,), dtype=torch.float32), x.new_empty((C,), dtype=torch.float32)
-                meta = dict(SCALES=1, WRITE_Q=True, BLOCK_R=br, BLOCK_C=bc, FP8_MAX=fp8_max(E4M3), num_warps=warps)
-                meta.update(fp8_cast_meta(E4M3), INTERPRETED=mode == 0)  # before: the interpreter's arithmetic
-                grid = (triton.cdiv(R, br), triton.cdiv(C, bc))
-                kernel = pair_build._quantize_pair_kernel[grid]
-                run = functools.partial(kernel, x, q, qt, s, st, rmax, cmax, *sizes, **meta)
-                ms = do_bench_cudagraph(run, rep=50)
-                bad_q = (q.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
-                bad_qt = (qt.view(torch.uint8) != qt_ref.view(torch.uint8)).sum().item()
-                scales_ok = torch.equal(s, s_ref) and torch.equal(st, st_ref)
-                flag = "" if scales_ok else ", scales differ"
-                line += f" | {('before', 'after')[mode]} {4 * n / ms / 1e6:5.0f} ({bad_q}, {bad_qt}{flag})"
-            print(line, flush=True)
+        rows = dict(scales=1, s=x.new_empty((R,), dtype=torch.float32), st=x.new_empty((C,), dtype=torch.float32),
+                    rmax=rmax, cmax=cmax, q_ref=q_ref, qt_ref=qt_ref)  # fmt: skip
         # the tensor recipe: one scale, one cast, q and its transpose
         amax = rmax.amax().reshape(1)
         q_ref = (xf / (amax.clamp_min(1e-12) / fp8_max_t)).clamp(-448, 448).to(E4M3)
-        for br, bc, warps in CONFIGS:
-            line = f"  tensor {br:3d} x {bc:3d} w{warps}:"
-            for mode in range(2):
-                q, qt = x.new_empty((R, C), dtype=E4M3), x.new_empty((C, R), dtype=E4M3)
-                st = x.new_empty((1,), dtype=torch.float32)
-                meta = dict(SCALES=0, WRITE_Q=True, BLOCK_R=br, BLOCK_C=bc, FP8_MAX=fp8_max(E4M3), num_warps=warps)
-                meta.update(fp8_cast_meta(E4M3), INTERPRETED=mode == 0)  # before: the interpreter's arithmetic
-                grid = (triton.cdiv(R, br), triton.cdiv(C, bc))
-                kernel = pair_build._quantize_pair_kernel[grid]
-                run = functools.partial(kernel, x, q, qt, st, st, amax, amax, *sizes, **meta)
-                ms = do_bench_cudagraph(run, rep=50)
-                bad_q = (q.view(torch.uint8) != q_ref.view(torch.uint8)).sum().item()
-                bad_qt = (qt.view(torch.uint8) != q_ref.T.contiguous().view(torch.uint8)).sum().item()
-                line += f" | {('before', 'after')[mode]} {4 * n / ms / 1e6:5.0f} ({bad_q}, {bad_qt})"
-            print(line, flush=True)
+        st = x.new_empty((1,), dtype=torch.float32)
+        whole = dict(scales=0, s=st, st=st, rmax=amax, cmax=amax, q_ref=q_ref, qt_ref=q_ref.T.contiguous())
+        for label, case in (("", rows), ("tensor ", whole)):
+            for br, bc, warps in CONFIGS:
+                line = f"  {label}{br:3d} x {bc:3d} w{warps}:"
+                for mode, name in enumerate(("before", "after")):
+                    line += f" | {name} " + time_and_count(x, case, br, bc, warps, interpreted=mode == 0)
+                print(line, flush=True)
+
+
+def time_and_count(x, case: dict, br: int, bc: int, warps: int, interpreted: bool) -> str:
+    """'GB/s (q's and qt's values unlike the reference's)' of the pair kernel on x, one way."""
+    R, C = x.shape
+    q, qt = x.new_empty((R, C), dtype=E4M3), x.new_empty((C, R), dtype=E4M3)
+    meta = dict(SCALES=case["scales"], WRITE_Q=True, BLOCK_R=br, BLOCK_C=bc, FP8_MAX=fp8_max(E4M3), num_warps=warps)
+    meta.update(fp8_cast_meta(E4M3), INTERPRETED=interpreted)  # before: the interpreter's arithmetic
+    kernel = pair_build._quantize_pair_kernel[(triton.cdiv(R, br), triton.cdiv(C, bc))]
+    run = functools.partial(kernel, x, q, qt, case["s"], case["st"], case["rmax"], case["cmax"], R, C, *x.stride(),
+                            **meta)  # fmt: skip
+    ms = do_bench_cudagraph(run, rep=50)
+    bad_q = (q.view(torch.uint8) != case["q_ref"].view(torch.uint8)).sum().item()
+    bad_qt = (qt.view(torch.uint8) != case["qt_ref"].view(torch.uint8)).sum().item()
+    return f"{4 * R * C / ms / 1e6:5.0f} ({bad_q}, {bad_qt})"
 
 
 if __name__ == "__main__":

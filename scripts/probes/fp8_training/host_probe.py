@@ -15,6 +15,7 @@ import sys
 import time
 
 import torch
+from layer_probe import step_fn  # this folder's: the script's own folder is on sys.path
 
 from tritongemm.fp8 import graph_ops
 from tritongemm.fp8.pair import quantize_fp8_pair, quantize_fp8_transposed
@@ -68,15 +69,6 @@ def calls_of(recipe: str, x, w) -> dict:
         calls["quantize_pair x"] = lambda: quantize_fp8_pair(x, recipe)
         calls["op quantize_pair x"] = lambda: graph_ops.quantize_pair_op(x, recipe)
     return calls
-
-
-def step_fn(layer, x, dy):
-    def step():
-        layer.weight.grad = None
-        x.grad = None
-        layer(x).backward(dy)
-
-    return step
 
 
 def main():
