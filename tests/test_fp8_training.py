@@ -186,6 +186,35 @@ def test_patch_trains_a_model_in_fp8_on_its_own_parameters():
     assert losses[-1] < 0.8 * losses[0], losses
 
 
+def test_patch_takes_a_config_for_the_weight_gradient_and_fsdp():
+    import tritongemm
+    from tritongemm.nn import Fp8TrainingConfig
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Linear(64, 8)).to(DEVICE)
+    tritongemm.patch(model, fp8_training=Fp8TrainingConfig("row", wgrad="bf16", save_weight_t=False))
+    assert all(isinstance(m, Fp8TrainingLinear) for m in model)
+    assert [(m.recipe, m.wgrad, m.save_weight_t) for m in model] == [("row", "bf16", False)] * 2
+    assert "save_weight_t=False" in repr(model[0])
+    model(_data((4, 32), 12).requires_grad_()).sum().backward()
+    assert all(m.weight.grad is not None for m in model)
+
+
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        (dict(recipe="int8"), ValueError, "Fp8TrainingConfig: expected recipe to be one of"),
+        (dict(wgrad="fp16"), ValueError, "expected wgrad to be None or one of"),
+        (dict(recipe="block", wgrad="fp8"), ValueError, "recipe 'block' takes wgrad='bf16' only"),
+        (dict(save_weight_t=1), TypeError, "expected save_weight_t to be a bool, but got int"),
+    ],
+)
+def test_a_bad_config_is_refused_by_name(kwargs, error, match):
+    from tritongemm.nn import Fp8TrainingConfig
+
+    with pytest.raises(error, match=match):
+        Fp8TrainingConfig(**kwargs)
+
+
 def test_patch_leaves_what_a_recipe_cannot_take_with_the_reason():
     import tritongemm
 
@@ -198,7 +227,7 @@ def test_patch_leaves_what_a_recipe_cannot_take_with_the_reason():
 @pytest.mark.parametrize(
     "kwargs,match",
     [
-        (dict(fp8_training="int8"), "expected fp8_training to be None or one of"),
+        (dict(fp8_training="int8"), "expected fp8_training to be None, one of .* or an Fp8TrainingConfig"),
         (dict(fp8_training="row", fp8="row"), "expected fp8 unset"),
         (dict(fp8_training="row", fuse=True), "expected fuse unset"),
         (dict(fp8_training="row", batch_invariant=True), "expected batch_invariant unset"),

@@ -14,7 +14,10 @@ from tritongemm.blocks.qkv import QKVProjection
 from tritongemm.blocks.rms_norm import RMSNorm
 from tritongemm.dense.module import Linear
 from tritongemm.fp8.linear import Fp8Linear
-from tritongemm.fp8.training import Fp8TrainingLinear
+from tritongemm.fp8.training import Fp8TrainingConfig, Fp8TrainingLinear
 from tritongemm.patching.patch import PatchReport, patch
 
-__all__ = ["Linear", "Fp8Linear", "Fp8TrainingLinear", "GatedMLP", "QKVProjection", "RMSNorm", "patch", "PatchReport"]
+__all__ = [
+    "Linear", "Fp8Linear", "Fp8TrainingLinear", "Fp8TrainingConfig", "GatedMLP", "QKVProjection", "RMSNorm", "patch",
+    "PatchReport",
+]  # fmt: skip

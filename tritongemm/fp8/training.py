@@ -33,6 +33,8 @@ autograd.Function below.
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from tritongemm.dense.matmul import matmul
@@ -103,6 +105,36 @@ class _Fp8LinearFunction(torch.autograd.Function):
         return dx, dw, db, None, None, None
 
 
+@dataclasses.dataclass(frozen=True)
+class Fp8TrainingConfig:
+    """How `patch(model, fp8_training=...)` trains a model's Linears in fp8, as `Fp8TrainingLinear`
+    takes it: `recipe` "tensor", "row" or "block"; `wgrad` "fp8" or "bf16" (None: the recipe's
+    default); `save_weight_t` False for FSDP. A recipe's name alone is `Fp8TrainingConfig(recipe)`."""
+
+    recipe: str = "row"
+    wgrad: str | None = None
+    save_weight_t: bool = True
+
+    def __post_init__(self):
+        if self.recipe not in RECIPES:
+            raise ValueError(f"Fp8TrainingConfig: expected recipe to be one of {RECIPES}, but got {self.recipe!r}")
+        if self.wgrad is not None and self.wgrad not in WGRADS:
+            raise ValueError(f"Fp8TrainingConfig: expected wgrad to be None or one of {WGRADS}, but got {self.wgrad!r}")
+        if self.recipe == "block" and self.wgrad == "fp8":
+            raise ValueError(f"Fp8TrainingConfig: {_BLOCK_TAKES_BF16_WGRAD}")
+        if not isinstance(self.save_weight_t, bool):
+            raise TypeError(f"Fp8TrainingConfig: expected save_weight_t to be a bool, but got "
+                            f"{type(self.save_weight_t).__name__}")  # fmt: skip
+
+    def layer(self, module: torch.nn.Linear) -> Fp8TrainingLinear:
+        """`Fp8TrainingLinear.from_linear(module)` with this configuration."""
+        return Fp8TrainingLinear.from_linear(module, self.recipe, self.wgrad, self.save_weight_t)
+
+
+_BLOCK_TAKES_BF16_WGRAD = ("recipe 'block' takes wgrad='bf16' only: its fp8 weight gradient needs 1 x 128 scales on "
+                           "both operands, which scaled_mm's block kernel does not take")  # fmt: skip
+
+
 def fp8_training_unsupported_reason(module: torch.nn.Linear, recipe: str, wgrad: str | None = None) -> str | None:
     """Why `module` can't train as an Fp8TrainingLinear with `recipe` and `wgrad` (None: it can)."""
     if recipe not in RECIPES:
@@ -111,8 +143,7 @@ def fp8_training_unsupported_reason(module: torch.nn.Linear, recipe: str, wgrad:
     if wgrad not in WGRADS:
         return f"expected wgrad to be one of {WGRADS}, but got {wgrad!r}"
     if recipe == "block" and wgrad == "fp8":
-        return ("recipe 'block' takes wgrad='bf16' only: its fp8 weight gradient needs 1 x 128 scales on both "
-                "operands, which scaled_mm's block kernel does not take")  # fmt: skip
+        return _BLOCK_TAKES_BF16_WGRAD
     if module.weight.dtype not in TRAIN_DTYPES:
         return f"{module.weight.dtype} weights: fp8 training quantizes bfloat16, float16 or float32"
     if recipe == "block" and (module.in_features % SCALE_BLOCK or module.out_features % SCALE_BLOCK):

@@ -22,7 +22,7 @@ from tritongemm.core.registry import dtype_name
 from tritongemm.dense.module import Linear
 from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
-from tritongemm.fp8.training import Fp8TrainingLinear, fp8_training_unsupported_reason
+from tritongemm.fp8.training import Fp8TrainingConfig, fp8_training_unsupported_reason
 from tritongemm.grouped import moe
 from tritongemm.patching.fp8 import quantize_in_norms, share_quantization
 from tritongemm.patching.fuse import fuse_mlps, fuse_norms, fuse_qkv
@@ -76,7 +76,8 @@ class PatchReport:
 
 
 def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = None, fuse: bool = False,
-          batch_invariant: bool = False, fp8_training: str | None = None) -> torch.nn.Module:  # fmt: skip
+          batch_invariant: bool = False,
+          fp8_training: str | Fp8TrainingConfig | None = None) -> torch.nn.Module:  # fmt: skip
     """Replace, in place, every `torch.nn.Linear` in `model` with a tritongemm `Linear` sharing
     its parameters; return `model`, with a `PatchReport` as `model.tritongemm_patch_report`
     (also logged at INFO on the "tritongemm" logger).
@@ -107,8 +108,9 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     `fp8_training="row"`, `"tensor"` or `"block"` puts an `Fp8TrainingLinear` there instead (fp8/
     training.py): the module's own parameters, which the optimizer keeps updating, and the forward
     and both gradients computed on fp8 operands quantized each step with that recipe ("block":
-    the weight gradient in the weight's dtype). Not with `fp8`, `fuse` or `batch_invariant` yet,
-    and a MoE model's experts are left as they are.
+    the weight gradient in the weight's dtype); an `Fp8TrainingConfig` also chooses the weight
+    gradient's precision and whether Wᵀ's fp8 copy is kept for the backward (not under FSDP). Not
+    with `fp8`, `fuse` or `batch_invariant` yet, and a MoE model's experts are left as they are.
 
     `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
     batch_invariant=True: a row's output the same bits whatever else is in the batch. Not with
@@ -124,13 +126,16 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     Patching twice changes nothing: a tritongemm `Linear` is not replaced again.
     """
     if fp8_training is not None:
-        if fp8_training not in RECIPES:
-            raise ValueError(f"patch: expected fp8_training to be None or one of {RECIPES}, but got {fp8_training!r}")
+        if not isinstance(fp8_training, Fp8TrainingConfig) and fp8_training not in RECIPES:
+            raise ValueError(f"patch: expected fp8_training to be None, one of {RECIPES} or an Fp8TrainingConfig, "
+                             f"but got {fp8_training!r}")  # fmt: skip
         given = [name for name, on in (("fp8", fp8 is not None), ("fuse", fuse), ("batch_invariant", batch_invariant),
                                        ("kernel", kernel != "auto")) if on]  # fmt: skip
         if given:
             raise ValueError(f"patch: fp8_training={fp8_training!r} trains plain fp8 Linears only, so expected "
                              f"{given[0]} unset, but it was given")  # fmt: skip
+        if not isinstance(fp8_training, Fp8TrainingConfig):
+            fp8_training = Fp8TrainingConfig(fp8_training)
     if fp8 is not None and fp8 not in RECIPES:
         raise ValueError(f"patch: expected fp8 to be None or one of {RECIPES}, but got {fp8!r}")
     if fp8 is not None and kernel != "auto":
@@ -159,7 +164,7 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
             if reason is not None:
                 seen[id(module)] = None
             elif fp8_training is not None:
-                seen[id(module)] = Fp8TrainingLinear.from_linear(module, fp8_training)
+                seen[id(module)] = fp8_training.layer(module)
             elif fp8 is not None:
                 seen[id(module)] = Fp8Linear.from_linear(module, fp8, batch_invariant=batch_invariant)
             else:
@@ -227,7 +232,8 @@ def _served_dtypes(kernel: str):
     return lookup
 
 
-def _why_not(module: torch.nn.Linear, served, fp8: str | None = None, fp8_training: str | None = None) -> str | None:
+def _why_not(module: torch.nn.Linear, served, fp8: str | None = None,
+             fp8_training: Fp8TrainingConfig | None = None) -> str | None:  # fmt: skip
     """Why `patch` leaves this nn.Linear (None: it replaces it, or fuse may take it: tritongemm's own
     Linear, from an earlier patch, passes too)."""
     if type(module) not in (torch.nn.Linear, Linear):
@@ -242,7 +248,10 @@ def _why_not(module: torch.nn.Linear, served, fp8: str | None = None, fp8_traini
         return f"{type(weight.data).__name__} weights, a tensor subclass: tritongemm reads plain tensors"
     if fp8 is not None or fp8_training is not None:  # quantized: any dtype fp8 takes, where the kernels run
         unavailable = served(weight.device)[1]
-        reason = fp8_unsupported_reason(module, fp8) if fp8 else fp8_training_unsupported_reason(module, fp8_training)
+        if fp8:
+            reason = fp8_unsupported_reason(module, fp8)
+        else:
+            reason = fp8_training_unsupported_reason(module, fp8_training.recipe, fp8_training.wgrad)
         return reason or (unavailable and f"{weight.device} weights: {unavailable}")
     dtype = dtype_name(weight.dtype)
     if weight.dtype not in _DTYPES:
