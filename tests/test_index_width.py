@@ -63,6 +63,20 @@ def test_tile_offsets_do_not_wrap_with_int64(pid):
     assert torch.equal(out_m, expected) and torch.equal(out_n, expected)
 
 
+def _force_int64(monkeypatch, module) -> list:
+    """Makes `module.needs_int64` answer True (the INT64 variant) and records each question; plans
+    are cleared, since one another test built for the same geometry would not ask."""
+    calls = []
+
+    def always(*tensors):
+        calls.append(tensors)
+        return True
+
+    monkeypatch.setattr(module, "needs_int64", always)
+    tritongemm.plans.clear()
+    return calls
+
+
 @pytest.mark.parametrize("kernel", LADDER)
 @pytest.mark.parametrize(
     "case",
@@ -71,14 +85,7 @@ def test_tile_offsets_do_not_wrap_with_int64(pid):
 )
 def test_int64_path_matches_reference(case, kernel, monkeypatch):
     """The INT64 variant of every rung, forced on small shapes: same masks, same answers."""
-    calls = []
-
-    def always(*tensors):
-        calls.append(tensors)
-        return True
-
-    monkeypatch.setattr(_host, "needs_int64", always)
-    tritongemm.plans.clear()  # a plan another test built for this geometry would not ask
+    calls = _force_int64(monkeypatch, _host)
     check_matmul(case, kernel, torch.float32)
     assert calls, "the launcher no longer asks _host.needs_int64"
 
@@ -143,14 +150,7 @@ def test_fp8_int64_path_matches_reference(kernel, recipe, monkeypatch):
     from tritongemm.fp8 import build
     from tritongemm.fp8.recipes import reference_scaled_mm
 
-    calls = []
-
-    def always(*tensors):
-        calls.append(tensors)
-        return True
-
-    monkeypatch.setattr(build, "needs_int64", always)
-    tritongemm.plans.clear()
+    calls = _force_int64(monkeypatch, build)
     x, w = torch.randn(24, 256, device=DEVICE), torch.randn(40, 256, device=DEVICE) / 16
     block = recipe == "block"
     a, sa = tritongemm.quantize_fp8(x, recipe)
