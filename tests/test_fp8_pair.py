@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cases import DEVICE
+from cases import DEVICE, ON_GPU
 
 from tritongemm.fp8.api import quantize_fp8
 from tritongemm.fp8.pair import quantize_fp8_pair
@@ -95,3 +95,15 @@ def test_row_counts_that_leave_the_column_maxima_unaligned_are_served():
     for R in (1, 9, 33):
         x = torch.randn(R, 40, device=DEVICE)
         _same(quantize_fp8_pair(x, "row"), _expected(x, "row", torch.float8_e4m3fn))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="the interpreter's cast to fp8 turns NaN into a number; the GPU's keeps it")
+@pytest.mark.parametrize("recipe", list(SHAPES))
+def test_a_nan_stays_nan_in_every_copy(recipe):
+    """A NaN in x is NaN in q and qt (and in quantize_fp8's copy), as in torch's clamp: not a
+    finite +-448 that would let a diverged step's loss look finite."""
+    x = torch.randn(128, 256, device=DEVICE)
+    x[5, 70] = float("nan")
+    q, _, qt, _ = quantize_fp8_pair(x, recipe)
+    alone, _ = quantize_fp8(x, recipe, block=(128, 128) if recipe == "block" else None)
+    assert q.float()[5, 70].isnan() and qt.float()[70, 5].isnan() and alone.float()[5, 70].isnan()

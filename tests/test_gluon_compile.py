@@ -823,13 +823,14 @@ def _compile_fp8_quantize() -> list[dict]:
 
 def test_the_fp8_quantize_kernels_compile_their_gpu_arithmetic_for_sm90():
     """The GPU's path of fp8/tl.py's `_fp8_ready`, which the interpreter never runs: each quotient
-    a multiply and two fmas (Markstein's correction), the hardware's cast to e4m3 (cvt rounds to
-    nearest even), and nothing spilled."""
+    a multiply and two fmas (Markstein's correction), a clamp that keeps NaN, the hardware's cast to
+    e4m3 (cvt rounds to nearest even), and nothing spilled."""
     import triton
 
     for result in compile_kernel("fp8_quantize"):
         ptx, case = result["ptx"], result["case"]
         assert "fma.rn.f32" in ptx and "cvt.rn.satfinite.e4m3x2.f32" in ptx, case
+        assert "max.NaN.f32" in ptx and "min.NaN.f32" in ptx, case  # the clamp keeps NaN
         # Triton 3.6 spills 52 bytes of the tensor recipe's bf16 tile (128 x 64, 4 warps), which ran
         # fastest all the same on the H200 (2.8-3.2 TB/s; pair_build._CAST_TILE); 3.7.1 none.
         allowed = 64 if case == ["pair", "tensor", "torch.bfloat16"] and triton.__version__.startswith("3.6.") else 0

@@ -112,7 +112,10 @@ def _fp8_ready(x, scale, inv_scale, FP8_MAX: tl.constexpr, MANTISSA: tl.constexp
         inv = tl.zeros_like(x) + inv_scale
         y = x * inv
         y = tl.fma(tl.fma(-y, s, x), inv, y)
-    y = tl.minimum(tl.maximum(y, -FP8_MAX), FP8_MAX)
+    # NaN stays NaN, as in torch's clamp: the default min/max would return the bound, and the group's
+    # absmax (a max that skips NaN) is finite, so a NaN in x would have become a finite +-FP8_MAX.
+    keep_nan: tl.constexpr = tl.PropagateNan.ALL
+    y = tl.minimum(tl.maximum(y, -FP8_MAX, propagate_nan=keep_nan), FP8_MAX, propagate_nan=keep_nan)
     if INTERPRETED:
         y = _round_to_fp8(y, MANTISSA, MIN_EXP)
     return y
