@@ -289,6 +289,36 @@ def test_scaled_mm_rowwise_rows_are_the_same_bits_in_any_batch(M):
     assert rel_error(full, ref) < 1e-2
 
 
+@pytest.mark.parametrize("quantize", (None, "row", "block"))
+@pytest.mark.parametrize("M", (1, 17, 129) + ((2048, 8192) if ON_GPU else ()))
+def test_the_fused_rmsnorm_gives_a_row_the_same_bits_in_any_batch(M, quantize):
+    """tritongemm's RMSNorm kernel (`patch(fuse=True)`'s, blocks/rms_norm_kernels.py), alone and
+    quantizing its output for an fp8 GEMM: a program holds whole rows and its tile follows the width
+    alone, so a row's sum of squares, its output and its fp8 copy and scale are the same bits in
+    any batch."""
+    from tritongemm.blocks import RMSNorm
+    from tritongemm.blocks.rms_norm import kernel_serves
+    from tritongemm.blocks.rms_norm_kernels import norm_forward_quantized
+
+    width = 4096 if ON_GPU else 384
+    gen = torch.Generator().manual_seed(M)
+    x = (torch.randn(M, width, generator=gen) * 3).to(DEVICE)
+    norm = RMSNorm(width, 1e-5, device=DEVICE)
+    assert kernel_serves(x, norm.weight)  # the kernel, not the torch formula it falls back to
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(width, generator=gen).to(DEVICE))
+        if quantize is None:
+            _assert_rows_invariant(norm, x, f"RMSNorm {M}")
+            return
+        for output in range(3):  # y, its fp8 copy (as bytes), its scales
+
+            def compute(rows, output=output):
+                got = norm_forward_quantized(rows, norm.weight, norm.eps, norm.offset, norm.cast, quantize)[output]
+                return got.view(torch.uint8) if got.dtype.itemsize == 1 else got
+
+            _assert_rows_invariant(compute, x, f"RMSNorm {M} quantized {quantize}-wise, output {output}")
+
+
 @pytest.mark.parametrize("recipe", ("row", "block"))
 def test_an_fp8_patched_model_is_invariant(recipe):
     model = torch.nn.Sequential(torch.nn.Linear(256, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64)).to(DEVICE)
