@@ -203,7 +203,7 @@ def test_patch_takes_a_config_for_the_weight_gradient_and_fsdp():
     "kwargs,error,match",
     [
         (dict(recipe="int8"), ValueError, "Fp8TrainingConfig: expected recipe to be one of"),
-        (dict(wgrad="fp16"), ValueError, "expected wgrad to be None or one of"),
+        (dict(wgrad="fp16"), ValueError, "Fp8TrainingConfig: expected wgrad to be one of"),
         (dict(recipe="block", wgrad="fp8"), ValueError, "recipe 'block' takes wgrad='bf16' only"),
         (dict(save_weight_t=1), TypeError, "expected save_weight_t to be a bool, but got int"),
     ],

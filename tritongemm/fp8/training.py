@@ -116,34 +116,40 @@ class Fp8TrainingConfig:
     save_weight_t: bool = True
 
     def __post_init__(self):
-        if self.recipe not in RECIPES:
-            raise ValueError(f"Fp8TrainingConfig: expected recipe to be one of {RECIPES}, but got {self.recipe!r}")
-        if self.wgrad is not None and self.wgrad not in WGRADS:
-            raise ValueError(f"Fp8TrainingConfig: expected wgrad to be None or one of {WGRADS}, but got {self.wgrad!r}")
-        if self.recipe == "block" and self.wgrad == "fp8":
-            raise ValueError(f"Fp8TrainingConfig: {_BLOCK_TAKES_BF16_WGRAD}")
-        if not isinstance(self.save_weight_t, bool):
-            raise TypeError(f"Fp8TrainingConfig: expected save_weight_t to be a bool, but got "
-                            f"{type(self.save_weight_t).__name__}")  # fmt: skip
+        _check_options(self.recipe, self.wgrad, self.save_weight_t, "Fp8TrainingConfig")
 
     def layer(self, module: torch.nn.Linear) -> Fp8TrainingLinear:
         """`Fp8TrainingLinear.from_linear(module)` with this configuration."""
         return Fp8TrainingLinear.from_linear(module, self.recipe, self.wgrad, self.save_weight_t)
 
 
-_BLOCK_TAKES_BF16_WGRAD = ("recipe 'block' takes wgrad='bf16' only: its fp8 weight gradient needs 1 x 128 scales on "
-                           "both operands, which scaled_mm's block kernel does not take")  # fmt: skip
-
-
-def fp8_training_unsupported_reason(module: torch.nn.Linear, recipe: str, wgrad: str | None = None) -> str | None:
-    """Why `module` can't train as an Fp8TrainingLinear with `recipe` and `wgrad` (None: it can)."""
+def _options_reason(recipe: str, wgrad: str | None) -> str | None:
+    """Why `recipe` and `wgrad` (None: the recipe's default) can't go together (None: they can)."""
     if recipe not in RECIPES:
         return f"expected recipe to be one of {RECIPES}, but got {recipe!r}"
     wgrad = DEFAULT_WGRAD[recipe] if wgrad is None else wgrad
     if wgrad not in WGRADS:
         return f"expected wgrad to be one of {WGRADS}, but got {wgrad!r}"
     if recipe == "block" and wgrad == "fp8":
-        return _BLOCK_TAKES_BF16_WGRAD
+        return ("recipe 'block' takes wgrad='bf16' only: its fp8 weight gradient needs 1 x 128 scales on both "
+                "operands, which scaled_mm's block kernel does not take")  # fmt: skip
+    return None
+
+
+def _check_options(recipe: str, wgrad: str | None, save_weight_t: bool, caller: str) -> None:
+    """Raises, naming `caller`, where the options can't go together."""
+    reason = _options_reason(recipe, wgrad)
+    if reason is not None:
+        raise ValueError(f"{caller}: {reason}")
+    if not isinstance(save_weight_t, bool):
+        raise TypeError(f"{caller}: expected save_weight_t to be a bool, but got {type(save_weight_t).__name__}")
+
+
+def fp8_training_unsupported_reason(module: torch.nn.Linear, recipe: str, wgrad: str | None = None) -> str | None:
+    """Why `module` can't train as an Fp8TrainingLinear with `recipe` and `wgrad` (None: it can)."""
+    reason = _options_reason(recipe, wgrad)
+    if reason is not None:
+        return reason
     if module.weight.dtype not in TRAIN_DTYPES:
         return f"{module.weight.dtype} weights: fp8 training quantizes bfloat16, float16 or float32"
     if recipe == "block" and (module.in_features % SCALE_BLOCK or module.out_features % SCALE_BLOCK):
@@ -183,11 +189,10 @@ class Fp8TrainingLinear(torch.nn.Linear):
         return new
 
     def _configure(self, module: torch.nn.Linear, recipe: str, wgrad: str | None, save_weight_t: bool, caller: str):
+        _check_options(recipe, wgrad, save_weight_t, caller)
         reason = fp8_training_unsupported_reason(module, recipe, wgrad)
         if reason is not None:
             raise ValueError(f"{caller}: {reason}")
-        if not isinstance(save_weight_t, bool):
-            raise TypeError(f"{caller}: expected save_weight_t to be a bool, but got {type(save_weight_t).__name__}")
         self.recipe, self.wgrad = recipe, DEFAULT_WGRAD[recipe] if wgrad is None else wgrad
         self.save_weight_t = save_weight_t
 
