@@ -75,7 +75,6 @@ class _Fp8LinearFunction(torch.autograd.Function):
             wt_saved = ()
         ctx.save_for_backward(weight, *x_saved, *wt_saved)
         ctx.recipe, ctx.wgrad, ctx.x_dtype, ctx.has_bias = recipe, wgrad, x.dtype, bias is not None
-        ctx.x_saved = len(x_saved)
         return mm(x_fp8, w_fp8.T, x_scale, _as_scale_b(w_scale, recipe), bias, x.dtype, recipe)
 
     @staticmethod
@@ -83,7 +82,8 @@ class _Fp8LinearFunction(torch.autograd.Function):
         quantize, quantize_pair, quantize_transposed, mm = graph_or_direct()
         recipe, fp8_wgrad = ctx.recipe, ctx.wgrad == "fp8"
         weight, *saved = ctx.saved_tensors
-        saved, wt_saved = saved[: ctx.x_saved], saved[ctx.x_saved :]
+        x_count = 2 if fp8_wgrad else 1  # Xᵀ's fp8 copy and its scale, or X itself
+        saved, wt_saved = saved[:x_count], saved[x_count:]
         dy = dy.contiguous()  # autograd may hand an expanded or strided gradient
         want_dx, want_dw, want_db = ctx.needs_input_grad[:3]
         if fp8_wgrad and want_dw:  # dY along N for dX and dYᵀ along M for dW, from one pass
