@@ -5,7 +5,7 @@
 # --out-dir logs/results`, py runs `python3 ARGS`.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-export PYTHONPATH=. PYTHONUNBUFFERED=1
+export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1  # a caller's extra site (a carried wheel) stays first
 out=${OUT:-gpu-logs}
 logs=$(mktemp -d)
 mkdir -p "$out" "$logs/results"
