@@ -15,16 +15,22 @@ from tritongemm.primitives.launch import compile_launch
 from tritongemm.primitives.tl.host import input_precision, sm_count
 
 
-def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, invariant: bool = False):
+def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, invariant: bool = False,
+                 scales: tuple | None = None):  # fmt: skip
     """`call(a, b, offs) -> c` for operands like these: the tile chosen, the kernel compiled.
     `whole` (row groups, b of one group): offs is None and not read, the one group all of a's rows
-    (`dense_pair_plan`). `invariant`: batch_invariant=True's one tile, on the `tl` kernel."""
+    (`dense_pair_plan`). `invariant`: batch_invariant=True's one tile, on the `tl` kernel.
+    `scales` (scale_a, scale_b), fp8 a and b (fp8/grouped.py): `call(a, b, offs, scale_a, scale_b)`
+    on the `tl` kernel, the tile dequantized before its store."""
     on_cpu = a.device.type == "cpu"
     if invariant:
         tile = choice.invariant_tile(on_cpu, glu, a.element_size())
     chosen = tile
     G = b.shape[0] if form == "m" else offs.shape[0]
-    tile = tile or choice.tile(a.shape[0] if form == "m" else a.shape[1], G, on_cpu, glu, a.element_size())
+    rows = a.shape[0] if form == "m" else a.shape[1]
+    if tile is None and scales is not None:
+        tile = choice.scaled_tile(form, rows, G, on_cpu)
+    tile = tile or choice.tile(rows, G, on_cpu, glu, a.element_size())
     meta = dict(tile, INPUT_PRECISION=input_precision(a.dtype), ALIGN=(1,) * 9)
     if form == "m":
         M, K = a.shape
@@ -35,7 +41,7 @@ def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, in
         meta.update(NUM_PROGRAMS=programs, GROUPS_POW2=1 << G.bit_length(), GLU=glu or "none",
                     INT64=max(a.numel(), b.numel(), M * N) >= 2**31, WHOLE=whole)  # fmt: skip
         c_strides = (N, 1)
-        sizes = (G, M, N, K, *a.stride(), *b.stride(), *c_strides)
+        sizes = (G, M, N, K, *a.stride(), *b.stride(), *c_strides, 0 if scales is None else scales[1].stride(0))
         empty = M * N == 0 or G == 0  # no group: every row is past the last one's end, zeros
     else:
         M, N = a.shape[0], b.shape[1]
@@ -45,20 +51,34 @@ def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, in
         sizes = (M, N, *a.stride(), *b.stride(), M * N, N, 1)
         empty = G * M * N == 0
 
+    if empty and scales is not None:
+        return lambda a, b, offs, scale_a, scale_b: torch.zeros(shape, dtype=out_dtype, device=a.device)
     if empty:
         return lambda a, b, offs, out=None: (
             torch.zeros(shape, dtype=out_dtype, device=a.device) if out is None else out.zero_()
         )
+    if scales is not None:
+        meta["SCALED"] = True
+        launch = compile_launch(kernel, grid, (a, b, torch.empty(shape, dtype=out_dtype, device=a.device), offs,
+                                               *scales, *sizes), meta, a.device)  # fmt: skip
+
+        def scaled_call(a, b, offs, scale_a, scale_b):
+            c = torch.empty(shape, dtype=out_dtype, device=a.device)
+            launch(a, b, c, offs, scale_a, scale_b, *sizes)
+            return c
+
+        return scaled_call
     if form == "m" and chosen is None and not whole and choice.takes_ws(a, b, out_dtype, glu):
         return _gluon_plan(grouped_ws.plan, a, b, offs, shape, glu=glu)
     if form == "k" and chosen is None and choice.takes_k_ws(a, b, out_dtype, G):
         return _gluon_plan(grouped_k_ws.plan, a, b, offs, shape)
     c = torch.empty(shape, dtype=out_dtype, device=a.device)  # this call's, to plan on
-    launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, *sizes), meta, a.device)
+    # whole: a stands in for the offs pointer, unread; and always for the fp8 scales' (SCALED off).
+    launch = compile_launch(kernel, grid, (a, b, c, a if whole else offs, a, a, *sizes), meta, a.device)
 
     def call(a, b, offs, out=None):  # out: a contiguous tensor of c's shape and dtype, or None
         c = torch.empty(shape, dtype=out_dtype, device=a.device) if out is None else out
-        launch(a, b, c, a if whole else offs, *sizes)  # whole: a stands in for the offs pointer, unread
+        launch(a, b, c, a if whole else offs, a, a, *sizes)
         return c
 
     return call

@@ -16,6 +16,9 @@ torch.compile keep working:
   walk over K (`_dot_pair`), so the (rows, 2 x width) product never reaches memory.
 - groups along K (the weight gradient): one program per (group, tile), the group's K range read
   from the offsets; an empty group's tiles are zeros.
+- both in fp8 (`SCALED`, fp8/grouped.py): the accumulator dequantized by row-wise scales before
+  the store, a group's own for B (along M) or for both operands (along K: each quantized over its
+  group's K range).
 - expert rows (MoE decode): no groups at all; each (token, expert) pair is a row that reads its
   expert's weights by the router's index (moe_decode.py).
 - the weighted un-permute (MoE, after the down projection): each token's top_k rows, found in
@@ -25,7 +28,7 @@ torch.compile keep working:
 import triton
 import triton.language as tl
 
-from tritongemm.primitives.epilogue import _activate_tl
+from tritongemm.primitives.epilogue import _activate_tl, scale_tl
 from tritongemm.primitives.tiling.tl import grouped_tile
 from tritongemm.primitives.tl.tiles import dot_tile, store_tile, tile_offsets
 
@@ -36,12 +39,14 @@ def _groups_along_m_kernel(
     # pointers
     a_ptr, b_ptr, c_ptr,  # A (M, K), B (G, K, N), C (M, N)
     offs_ptr,  # (G,) int32: group g is rows [offs[g - 1], offs[g]) (offs[-1] = 0)
+    sa_ptr, sb_ptr,  # SCALED: A's row scales (M,), B's (G, N) per group and column; else unread
     # sizes
     G, M, N, K,
     # strides (elements)
     stride_am, stride_ak,
     stride_bg, stride_bk, stride_bn,
     stride_cm, stride_cn,
+    stride_sbg,  # SCALED: between B's groups' scales
     # meta-parameters
     NUM_PROGRAMS: tl.constexpr,
     GROUPS_POW2: tl.constexpr,  # a power of two > G: the groups, and the rows past the last, as one vector
@@ -52,6 +57,7 @@ def _groups_along_m_kernel(
     INT64: tl.constexpr,  # some operand spans 2**31 elements: offsets in int64
     GLU: tl.constexpr,  # "none", or the gate's activation: C is activation(A @ B[:, :N]) * (A @ B[:, N:])
     WHOLE: tl.constexpr = False,  # G = 1 and offs not read: one group of all M rows (a dense gated pair)
+    SCALED: tl.constexpr = False,  # fp8 A and B, row-wise scales (fp8/grouped.py): acc * sa[m] * sb[g, n]
 ):
     # fmt: on
     # 1. The schedule, computed here from offs (never on the host): each group's tile count and
@@ -91,6 +97,8 @@ def _groups_along_m_kernel(
                 gate, up = _dot_pair(a_ptr, b_group, offs_m, offs_n, end, N, K, stride_am, stride_ak, stride_bk,
                                      stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, INPUT_PRECISION)  # fmt: skip
                 acc = _activate_tl(gate, GLU) * up
+            if SCALED:
+                acc = scale_tl(acc, offs_m, offs_n, end, N, sa_ptr, sb_ptr + g.to(tl.int64) * stride_sbg, 1, 1, True)
         else:
             acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         store_tile(c_ptr, acc, offs_m, offs_n, end, N, stride_cm, stride_cn, ALIGN)
@@ -129,6 +137,7 @@ def _groups_along_k_kernel(
     # pointers
     a_ptr, b_ptr, c_ptr,  # A (M, K), B (K, N), C (G, M, N)
     offs_ptr,  # (G,) int32: group g is columns [offs[g - 1], offs[g]) of A, the same rows of B
+    sa_ptr, sb_ptr,  # SCALED: A's scales (G, M), B's (G, N), each along its group's K; else unread
     # sizes
     M, N,
     # strides (elements)
@@ -139,6 +148,7 @@ def _groups_along_k_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     ALIGN: tl.constexpr,
+    SCALED: tl.constexpr = False,  # fp8 A and B (fp8/grouped.py): acc * sa[g, m] * sb[g, n]
 ):
     # fmt: on
     pid = tl.program_id(0)
@@ -152,6 +162,8 @@ def _groups_along_k_kernel(
     acc = dot_tile(a_ptr + k_start * stride_ak, b_ptr + k_start * stride_bk, offs_m, offs_n, M, N, k_end - k_start,
                    stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
                    ALIGN)  # fmt: skip
+    if SCALED:
+        acc = scale_tl(acc, offs_m, offs_n, M, N, sa_ptr + g * M, sb_ptr + g * N, 1, 1, True)
     store_tile(c_ptr + g * stride_cg, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
 
 

@@ -1,0 +1,187 @@
+"""fp8 grouped GEMMs for MoE training (fp8/grouped.py): the per-group transposed quantizer bit for
+bit against quantize_fp8's reference, the scaled grouped GEMMs and fp8_grouped_linear's forward
+and gradients against fp64 products of the very fp8 operands they were given. On the CPU under
+Triton's interpreter (conftest.py), on a GPU as they are."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tritongemm.fp8.grouped import fp8_grouped_linear, quantize_fp8_segments_t, scaled_grouped_mm
+from tritongemm.fp8.recipes import reference_quantize
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+E4M3 = torch.float8_e4m3fn
+# The fp64 products of the operands each kernel was given, against the kernel's: fp32 sums and
+# one rounding to the output dtype (bf16: 2**-8 relative), so a few units of bf16's last place.
+BF16_BOUND = 1e-2
+
+
+def ends(sizes) -> torch.Tensor:
+    return torch.tensor(sizes, device=DEVICE).cumsum(0).to(torch.int32)
+
+
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    return ((got.double() - want).norm() / want.norm().clamp_min(1e-30)).item()
+
+
+def random(*shape, dtype=torch.bfloat16, seed=0) -> torch.Tensor:
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(*shape, generator=g) * torch.logspace(-2, 2, shape[-1]).reshape(*([1] * (len(shape) - 1)), -1)
+    return x.to(dtype).to(DEVICE)
+
+
+def dequantized_segments(qt, st, offs) -> torch.Tensor:
+    """qt (C, R) times each group's column scales, transposed back: fp64 (R, C), rows past offs[-1] 0."""
+    R = qt.shape[1]
+    out = torch.zeros(R, qt.shape[0], dtype=torch.float64, device=qt.device)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        out[start:end] = (qt[:, start:end].double() * st[g].double()[:, None]).T
+        start = end
+    return out
+
+
+@pytest.mark.parametrize("sizes, tail, C", [((5, 0, 70), 3, 33), ((1,), 0, 64), ((0, 0), 2, 7), ((130, 2), 0, 129)],
+                         ids=str)  # fmt: skip
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_each_groups_column_is_quantized_as_quantize_fp8_quantizes_it(sizes, tail, C, dtype):
+    """Group g's stretch of column c, qt[c, start:end], equals reference_quantize of that stretch
+    of x.T as a row, scale included; an empty group's scales are the floor's."""
+    offs = ends(sizes)
+    R = sum(sizes) + tail
+    x = random(R, C, dtype=dtype, seed=R + C)
+    qt, st = quantize_fp8_segments_t(x, offs)
+    assert qt.shape == (C, R) and qt.dtype == E4M3 and st.shape == (len(sizes), C) and st.dtype == torch.float32
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        want_q, want_s = reference_quantize(x[start:end].T.contiguous(), "row")
+        assert torch.equal(st[g], want_s.view(-1)), g
+        assert torch.equal(qt[:, start:end].view(torch.uint8), want_q.view(torch.uint8)), g
+        start = end
+
+
+def test_a_strided_x_is_read_in_place():
+    offs = ends((3, 9))
+    base = random(40, 12, seed=3)
+    x = base[::2, 1:]  # every other row, one column off
+    qt, st = quantize_fp8_segments_t(x, offs)
+    want_qt, want_st = quantize_fp8_segments_t(x.contiguous(), offs)
+    assert torch.equal(qt[:, :12].view(torch.uint8), want_qt[:, :12].view(torch.uint8)) and torch.equal(st, want_st)
+
+
+@pytest.mark.parametrize("sizes, tail", [((5, 0, 28), 3), ((1,), 0), ((0, 17), 0)], ids=str)
+def test_scaled_row_groups_match_fp64_of_their_operands(sizes, tail):
+    offs = ends(sizes)
+    M, K, N, G = sum(sizes) + tail, 40, 24, len(sizes)
+    aq, sa = reference_quantize(random(M, K, seed=1), "row")
+    wq, sw = reference_quantize(random(G * N, K, seed=2), "row")
+    b = wq.view(G, N, K).transpose(1, 2)
+    y = scaled_grouped_mm(aq, b, sa.view(-1), sw.view(G, N), offs)
+    assert y.shape == (M, N) and y.dtype == torch.bfloat16
+    a64, b64 = aq.double() * sa.double(), (wq.double() * sw.double()).view(G, N, K)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        if end > start:
+            assert rel_err(y[start:end], a64[start:end] @ b64[g].T) < BF16_BOUND, g
+        start = end
+    assert not y[start:].any()  # rows past the last group's end
+
+
+def test_scaled_k_groups_match_fp64_of_their_operands():
+    sizes = (5, 0, 31)
+    offs = ends(sizes)
+    T, N, K, G = sum(sizes) + 2, 20, 12, len(sizes)
+    dyt, sdy = quantize_fp8_segments_t(random(T, N, seed=4), offs)
+    xt, sx = quantize_fp8_segments_t(random(T, K, seed=5), offs)
+    dw = scaled_grouped_mm(dyt, xt.T, sdy, sx, offs, torch.float32)
+    assert dw.shape == (G, N, K) and dw.dtype == torch.float32
+    dy64, x64 = dequantized_segments(dyt, sdy, offs), dequantized_segments(xt, sx, offs)
+    start = 0
+    for g, end in enumerate(offs.tolist()):
+        want = dy64[start:end].T @ x64[start:end]
+        if end > start:
+            assert rel_err(dw[g], want) < 1e-5, g  # fp32 out: the sums' own error
+        else:
+            assert not dw[g].any(), g  # an empty group's gradient is zeros
+        start = end
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_fp8_grouped_linear_forward_and_gradients_match_fp64_of_their_fp8_operands(dtype):
+    """Each of the three GEMMs against fp64 of the quantized operands it read: the forward of X's
+    and W's row copies, dX of dY's row copy and W's per-expert column copy, dW of dY's and X's
+    per-group column copies. And each within fp8's error of the plain fp64 product."""
+    sizes = (9, 0, 21, 2)
+    offs = ends(sizes)
+    T, K, N, G = sum(sizes), 48, 40, len(sizes)
+    x = random(T, K, dtype=dtype, seed=6).requires_grad_()
+    w = random(G, N, K, dtype=dtype, seed=7).requires_grad_()
+    dy = random(T, N, dtype=dtype, seed=8)
+    y = fp8_grouped_linear(x, w, offs)
+    y.backward(dy)
+    assert y.dtype == dtype and x.grad.dtype == dtype and w.grad.dtype == dtype
+
+    def per_group(fn):
+        out, start = [], 0
+        for g, end in enumerate(offs.tolist()):
+            out.append(fn(g, start, end))
+            start = end
+        return out
+
+    xq, sx = reference_quantize(x.detach(), "row")
+    wq, sw = reference_quantize(w.detach().reshape(G * N, K), "row")
+    x64, w64 = xq.double() * sx.double(), (wq.double() * sw.double()).view(G, N, K)
+    want_y = torch.cat(per_group(lambda g, s, e: x64[s:e] @ w64[g].T))
+    assert rel_err(y, want_y) < BF16_BOUND
+
+    dyq, sdy = reference_quantize(dy, "row")
+    dy64 = dyq.double() * sdy.double()
+    wt, swt = quantize_fp8_segments_t(w.detach().reshape(G * N, K), ends((N,) * G))
+    w_cols = dequantized_segments(wt, swt, ends((N,) * G)).view(G, N, K)
+    want_dx = torch.cat(per_group(lambda g, s, e: dy64[s:e] @ w_cols[g]))
+    assert rel_err(x.grad, want_dx) < BF16_BOUND
+
+    dyt, sdyt = quantize_fp8_segments_t(dy, offs)
+    xt, sxt = quantize_fp8_segments_t(x.detach(), offs)
+    dy_seg, x_seg = dequantized_segments(dyt, sdyt, offs), dequantized_segments(xt, sxt, offs)
+    want_dw = torch.stack(per_group(lambda g, s, e: dy_seg[s:e].T @ x_seg[s:e]))
+    assert rel_err(w.grad, want_dw) < BF16_BOUND
+    assert not w.grad[1].any()  # the empty expert's
+
+    exact = [x.detach().double(), w.detach().double(), dy.double()]
+    plain_y = torch.cat(per_group(lambda g, s, e: exact[0][s:e] @ exact[1][g].T))
+    plain_dw = torch.stack(per_group(lambda g, s, e: exact[2][s:e].T @ exact[0][s:e]))
+    assert rel_err(y, plain_y) < 0.1 and rel_err(w.grad, plain_dw) < 0.1  # e4m3: a few percent
+
+
+def test_only_the_gradients_asked_for_are_computed():
+    offs = ends((4, 4))
+    x, w = random(8, 16, seed=9), random(2, 8, 16, seed=10).requires_grad_()
+    fp8_grouped_linear(x, w, offs).sum().backward()
+    assert x.grad is None and w.grad is not None
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: quantize_fp8_segments_t(torch.zeros(4, 4, device=DEVICE), torch.tensor([4], device=DEVICE)),
+         "expected offs, a 1-D int32 tensor of group ends, but got torch.int64"),
+        (lambda: quantize_fp8_segments_t(torch.zeros(4, dtype=torch.bfloat16), ends((4,))),
+         "expected x, a 2-D bfloat16, float16 or float32 tensor"),
+        (lambda: scaled_grouped_mm(torch.zeros(4, 8, device=DEVICE), torch.zeros(1, 8, 4, device=DEVICE),
+                                   torch.ones(4, device=DEVICE), torch.ones(1, 4, device=DEVICE), ends((4,))),
+         "expected a of an fp8 dtype, but got torch.float32"),
+        (lambda: scaled_grouped_mm(torch.zeros(4, 8, device=DEVICE).to(E4M3),
+                                   torch.zeros(1, 8, 4, device=DEVICE).to(E4M3), torch.ones(4, 1, device=DEVICE),
+                                   torch.ones(1, 4, device=DEVICE), ends((4,))),
+         r"expected scale_a contiguous of shape \(4,\), but got \(4, 1\)"),
+        (lambda: fp8_grouped_linear(torch.zeros(4, 8, device=DEVICE), torch.zeros(2, 3, 8, device=DEVICE), ends((4,))),
+         r"expected weight of shape \(1, N, 8\)"),
+    ],
+    ids=["offs dtype", "x rank", "a dtype", "scale_a shape", "weight groups"],
+)  # fmt: skip
+def test_bad_input_is_refused_by_name(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()
