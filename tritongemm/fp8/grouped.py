@@ -14,6 +14,10 @@ its own absmax and written transposed, so every fp8 operand is K-major, as Hoppe
 reads it. The GEMMs are grouped_mm's `tl` kernels (grouped/tl.py) with the scales applied to the
 finished tile before its store (`SCALED`). Offsets stay on the device: nothing synchronizes.
 
+`experts_forward` is transformers' experts interface on it (EXPERTS_NAME, selected by
+`patch(model, fp8_training="row")` on a MoE model): both projections of every expert in fp8, the
+routing, the gated activation and the un-permute as grouped/moe.py runs them for bf16.
+
 This is the first rung of MoE fp8 training (issue 69): eager, row-wise only; the Gluon grouped
 kernels do not take fp8 yet, nothing here has been timed on a GPU, and torch.compile traces it as
 an opaque autograd.Function (no operators with fakes yet).
@@ -26,6 +30,7 @@ import torch
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
 from tritongemm.fp8.api import quantize_fp8
+from tritongemm.grouped import moe
 
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 TRAIN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -119,6 +124,36 @@ class _Fp8GroupedLinear(torch.autograd.Function):
             dyt, sdyt = quantize_fp8_segments_t(dy, offs)
             dw = scaled_grouped_mm(dyt, xt.T, sdyt, sxt, offs, ctx.weight_dtype)
         return dx, dw, None
+
+
+EXPERTS_NAME = "tritongemm-fp8-row"
+
+
+def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
+    """A transformers experts module's forward (grouped/moe.py's interface) with every expert's
+    projections on `fp8_grouped_linear`: the bf16 weights stay the parameters the optimizer
+    updates, quantized each step."""
+    return moe.experts_grouped(self, hidden_states, top_k_index, top_k_weights, _fp8_projection, None)
+
+
+def _fp8_projection(self, x, weight, offs, bias_name: str, expert_ids):
+    """x (S, in) times each pair's expert's weight, (experts, out, in) as stored or transposed."""
+    by_rows = moe._as_b(self, weight).transpose(-2, -1)  # (experts, out, in)
+    y = fp8_grouped_linear(x.to(weight.dtype), by_rows, offs)
+    if getattr(self, "has_bias", False):
+        y = y + getattr(self, bias_name)[expert_ids]
+    return y
+
+
+def register_experts() -> bool:
+    """Add EXPERTS_NAME to transformers' experts implementations; False where it has no such
+    interface (before 5.x) or is not installed."""
+    try:
+        from transformers.integrations.moe import ExpertsInterface
+    except ImportError:
+        return False
+    ExpertsInterface.register(EXPERTS_NAME, experts_forward)
+    return True
 
 
 def _expert_rows(groups: int, rows: int, device) -> torch.Tensor:

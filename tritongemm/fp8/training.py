@@ -118,6 +118,11 @@ class Fp8TrainingConfig:
     def __post_init__(self):
         _check_options(self.recipe, self.wgrad, self.save_weight_t, "Fp8TrainingConfig")
 
+    @property
+    def weight_gradient(self) -> str:
+        """wgrad, the recipe's default where None: "fp8" or "bf16"."""
+        return DEFAULT_WGRAD[self.recipe] if self.wgrad is None else self.wgrad
+
     def layer(self, module: torch.nn.Linear) -> Fp8TrainingLinear:
         """`Fp8TrainingLinear.from_linear(module)` with this configuration."""
         return Fp8TrainingLinear.from_linear(module, self.recipe, self.wgrad, self.save_weight_t)

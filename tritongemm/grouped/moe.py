@@ -45,6 +45,16 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
         if torch.compiler.is_compiling():  # the graph's node (moe_decode_op), which Inductor calls directly
             return moe_decode.moe_decode_op(*args).to(hidden_states.dtype)
         return moe_decode.experts_decode(*args).to(hidden_states.dtype)
+    return experts_grouped(self, hidden_states, top_k_index, top_k_weights, _grouped_linear, glu)
+
+
+def experts_grouped(self, hidden_states, top_k_index, top_k_weights, linear, glu: str | None):
+    """The experts on grouped GEMMs, as transformers' grouped implementation runs them: the pairs
+    sorted by expert, `linear(self, x, weight, offs, bias_name, expert_ids)` for each projection
+    (bf16's `_grouped_linear`, or fp8 training's, fp8/grouped.py), the gated activation in the up
+    GEMM's epilogue where `glu` names it, then the weighted un-permute (`combine`)."""
+    top_k = top_k_index.shape[-1]
+    gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))
     expert_ids, order = torch.sort(top_k_index.reshape(-1))  # the (token, expert) pairs, by expert
     x = hidden_states[order // top_k]
     # Counted on the device: histc takes floats on the CPU and integers on CUDA (deterministic mode).
@@ -56,12 +66,12 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
         b = _as_b(self, up_weight)
         h = _grouped_mm(x.to(b.dtype), b, offs, glu)
     else:
-        h = _grouped_linear(self, x, up_weight, offs, up_bias, expert_ids)
+        h = linear(self, x, up_weight, offs, up_bias, expert_ids)
         if gated:
             h = self._apply_gate(h) if hasattr(self, "_apply_gate") else _gate(self, h)
         else:
             h = self.act_fn(h)
-    out = _grouped_linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids)
+    out = linear(self, h, self.down_proj, offs, "down_proj_bias", expert_ids)
     if getattr(self, "has_post_expert_norm", False):
         out = self.post_expert_norm(out)
     return _combined(out, order, top_k_weights).to(hidden_states.dtype)

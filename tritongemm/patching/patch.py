@@ -20,6 +20,7 @@ from tritongemm.core.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dty
 from tritongemm.core.checks import invariant_kernel
 from tritongemm.core.registry import dtype_name
 from tritongemm.dense.module import Linear
+from tritongemm.fp8 import grouped as fp8_grouped
 from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
 from tritongemm.fp8.training import Fp8TrainingConfig, fp8_training_unsupported_reason
@@ -110,7 +111,9 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     and both gradients computed on fp8 operands quantized each step with that recipe ("block":
     the weight gradient in the weight's dtype); an `Fp8TrainingConfig` also chooses the weight
     gradient's precision and whether Wᵀ's fp8 copy is kept for the backward (not under FSDP). Not
-    with `fp8`, `fuse` or `batch_invariant` yet, and a MoE model's experts are left as they are.
+    with `fp8`, `fuse` or `batch_invariant` yet. On a MoE model, `fp8_training="row"` (fp8 weight
+    gradient) also trains the experts in fp8 (fp8/grouped.py: grouped GEMMs on e4m3 operands, the
+    weight gradient's scaled per expert); other recipes leave them as they are.
 
     `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
     batch_invariant=True: a row's output the same bits whatever else is in the batch. Not with
@@ -186,26 +189,34 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     if isinstance(model, torch.nn.Linear) and not isinstance(model, Linear):
         report.skipped[""] = "the model itself: patch cannot rebind your reference; use Linear.from_linear(model)"
     fp8_given = f"fp8={fp8!r}" if fp8 else f"fp8_training={fp8_training!r}" if fp8_training else None
-    report.experts = _patch_experts(model, served, fp8_given, batch_invariant)
+    report.experts = _patch_experts(model, served, fp8_given, batch_invariant, fp8_training)
     model.tritongemm_patch_report = report  # a plain attribute: not in the state_dict
     logger.info(str(report))
     return model
 
 
-def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_invariant: bool) -> str | None:
-    """Select tritongemm's experts implementation (grouped/moe.py) on a transformers MoE model;
-    what happened, for the report (None: the model has no experts). `fp8_given`: the fp8 argument
-    patch was called with, as "fp8='row'" or "fp8_training='row'"."""
+def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_invariant: bool,
+                   fp8_training: Fp8TrainingConfig | None = None) -> str | None:  # fmt: skip
+    """Select tritongemm's experts implementation (grouped/moe.py; fp8/grouped.py's for fp8
+    training row-wise) on a transformers MoE model; what happened, for the report (None: the model
+    has no experts). `fp8_given`: the fp8 argument patch was called with, as "fp8='row'" or
+    "fp8_training='row'"."""
     if not moe.uses_experts(model):
         return None
-    if fp8_given is not None:
-        return f"left as they are: {fp8_given} covers nn.Linear modules only"
+    fp8_experts = fp8_training is not None and (fp8_training.recipe, fp8_training.weight_gradient) == ("row", "fp8")
+    if fp8_given is not None and not fp8_experts:
+        return (f"left as they are: {fp8_given} covers nn.Linear modules only (the experts train in fp8 with "
+                "recipe 'row' and an fp8 weight gradient)")  # fmt: skip
     if batch_invariant:
         return "left as they are: grouped_mm has no batch-invariant mode yet"
     device = next(p.device for n, p in model.named_parameters() if "experts" in n or "down_proj" in n)
     unavailable = served(device)[1]
     if unavailable is not None:
         return f"left as they are: {device} weights: {unavailable}"
+    if fp8_experts:
+        fp8_grouped.register_experts()
+        model.set_experts_implementation(fp8_grouped.EXPERTS_NAME)
+        return fp8_grouped.EXPERTS_NAME
     moe.register()
     model.set_experts_implementation(moe.NAME)
     return moe.NAME
