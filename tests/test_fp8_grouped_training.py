@@ -11,7 +11,8 @@ from moe_models import VOCAB, tiny_moe_model
 
 import tritongemm
 from tritongemm.core.reference import fp8_tolerance, rel_error
-from tritongemm.fp8.grouped import fp8_grouped_linear, quantize_fp8_segments_t, scaled_grouped_mm
+from tritongemm.fp8.grouped import quantize_fp8_segments_t, scaled_grouped_mm
+from tritongemm.fp8.grouped_training import fp8_grouped_linear
 from tritongemm.fp8.recipes import reference_quantize
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
@@ -154,6 +155,23 @@ def test_fp8_grouped_linear_forward_and_gradients_match_fp64_of_their_fp8_operan
     assert rel_error(y, plain_y) <= FP8_VS_EXACT and rel_error(w.grad, plain_dw) <= FP8_VS_EXACT
 
 
+def test_compile_fullgraph_gives_the_eager_steps_results():
+    """Under torch.compile(fullgraph=True) each quantization and grouped GEMM is one node
+    (fp8/graph_ops.py) and AOTAutograd traces the backward: the eager step's output and gradients
+    bit for bit. aot_eager on the CPU (no C++ compiler needed); Inductor on a GPU."""
+    offs = ends((6, 0, 11))
+    x0, w0, dy = random(17, 32, seed=11), random(3, 24, 32, seed=12), random(17, 24, seed=13)
+    backend = "inductor" if DEVICE == "cuda" else "aot_eager"
+    results = []
+    for fn in (fp8_grouped_linear, torch.compile(fp8_grouped_linear, fullgraph=True, backend=backend)):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        y = fn(x, w, offs)
+        y.backward(dy)
+        results.append((y.detach(), x.grad, w.grad))
+    for eager, compiled in zip(*results):
+        assert torch.equal(eager, compiled)
+
+
 def test_only_the_gradients_asked_for_are_computed():
     offs = ends((4, 4))
     x, w = random(8, 16, seed=9), random(2, 8, 16, seed=10).requires_grad_()
@@ -189,7 +207,7 @@ def test_bad_input_is_refused_by_name(call, message):
 def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture):
     """One experts module, the same tokens and router choices: fp8/grouped.py's experts_forward
     against grouped/moe.py's, output and every gradient within e4m3's error."""
-    from tritongemm.fp8.grouped import experts_forward
+    from tritongemm.fp8.grouped_training import experts_forward
     from tritongemm.grouped import moe
 
     model = tiny_moe_model(architecture).to(DEVICE)

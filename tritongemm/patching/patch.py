@@ -20,7 +20,7 @@ from tritongemm.core.checks import SUPPORTED_DTYPES as _DTYPES  # the weight dty
 from tritongemm.core.checks import invariant_kernel
 from tritongemm.core.registry import dtype_name
 from tritongemm.dense.module import Linear
-from tritongemm.fp8 import grouped as fp8_grouped
+from tritongemm.fp8 import grouped_training as fp8_grouped
 from tritongemm.fp8.linear import Fp8Linear, fp8_unsupported_reason
 from tritongemm.fp8.recipes import RECIPES
 from tritongemm.fp8.training import Fp8TrainingConfig, fp8_training_unsupported_reason
