@@ -147,6 +147,7 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
         return _compile_fp8_grouped()
     if kernel == "row_col_absmax":
         from tritongemm.fp8.pair_build import _ROW_COL_ABSMAX_TILE, _row_col_absmax_kernel
+        from tritongemm.fp8.tl import _absmax_kernel
 
         results = []
         for dtype in (torch.bfloat16, torch.float32):
@@ -154,8 +155,9 @@ def _compile_all(kernel: str, capability: int = 90) -> list[dict]:
             block_r, block_c = _ROW_COL_ABSMAX_TILE
             compiled = _row_col_absmax_kernel.warmup(x, rmax, cmax, 1000, 1536, 1536, 1, BLOCK_R=block_r,
                                                      BLOCK_C=block_c, num_warps=4, grid=(1,))  # fmt: skip
-            ptx = compiled.asm["ptx"]
-            results.append(dict(case=str(dtype), ptx=ptx, **_ptxas(ptx)))
+            whole = _absmax_kernel.warmup(x, rmax, 1000, 1536, 1536, 1, BLOCK_R=32, BLOCK_C=128, grid=(1,))
+            for case, ptx in (("rows and columns", compiled.asm["ptx"]), ("tensor", whole.asm["ptx"])):
+                results.append(dict(case=[case, str(dtype)], ptx=ptx, **_ptxas(ptx)))
         return results
     if kernel == "expert_rows":
         return _compile_expert_rows()
@@ -898,9 +900,10 @@ def test_the_fp8_grouped_training_kernels_compile_for_sm90_without_spills():
             assert "cvt.rn.satfinite.e4m3x2.f32" in ptx, case
 
 
-def test_the_row_maxima_pass_reduces_with_one_relaxed_integer_atomic_a_value():
-    """fp8/pair_build.py's maxima: relaxed integer maxima of the bits, where Triton's float
-    atomic_max (acq_rel, one atomic per sign) held the pass to 2.1 TB/s on the H200."""
+def test_the_maxima_passes_reduce_with_one_relaxed_integer_atomic():
+    """The row recipe's maxima (fp8/pair_build.py) and the tensor recipe's absmax (fp8/tl.py), both
+    through `max_magnitude_into`: relaxed integer maxima of the bits, where Triton's float
+    atomic_max (acq_rel, one atomic per sign) held the row pass to 2.1 TB/s on the H200."""
     for result in compile_kernel("row_col_absmax"):
         atomics = set(re.findall(r"(?:atom|red)\.global\.[\w.]+", result["ptx"]))
         # 3.9 drops the unread result: a reduction (red), where 3.6 and 3.7 keep an atom.
