@@ -61,7 +61,12 @@ def test_each_groups_column_is_quantized_as_quantize_fp8_quantizes_it(sizes, tai
         start = end
 
 
-def test_a_strided_x_is_read_in_place():
+def test_no_rows_give_the_floors_scales():
+    qt, st = quantize_fp8_segments_t(torch.zeros(0, 5, device=DEVICE), ends((0, 0)))
+    assert qt.shape == (5, 0) and torch.equal(st, torch.full((2, 5), 1e-12 / 448, device=DEVICE))
+
+
+def test_a_strided_x_gives_its_contiguous_copys_result():
     offs = ends((3, 9))
     base = random(40, 12, seed=3)
     x = base[::2, 1:]  # every other row, one column off
@@ -114,7 +119,7 @@ def test_fp8_grouped_linear_forward_and_gradients_match_fp64_of_their_fp8_operan
     per-group column copies. And each within fp8's error of the plain fp64 product."""
     sizes = (9, 0, 21, 2)
     offs = ends(sizes)
-    T, K, N, G = sum(sizes), 48, 40, len(sizes)
+    T, K, N, G = sum(sizes) + 3, 48, 40, len(sizes)  # 3 rows past the last group: no expert's
     x = random(T, K, dtype=dtype, seed=6).requires_grad_()
     w = random(G, N, K, dtype=dtype, seed=7).requires_grad_()
     dy = random(T, N, dtype=dtype, seed=8)
@@ -132,14 +137,15 @@ def test_fp8_grouped_linear_forward_and_gradients_match_fp64_of_their_fp8_operan
     xq, sx = reference_quantize(x.detach(), "row")
     wq, sw = reference_quantize(w.detach().reshape(G * N, K), "row")
     x64, w64 = xq.double() * sx.double(), (wq.double() * sw.double()).view(G, N, K)
-    want_y = torch.cat(per_group(lambda g, s, e: x64[s:e] @ w64[g].T))
+    tail = torch.zeros(T - offs[-1].item(), N, dtype=torch.float64, device=DEVICE)
+    want_y = torch.cat(per_group(lambda g, s, e: x64[s:e] @ w64[g].T) + [tail])
     assert rel_error(y, want_y) <= fp8_tolerance(dtype, K)
 
     dyq, sdy = reference_quantize(dy, "row")
     dy64 = dyq.double() * sdy.double()
     wt, swt = quantize_fp8_segments_t(w.detach().reshape(G * N, K), ends((N,) * G))
     w_cols = dequantized_segments(wt, swt, ends((N,) * G)).view(G, N, K)
-    want_dx = torch.cat(per_group(lambda g, s, e: dy64[s:e] @ w_cols[g]))
+    want_dx = torch.cat(per_group(lambda g, s, e: dy64[s:e] @ w_cols[g]) + [tail[:, :1].expand(-1, K)])
     assert rel_error(x.grad, want_dx) <= fp8_tolerance(dtype, N)
 
     dyt, sdyt = quantize_fp8_segments_t(dy, offs)
@@ -150,9 +156,11 @@ def test_fp8_grouped_linear_forward_and_gradients_match_fp64_of_their_fp8_operan
     assert not w.grad[1].any()  # the empty expert's
 
     exact = [x.detach().double(), w.detach().double(), dy.double()]
-    plain_y = torch.cat(per_group(lambda g, s, e: exact[0][s:e] @ exact[1][g].T))
+    plain_y = torch.cat(per_group(lambda g, s, e: exact[0][s:e] @ exact[1][g].T) + [tail])
+    plain_dx = torch.cat(per_group(lambda g, s, e: exact[2][s:e] @ exact[1][g]) + [tail[:, :1].expand(-1, K)])
     plain_dw = torch.stack(per_group(lambda g, s, e: exact[2][s:e].T @ exact[0][s:e]))
-    assert rel_error(y, plain_y) <= FP8_VS_EXACT and rel_error(w.grad, plain_dw) <= FP8_VS_EXACT
+    for got, want in ((y, plain_y), (x.grad, plain_dx), (w.grad, plain_dw)):
+        assert rel_error(got, want) <= FP8_VS_EXACT
 
 
 def test_compile_fullgraph_gives_the_eager_steps_results():
@@ -172,11 +180,49 @@ def test_compile_fullgraph_gives_the_eager_steps_results():
         assert torch.equal(eager, compiled)
 
 
-def test_only_the_gradients_asked_for_are_computed():
+@pytest.mark.parametrize("x_grad, w_grad, copies", [(False, True, 1), (True, False, 1), (True, True, 2)])
+def test_only_the_gradients_asked_for_are_computed(x_grad, w_grad, copies, monkeypatch):
+    """A frozen weight (or input) gets no gradient, and the forward makes only the per-group copy
+    the asked-for gradient reads (W's for dX, X's for dW)."""
+    from tritongemm.fp8 import graph_ops
+
+    calls = []
+    direct = graph_ops.graph_or_direct_grouped
+
+    def counting():
+        quantize, segments_t, mm = direct()
+        return quantize, lambda *args: calls.append(1) or segments_t(*args), mm
+
+    monkeypatch.setattr("tritongemm.fp8.grouped_training.graph_or_direct_grouped", counting)
     offs = ends((4, 4))
-    x, w = random(8, 16, seed=9), random(2, 8, 16, seed=10).requires_grad_()
-    fp8_grouped_linear(x, w, offs).sum().backward()
-    assert x.grad is None and w.grad is not None
+    x, w = random(8, 16, seed=9).requires_grad_(x_grad), random(2, 8, 16, seed=10).requires_grad_(w_grad)
+    y = fp8_grouped_linear(x, w, offs)
+    assert len(calls) == copies  # in the forward
+    y.sum().backward()
+    assert (x.grad is not None) == x_grad and (w.grad is not None) == w_grad
+    if x_grad:
+        assert x.grad.any()
+    if w_grad:
+        assert w.grad.any()
+
+
+def test_the_operators_fakes_match_their_outputs():
+    """torch.library.opcheck of the two graph operators (fp8/graph_ops.py): the fakes' shapes,
+    dtypes and strides those of the real outputs, AOTAutograd's dispatch alike. offs ends at R:
+    columns of qt past offs[-1] are left unwritten, which opcheck would read as a difference."""
+    from tritongemm.fp8.graph_ops import scaled_grouped_mm_op, segments_t_op
+
+    offs = ends((5, 0, 7))
+    x = random(12, 24, seed=14)
+    tests = ("test_faketensor", "test_aot_dispatch_dynamic")
+    torch.library.opcheck(segments_t_op, (x, offs), test_utils=tests)
+    xq, sx = reference_quantize(x, "row")
+    wq, sw = reference_quantize(random(3 * 8, 24, seed=15), "row")
+    b = wq.view(3, 8, 24).transpose(1, 2)
+    torch.library.opcheck(scaled_grouped_mm_op, (xq, b, sx.view(-1), sw.view(3, 8), offs, torch.bfloat16),
+                          test_utils=tests)  # fmt: skip
+    xt, sxt = quantize_fp8_segments_t(x, offs)
+    torch.library.opcheck(scaled_grouped_mm_op, (xt, xt.T, sxt, sxt, offs, torch.float32), test_utils=tests)
 
 
 @pytest.mark.parametrize(

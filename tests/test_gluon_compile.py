@@ -866,8 +866,9 @@ def _compile_fp8_grouped() -> list[dict]:
     results = []
     a, b = torch.empty(T, K, dtype=e4m3), torch.empty(G, N, K, dtype=e4m3).transpose(1, 2)
     c = torch.empty(T, N, dtype=torch.bfloat16)
-    for rows in (16 * G, T):  # the small tile and the large one
-        tile = choice.scaled_tile("m", rows, G, on_cpu=False)
+    small, large = (choice.scaled_tile("m", rows, G, on_cpu=False) for rows in (16 * G, T))
+    assert small != large
+    for rows, tile in ((16 * G, small), (T, large)):
         compiled = _groups_along_m_kernel.warmup(a, b, c, offs, scale_a, scale_b, G, T, N, K, *a.stride(), *b.stride(),
                                                  N, 1, N, **tile, NUM_PROGRAMS=132, GROUPS_POW2=16, INT64=False,
                                                  GLU="none", **common)  # fmt: skip

@@ -8,7 +8,8 @@ with fullgraph=True; eager calls skip the dispatcher and run the functions thems
 - `tritongemm::fp8_quantize_pair(x, recipe)`: `quantize_fp8_pair` (fp8/pair.py);
 - `tritongemm::fp8_quantize_transposed(x, recipe)`: `quantize_fp8_transposed` (the same file);
 - `tritongemm::fp8_scaled_mm(a, b, scale_a, scale_b, bias, out_dtype, recipe)`: `scaled_mm`;
-- `tritongemm::fp8_quantize_segments_t(x, offs)`: `quantize_fp8_segments_t` (fp8/grouped.py);
+- `tritongemm::fp8_quantize_segments_t(x, offs)`: `quantize_fp8_segments_t` (fp8/grouped.py; qt's
+  columns past offs[-1] are left unwritten, as no GEMM reads them);
 - `tritongemm::fp8_scaled_grouped_mm(a, b, scale_a, scale_b, offs, out_dtype)`: `scaled_grouped_mm`.
 None has a backward: the autograd.Functions that call them (fp8/training.py, fp8/grouped_training.py)
 are differentiated.

@@ -33,8 +33,8 @@ def _segments_transposed_kernel(
     transposed, so that qt's row c holds column c of every group, each group's stretch K-major."""
     g = tl.program_id(0)
     start = tl.load(offs_ptr + g - 1, mask=g > 0, other=0)
-    end = tl.load(offs_ptr + g)
-    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    end = tl.minimum(tl.load(offs_ptr + g), R)  # offsets past x's rows (unchecked on the device) read nothing past it
+    offs_c = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)  # qt may pass 2**31 elements
     cols_in = offs_c < C
     amax = tl.zeros([BLOCK_C], dtype=tl.float32)
     for first in range(start, end, BLOCK_R):

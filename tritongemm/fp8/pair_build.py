@@ -36,7 +36,7 @@ def _row_col_absmax_kernel(
     """Each tile's row and column maxima of |x|, max-reduced into rmax and cmax (fp8/tl.py's
     `max_magnitude_into`: one relaxed integer atomic a value)."""
     offs_r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    offs_c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    offs_c = tl.program_id(1).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)  # x may have any strides
     rows_in, cols_in = offs_r < R, offs_c < C
     x = tl.load(x_ptr + offs_r[:, None] * stride_xr + offs_c[None, :] * stride_xc,
                 mask=rows_in[:, None] & cols_in[None, :], other=0.0)  # fmt: skip

@@ -47,6 +47,7 @@ def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, in
         M, N = a.shape[0], b.shape[1]
         shape, kernel = (G, M, N), _groups_along_k_kernel
         meta.pop("GROUP_SIZE_M")
+        meta["INT64"] = max(a.numel(), b.numel(), G * M * N) >= 2**31
         grid = (G * -(-M // tile["BLOCK_M"]) * -(-N // tile["BLOCK_N"]),)
         sizes = (M, N, *a.stride(), *b.stride(), M * N, N, 1)
         empty = G * M * N == 0
@@ -58,6 +59,8 @@ def grouped_call(a, b, offs, out_dtype, form, glu, tile, whole: bool = False, in
             torch.zeros(shape, dtype=out_dtype, device=a.device) if out is None else out.zero_()
         )
     if scales is not None:
+        if glu is not None:  # the scales dequantize the product, so they would come after the gate's activation
+            raise ValueError("grouped_call: fp8 scales and a gated pair do not combine")
         meta["SCALED"] = True
         launch = compile_launch(kernel, grid, (a, b, torch.empty(shape, dtype=out_dtype, device=a.device), offs,
                                                *scales, *sizes), meta, a.device)  # fmt: skip

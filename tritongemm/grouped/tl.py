@@ -148,6 +148,7 @@ def _groups_along_k_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     INPUT_PRECISION: tl.constexpr,
     ALIGN: tl.constexpr,
+    INT64: tl.constexpr = False,  # some operand or C spans 2**31 elements: offsets in int64
     SCALED: tl.constexpr = False,  # fp8 A and B (fp8/grouped.py): acc * sa[g, m] * sb[g, n]
 ):
     # fmt: on
@@ -155,16 +156,18 @@ def _groups_along_k_kernel(
     tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
     g = pid // (tiles_m * tiles_n)
     local = pid % (tiles_m * tiles_n)
-    offs_m, offs_n = tile_offsets(local // tiles_n, local % tiles_n, BLOCK_M, BLOCK_N, False)
+    offs_m, offs_n = tile_offsets(local // tiles_n, local % tiles_n, BLOCK_M, BLOCK_N, INT64)
     k_start = tl.load(offs_ptr + g - 1, mask=g > 0, other=0)
     k_end = tl.load(offs_ptr + g)
+    if INT64:
+        k_start = k_start.to(tl.int64)
     # The group's K range as a K of its own, from its first column (an empty one: a zero tile).
     acc = dot_tile(a_ptr + k_start * stride_ak, b_ptr + k_start * stride_bk, offs_m, offs_n, M, N, k_end - k_start,
                    stride_am, stride_ak, stride_bk, stride_bn, BLOCK_M, BLOCK_N, BLOCK_K, True, INPUT_PRECISION,
                    ALIGN)  # fmt: skip
     if SCALED:
         acc = scale_tl(acc, offs_m, offs_n, M, N, sa_ptr + g * M, sb_ptr + g * N, 1, 1, True)
-    store_tile(c_ptr + g * stride_cg, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
+    store_tile(c_ptr + g.to(tl.int64) * stride_cg, acc, offs_m, offs_n, M, N, stride_cm, stride_cn, ALIGN)
 
 
 # MoE experts at decode (moe_decode.py): one program per output row and BLOCK_N columns; each
