@@ -112,6 +112,29 @@ def test_a_tiny_models_step_through_the_harness():
         assert 1e-4 < grads <= T.FP8_MAX_GRAD_REL_ERR and logits <= T.FP8_MAX_REL_ERR_TRAIN, provider
 
 
+@needs_transformers
+@tiny_on_cpu
+def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness():
+    """On a MoE family the row recipe's provider trains the experts in fp8 too (the bf16 reference's
+    experts: transformers' eager loop here, its grouped_mm on the GPU) and passes fp8's bounds."""
+    pytest.importorskip("transformers.integrations.moe", reason="transformers 5.x's experts interface")
+    tiny = dict(hidden_size=64, moe_intermediate_size=32, intermediate_size=96, num_experts=8, num_experts_per_tok=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    config = M.family_config("qwen3-30b-moe", 1, vocab_size=TINY_VOCAB, dims=M.FAMILIES["qwen3-30b-moe"].dims | tiny)
+    torch.manual_seed(0)
+    base = M.build_base("qwen3-30b-moe", config, device="cpu", dtype=torch.float32).train()
+    base.set_experts_implementation("eager")
+    providers = ("torch", "tritongemm-fp8-row")
+    models, unavailable = T.build_models(base, providers)
+    assert not unavailable
+    assert models["tritongemm-fp8-row"].tritongemm_patch_report.experts == "tritongemm-fp8-row"
+    experts_of = [m.config._experts_implementation for m in (models["torch"], models["tritongemm-fp8-row"])]
+    assert experts_of == ["eager", "tritongemm-fp8-row"]  # the reference's own: the copy's config is its own
+    inputs = M.make_inputs(M.Setting("train", 2, 8), TINY_VOCAB, "cpu")
+    results = T.measure(models, {}, inputs, list(M.linear_parameters(base)), rounds=1, timer=_counting_timer([]))
+    assert [r[2] for r in results.values()] == ["ok", "ok"], results
+
+
 class _Skewed(torch.nn.Module):
     def __init__(self, inner):
         super().__init__()

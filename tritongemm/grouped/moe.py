@@ -51,7 +51,7 @@ def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor
 def experts_grouped(self, hidden_states, top_k_index, top_k_weights, linear, glu: str | None):
     """The experts on grouped GEMMs, as transformers' grouped implementation runs them: the pairs
     sorted by expert, `linear(self, x, weight, offs, bias_name, expert_ids)` for each projection
-    (bf16's `_grouped_linear`, or fp8 training's, fp8/grouped.py), the gated activation in the up
+    (bf16's `_grouped_linear`, or fp8 training's, fp8/grouped_training.py), the gated activation in the up
     GEMM's epilogue where `glu` names it, then the weighted un-permute (`combine`)."""
     top_k = top_k_index.shape[-1]
     gated = getattr(self, "has_gate", hasattr(self, "gate_up_proj"))

@@ -112,7 +112,7 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     the weight gradient in the weight's dtype); an `Fp8TrainingConfig` also chooses the weight
     gradient's precision and whether Wᵀ's fp8 copy is kept for the backward (not under FSDP). Not
     with `fp8`, `fuse` or `batch_invariant` yet. On a MoE model, `fp8_training="row"` (fp8 weight
-    gradient) also trains the experts in fp8 (fp8/grouped.py: grouped GEMMs on e4m3 operands, the
+    gradient) also trains the experts in fp8 (fp8/grouped_training.py: grouped GEMMs on e4m3 operands, the
     weight gradient's scaled per expert); other recipes leave them as they are.
 
     `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
@@ -197,7 +197,7 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
 
 def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_invariant: bool,
                    fp8_training: Fp8TrainingConfig | None = None) -> str | None:  # fmt: skip
-    """Select tritongemm's experts implementation (grouped/moe.py; fp8/grouped.py's for fp8
+    """Select tritongemm's experts implementation (grouped/moe.py; fp8/grouped_training.py's for fp8
     training row-wise) on a transformers MoE model; what happened, for the report (None: the model
     has no experts). `fp8_given`: the fp8 argument patch was called with, as "fp8='row'" or
     "fp8_training='row'"."""
