@@ -29,6 +29,7 @@ def _build():
 
 
 def _grouped_build():
+    """grouped/build.py (the scaled GEMMs' plans), imported on the first plan, as grouped_mm imports it."""
     from tritongemm.grouped import build
 
     return build
