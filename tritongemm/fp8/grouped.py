@@ -15,9 +15,7 @@ import torch
 
 from tritongemm.core.plans import planned
 from tritongemm.core.problem import tensor_facts
-
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
-TRAIN_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+from tritongemm.fp8.recipes import FP8_DTYPES, OUT_DTYPES  # OUT_DTYPES: what fp8 dequantizes to, and is made from
 
 
 def _build():
@@ -70,7 +68,7 @@ def _check_offsets_tensor(offs, who: str) -> None:
 
 
 def _check_segments(x, offs, dtype) -> None:
-    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in TRAIN_DTYPES:
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.dtype not in OUT_DTYPES:
         got = f"{x.dtype} of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
         raise ValueError(f"quantize_fp8_segments_t: expected x, a 2-D bfloat16, float16 or float32 tensor, but got "
                          f"{got}")  # fmt: skip
@@ -94,7 +92,7 @@ def _check_scaled(a, b, scale_a, scale_b, offs, out_dtype) -> str:
     for name in ("scale_a", "scale_b"):
         if tensors[name].dtype != torch.float32:
             raise TypeError(f"{who}: expected {name} of dtype float32, but got {tensors[name].dtype}")
-    if out_dtype not in TRAIN_DTYPES:
+    if out_dtype not in OUT_DTYPES:
         raise TypeError(f"{who}: expected out_dtype bfloat16, float16 or float32, but got {out_dtype}")
     devices = {t.device for t in (a, b, scale_a, scale_b, offs)}
     if len(devices) != 1:

@@ -22,10 +22,13 @@ grouped kernels do not take fp8 yet, and nothing here has been timed on a GPU.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from tritongemm.fp8.graph_ops import graph_or_direct_grouped
-from tritongemm.fp8.grouped import TRAIN_DTYPES, _check_offsets_tensor
+from tritongemm.fp8.grouped import _check_offsets_tensor
+from tritongemm.fp8.training import TRAIN_DTYPES
 from tritongemm.grouped import moe
 
 
@@ -109,9 +112,10 @@ def register_experts() -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=64)  # one per layer geometry and device: made once, not every forward
 def _expert_rows(groups: int, rows: int, device) -> torch.Tensor:
     """The ends of `groups` stretches of `rows` rows each, as int32 offsets (W (G, N, K) read as
-    (G * N, K) rows, an expert a group)."""
+    (G * N, K) rows, an expert a group); read only, never written."""
     return torch.arange(1, groups + 1, dtype=torch.int32, device=device) * rows
 
 

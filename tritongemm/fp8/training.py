@@ -121,18 +121,23 @@ class Fp8TrainingConfig:
     @property
     def weight_gradient(self) -> str:
         """wgrad, the recipe's default where None: "fp8" or "bf16"."""
-        return DEFAULT_WGRAD[self.recipe] if self.wgrad is None else self.wgrad
+        return weight_gradient_of(self.recipe, self.wgrad)
 
     def layer(self, module: torch.nn.Linear) -> Fp8TrainingLinear:
         """`Fp8TrainingLinear.from_linear(module)` with this configuration."""
         return Fp8TrainingLinear.from_linear(module, self.recipe, self.wgrad, self.save_weight_t)
 
 
+def weight_gradient_of(recipe: str, wgrad: str | None) -> str:
+    """The weight gradient's precision: `wgrad`, or the recipe's default where None (a known recipe)."""
+    return DEFAULT_WGRAD[recipe] if wgrad is None else wgrad
+
+
 def _options_reason(recipe: str, wgrad: str | None) -> str | None:
     """Why `recipe` and `wgrad` (None: the recipe's default) can't go together (None: they can)."""
     if recipe not in RECIPES:
         return f"expected recipe to be one of {RECIPES}, but got {recipe!r}"
-    wgrad = DEFAULT_WGRAD[recipe] if wgrad is None else wgrad
+    wgrad = weight_gradient_of(recipe, wgrad)
     if wgrad not in WGRADS:
         return f"expected wgrad to be one of {WGRADS}, but got {wgrad!r}"
     if recipe == "block" and wgrad == "fp8":
@@ -198,7 +203,7 @@ class Fp8TrainingLinear(torch.nn.Linear):
         reason = fp8_training_unsupported_reason(module, recipe, wgrad)
         if reason is not None:
             raise ValueError(f"{caller}: {reason}")
-        self.recipe, self.wgrad = recipe, DEFAULT_WGRAD[recipe] if wgrad is None else wgrad
+        self.recipe, self.wgrad = recipe, weight_gradient_of(recipe, wgrad)
         self.save_weight_t = save_weight_t
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
