@@ -20,7 +20,7 @@ from tritongemm.dispatch import invariant
 DTYPES = (torch.bfloat16, torch.float16, torch.float32) if ON_GPU else (torch.float16, torch.float32)
 # Batches either side of the class's boundaries: swap-AB's tokens tile (16, 64), SKINNY_M, and on
 # the GPU rung 6's tiles changing with M (TINY to BIG).
-MS = (1, 2, 7, 16, 17, 64, 65, 128, 129, 300) + ((1000, 2048, 4097, 8192) if ON_GPU else ())
+MS = (1, 2, 7, 16, 17, 64, 65, 128, 129, 300) + ((256, 257, 1000, 2048, 4097, 8192) if ON_GPU else ())
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,38 @@ def test_the_plans_never_split_k():
     a, b = _operands(Shape(32, 2048), 1, torch.float32)
     info, config, why = invariant.choose(a, b, torch.float32)
     assert why.startswith("batch_invariant") and (info.name != "swap_ab" or config.split_k == 1)
+
+
+# The Gluon class's decode rules on a 132-SM Hopper (what the H200 probe measured fastest).
+@pytest.mark.parametrize(
+    "M, N, K, kernel, tile",
+    [
+        (1, 4096, 4096, "swap_ab", "16x64x256"),
+        (16, 14336, 4096, "swap_ab", "16x64x256"),
+        (64, 4096, 4096, "tma_persistent_pipelined", "64x32x128"),
+        (128, 4096, 14336, "tma_persistent_pipelined", "64x64x128"),
+        (128, 14336, 4096, "tma_persistent_pipelined", "128x128x64"),
+        (256, 4096, 4096, "tma_persistent_pipelined", "64x128x64"),
+        (256, 14336, 4096, "tma_persistent_pipelined", "128x256x64"),
+    ],
+)
+def test_the_decode_rules_pick_the_tile_that_fills_the_sms(M, N, K, kernel, tile):
+    name, config = invariant.decode_config(M, N, K, 132)
+    assert (name, config.short().split()[0]) == (kernel, tile)
+    assert config.split_k in (0, 1) if name == "tma_persistent_pipelined" else config.split_k == 1
+
+
+@pytest.mark.parametrize("K", (64, 77, 200, 520, 4096, 4160, 4224, 14336))
+def test_every_member_of_the_gluon_class_steps_over_the_same_k(K):
+    """A K-step past K adds zeros, which can turn a -0 sum into +0: whatever the tile, the steps
+    must end at the same place, so BLOCK_K > 64 only where it divides K."""
+    ends = set()
+    for M in (1, 16, 17, 64, 65, 128, 129, 256, 257, 1000, 8192):
+        for N in (96, 4096, 14336):
+            config = invariant.decode_config(M, N, K, 132)[1]
+            assert config.BLOCK_K == 64 or K % config.BLOCK_K == 0, (M, N, config.short())
+            ends.add(-(-K // config.BLOCK_K) * config.BLOCK_K)
+    assert len(ends) == 1, ends
 
 
 @pytest.mark.parametrize(
@@ -242,15 +274,27 @@ def test_a_transformers_model_gives_a_sequence_the_same_logits_alone_and_in_a_ba
 
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon class is Hopper's (WGMMA)")
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
-def test_rung_6s_tiles_agree_bit_for_bit(dtype):
-    """The Gluon class's claim: rung 6 on any of its tiles gives the same bits (so the rules may
-    change the tile with M)."""
+def test_the_gluon_class_agrees_bit_for_bit(dtype):
+    """The Gluon class's claim: rung 6 on any of its tiles, and swap-AB's unsplit tl kernel on its
+    decode tile, give the same bits, sign of zero included (so the rules may change the kernel and
+    the tile with M)."""
     from tritongemm.dispatch import tiles
 
-    a, b = _operands(Shape(4096, 4096), 1024, dtype, "tiles")
-    results = {t.short(): tritongemm.matmul(a, b, kernel="tma_persistent_pipelined", config=t) for t in tiles.TILES}
-    first = next(iter(results.values()))
-    assert all(torch.equal(r, first) for r in results.values()), list(results)
+    for K in (4096, 4160):  # every BLOCK_K, and 64 alone where 128 does not divide K
+        a, b = _operands(Shape(4096, K), 300, dtype, "tiles")
+        class_tiles = {*tiles.TILES, *invariant.DECODE_TILES}
+        results = {}
+        for tile in class_tiles:
+            tile = tile.with_(BLOCK_K=invariant.block_k_for(K, tile.BLOCK_K))
+            results[tile.short()] = tritongemm.matmul(a, b, kernel="tma_persistent_pipelined", config=tile)
+        # swap-AB's tl kernel, whose dot Triton lowers to the same WGMMA (the decode rules' first member)
+        for block_k in (256, 128, 64):
+            if invariant.block_k_for(K, block_k) == block_k:
+                swap = invariant.SWAP_TILE.with_(BLOCK_K=block_k)
+                results[f"swap_ab {swap.short()}"] = tritongemm.matmul(a, b, kernel="swap_ab", config=swap)
+        first = next(iter(results.values()))
+        differ = [name for name, r in results.items() if not torch.equal(r.view(torch.int16), first.view(torch.int16))]
+        assert not differ, f"K = {K}: {differ} differ from {next(iter(results))}"
 
 
 def test_the_mode_survives_torch_compile_and_autograd():

@@ -18,6 +18,13 @@ arithmetic is the same:
 That the members of a class agree bit for bit is what tests/test_batch_invariant.py checks
 (the `tl` class under the interpreter; both on a GPU), not what this docstring asserts.
 
+At decode sizes the Gluon class has two more members, chosen for the loads in flight rather
+than the FLOPs (`decode_config`): swap-AB's `tl` kernel unsplit up to SWAP_M rows, whose dot
+Triton lowers to the same WGMMA (m64nXk16, the weight's 64 rows on the instruction's tall side),
+and rung 6 on DECODE_TILES up to DECODE_M. Zero-filled K-steps past K would add +0 to a -0 sum,
+so every member's BLOCK_K divides K where any does (`block_k_for`), and the steps cover the same
+K whatever the tile.
+
 The price: no split of K, which is what fills the SMs at decode sizes (few tiles, a long K), and
 no measured table (its winners split, or differ in class).
 """
@@ -34,6 +41,26 @@ from tritongemm.ladder import swap_ab
 
 GLUON_CLASS = "tma_persistent_pipelined"
 TL_SKINNY, TL_WIDE = "swap_ab", "grouped"
+# Decode sizes in the Gluon class. H200, 2026-12-04, kernel-only against cuBLAS, bf16, Llama-3-8B's
+# weights (scripts/probes/invariant/small_m_tiles.py, results/h200/probes/invariant/): every rung-6
+# tile tried gave the 8192-row batch's bits, and which one is fastest follows the programs it makes.
+# A tile streams its weight slice at about the same rate whatever its width, so the widest that
+# still gives most SMs a tile wins: 64 x 32 x 128 at 64 x 4096 x 4096 (128 tiles, 0.996x, where the
+# 64 x 64 x 64 of the wide rules ran 0.857x), 64 x 64 x 128 at 128 rows (1.03-1.06x against
+# 0.89-0.94x), 128 x 128 x 64 at 128 x 14336 x 4096 (112 tiles, 0.999x against 0.929x).
+DECODE_M = 256
+DECODE_TILES = (
+    tiles.BIG_TILE,
+    tiles.MID_TILE.with_(num_stages=6),
+    tiles.SMALL_TILE.with_(num_stages=8),
+    tiles.TINY_TILE.with_(BLOCK_K=128, num_stages=6),
+    tiles.TINY_TILE.with_(BLOCK_N=32, BLOCK_K=128, num_stages=8),
+)
+_DECODE_BUSY_SMS = 0.8  # 112 tiles on 132 SMs beat 224 (two waves, the second 70% full)
+# Up to 16 rows rung 6 pads 48 of its 64; swap-AB's tl kernel (16 tokens x 64 weight rows x 256 of
+# K a step) streams the weight at 1.0-1.07x cuBLAS where rung 6's best tile made 0.55-0.87x.
+SWAP_M = 16
+SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=3, split_k=1)
 # Swap-AB below, rung 2 from here: where `auto` moves from its skinny rules to its wide ones.
 SKINNY_M = 128
 # The `tl` class's one BLOCK_K per dtype: rung 2's on the GPU, the interpreter's tiles' on the CPU.
@@ -58,8 +85,8 @@ def choose(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> tuple[Ke
     M, K = a.shape
     N = b.shape[1]
     if kernel_class(a, b, out_dtype) == "gluon":
-        config = tiles.persistent_pipelined_config(M, N, K, device_info.sm_count(a.device))
-        return registry.get(GLUON_CLASS), config, "batch_invariant: the Gluon class, rung 6 on its rules' tile, K whole"
+        name, config = decode_config(M, N, K, device_info.sm_count(a.device))
+        return registry.get(name), config, f"batch_invariant: the Gluon class, {name} on {config.short()}, K whole"
     on_gpu = a.is_cuda
     block_k = _TL_BLOCK_K.get(a.dtype, _TL_BLOCK_K_HALF) if on_gpu else _INTERPRETER_BLOCK_K
     if M <= SKINNY_M:
@@ -68,3 +95,30 @@ def choose(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> tuple[Ke
     sms = device_info.sm_count(a.device) if on_gpu else device_info.INTERPRETER_SMS
     config = tiles.ladder_config(a.dtype, M, N, K, num_sms=sms, interpret=not on_gpu).with_(BLOCK_K=block_k)
     return registry.get(TL_WIDE), config, f"batch_invariant: the tl class, M > {SKINNY_M}: rung 2"
+
+
+def block_k_for(K: int, wanted: int) -> int:
+    """`wanted`, or the largest of 128 and 64 below it that divides K: the Gluon class's K-steps must
+    cover the same K in every member (past K a zero-filled step adds +0, which turns a -0 sum into
+    +0), so a BLOCK_K above 64 is taken only where it divides K, and then no member pads."""
+    for block_k in (256, 128):
+        if wanted >= block_k and K % block_k == 0:
+            return block_k
+    return 64
+
+
+def decode_config(M: int, N: int, K: int, num_sms: int) -> tuple[str, MatmulConfig]:
+    """(kernel, config) of the Gluon class for M x N x K (pure: CPU-testable): swap-AB unsplit up to
+    SWAP_M rows, rung 6 on the widest of DECODE_TILES that gives 80% of the SMs a tile up to DECODE_M,
+    rung 6's own rules above. Each BLOCK_K through `block_k_for`."""
+    if M <= SWAP_M:
+        name, config = TL_SKINNY, SWAP_TILE
+    elif M <= DECODE_M:
+        fitting = [t for t in DECODE_TILES if t.num_tiles(M, N) >= _DECODE_BUSY_SMS * num_sms]
+        name, config = GLUON_CLASS, fitting[0] if fitting else DECODE_TILES[-1]
+    else:
+        name, config = GLUON_CLASS, tiles.persistent_pipelined_config(M, N, K, num_sms)
+    block_k = block_k_for(K, config.BLOCK_K)
+    if block_k != config.BLOCK_K:  # the same shared memory a stage: more of them
+        config = config.with_(BLOCK_K=block_k, num_stages=config.num_stages * config.BLOCK_K // block_k)
+    return name, config
