@@ -114,10 +114,13 @@ def test_a_tiny_models_step_through_the_harness():
 
 @needs_transformers
 @tiny_on_cpu
-def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness():
+def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness(monkeypatch):
     """On a MoE family the row recipe's provider trains the experts in fp8 too (the bf16 reference's
     experts: transformers' eager loop here, its grouped_mm on the GPU) and passes fp8's bounds."""
     pytest.importorskip("transformers.integrations.moe", reason="transformers 5.x's experts interface")
+    from tritongemm.fp8 import grouped_training
+
+    monkeypatch.setattr(grouped_training, "FP8_MIN_ROWS_PER_EXPERT", 0)  # a tiny batch's few rows an expert
     tiny = dict(hidden_size=64, moe_intermediate_size=32, intermediate_size=96, num_experts=8, num_experts_per_tok=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
     config = M.family_config("qwen3-30b-moe", 1, vocab_size=TINY_VOCAB, dims=M.FAMILIES["qwen3-30b-moe"].dims | tiny)
@@ -127,7 +130,7 @@ def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness():
     providers = ("torch", "tritongemm-fp8-row")
     models, unavailable = T.build_models(base, providers)
     assert not unavailable
-    assert models["tritongemm-fp8-row"].tritongemm_patch_report.experts == "tritongemm-fp8-row"
+    assert models["tritongemm-fp8-row"].tritongemm_patch_report.experts.startswith("tritongemm-fp8-row (fp8 from")
     experts_of = [m.config._experts_implementation for m in (models["torch"], models["tritongemm-fp8-row"])]
     assert experts_of == ["eager", "tritongemm-fp8-row"]  # the reference's own: the copy's config is its own
     inputs = M.make_inputs(M.Setting("train", 2, 8), TINY_VOCAB, "cpu")

@@ -249,8 +249,17 @@ def test_bad_input_is_refused_by_name(call, message):
         call()
 
 
+@pytest.fixture
+def fp8_at_any_size(monkeypatch):
+    """The fp8 experts for every batch: a tiny model's experts get a few rows each, far below
+    FP8_MIN_ROWS_PER_EXPERT, where experts_forward hands them to the bf16 experts."""
+    from tritongemm.fp8 import grouped_training
+
+    monkeypatch.setattr(grouped_training, "FP8_MIN_ROWS_PER_EXPERT", 0)
+
+
 @pytest.mark.parametrize("architecture", ["MixtralForCausalLM", "Qwen3MoeForCausalLM"])
-def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture):
+def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture, fp8_at_any_size):
     """One experts module, the same tokens and router choices: fp8/grouped.py's experts_forward
     against grouped/moe.py's, output and every gradient within e4m3's error."""
     from tritongemm.fp8.grouped_training import experts_forward
@@ -279,7 +288,7 @@ def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture
 
 
 @pytest.mark.parametrize("architecture", ["MixtralForCausalLM", "Qwen3MoeForCausalLM"])
-def test_patch_trains_a_moe_models_experts_in_fp8(architecture):
+def test_patch_trains_a_moe_models_experts_in_fp8(architecture, fp8_at_any_size):
     """patch(model, fp8_training="row") selects the fp8 experts implementation: a training step's
     loss is within 2% of the unpatched model's, every expert weight stays the model's parameter,
     gets a gradient, and moves with an optimizer step. (Per-gradient bounds are the test above's:
@@ -290,7 +299,7 @@ def test_patch_trains_a_moe_models_experts_in_fp8(architecture):
     ref_loss = model(ids, labels=ids).loss.item()
     experts = {n: p for n, p in model.named_parameters() if "experts" in n}
     tritongemm.patch(model, fp8_training="row")
-    assert model.tritongemm_patch_report.experts == "tritongemm-fp8-row"
+    assert model.tritongemm_patch_report.experts.startswith("tritongemm-fp8-row (fp8 from 0 rows an expert")
     assert all(p is experts[n] for n, p in model.named_parameters() if "experts" in n)  # the same parameters
     out = model(ids, labels=ids)
     out.loss.backward()
@@ -301,8 +310,30 @@ def test_patch_trains_a_moe_models_experts_in_fp8(architecture):
     assert all(not torch.equal(before[n], p) for n, p in experts.items())
 
 
-def test_other_fp8_training_recipes_leave_the_experts_as_they_are():
+def test_other_fp8_training_recipes_train_the_experts_on_the_bf16_grouped_gemms():
     model = tiny_moe_model("MixtralForCausalLM").to(DEVICE)
     tritongemm.patch(model, fp8_training="tensor")
-    report = model.tritongemm_patch_report.experts
-    assert report.startswith("left as they are: fp8_training=") and "recipe='tensor'" in report
+    assert model.tritongemm_patch_report.experts.startswith("tritongemm (bf16: the experts train in fp8 with recipe")
+    assert model.config._experts_implementation == "tritongemm"
+
+
+@pytest.mark.parametrize("fp8", [False, True])
+def test_the_experts_take_fp8_from_the_rows_that_repay_quantizing_their_weights(fp8, monkeypatch):
+    """experts_forward hands a batch whose experts get fewer than FP8_MIN_ROWS_PER_EXPERT rows on
+    average to the bf16 experts, and takes fp8 from there (here 64 rows an expert: 8 experts, 512
+    (token, expert) pairs)."""
+    from tritongemm.fp8 import grouped_training
+    from tritongemm.grouped import moe
+
+    model = tiny_moe_model("MixtralForCausalLM").to(DEVICE)
+    experts = next(m for m in model.modules() if hasattr(m, "num_experts") and hasattr(m, "down_proj"))
+    top_k = model.config.num_experts_per_tok
+    monkeypatch.setattr(grouped_training, "FP8_MIN_ROWS_PER_EXPERT", 512 // experts.num_experts)
+    taken = []
+    monkeypatch.setattr(moe, "experts_forward", lambda *args: taken.append("bf16"))
+    monkeypatch.setattr(moe, "experts_grouped", lambda *args: taken.append("fp8"))
+    tokens = 512 // top_k - (0 if fp8 else 1)
+    hidden = torch.randn(tokens, model.config.hidden_size).to(DEVICE)
+    index = torch.zeros(tokens, top_k, dtype=torch.int64, device=DEVICE)
+    grouped_training.experts_forward(experts, hidden, index, torch.ones(tokens, top_k, device=DEVICE))
+    assert taken == ["fp8" if fp8 else "bf16"]

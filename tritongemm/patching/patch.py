@@ -113,7 +113,9 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     gradient's precision and whether Wᵀ's fp8 copy is kept for the backward (not under FSDP). Not
     with `fp8`, `fuse` or `batch_invariant` yet. On a MoE model, `fp8_training="row"` (fp8 weight
     gradient) also trains the experts in fp8 (fp8/grouped_training.py: grouped GEMMs on e4m3 operands, the
-    weight gradient's scaled per expert); other recipes leave them as they are.
+    weight gradient's scaled per expert) where they get enough rows to repay quantizing their weights
+    each step (`FP8_MIN_ROWS_PER_EXPERT`), and on tritongemm's bf16 experts below; other recipes
+    train them on tritongemm's bf16 experts.
 
     `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
     batch_invariant=True: a row's output the same bits whatever else is in the batch. Not with
@@ -204,9 +206,8 @@ def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_
     if not moe.uses_experts(model):
         return None
     fp8_experts = fp8_training is not None and (fp8_training.recipe, fp8_training.weight_gradient) == ("row", "fp8")
-    if fp8_given is not None and not fp8_experts:
-        return (f"left as they are: {fp8_given} covers nn.Linear modules only (the experts train in fp8 with "
-                "recipe 'row' and an fp8 weight gradient)")  # fmt: skip
+    if fp8_given is not None and fp8_training is None:
+        return f"left as they are: {fp8_given} covers nn.Linear modules only"
     if batch_invariant:
         return "left as they are: grouped_mm has no batch-invariant mode yet"
     device = next(p.device for n, p in model.named_parameters() if "experts" in n or "down_proj" in n)
@@ -216,9 +217,12 @@ def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_
     if fp8_experts:
         fp8_grouped.register_experts()
         model.set_experts_implementation(fp8_grouped.EXPERTS_NAME)
-        return fp8_grouped.EXPERTS_NAME
+        return (f"{fp8_grouped.EXPERTS_NAME} (fp8 from {fp8_grouped.FP8_MIN_ROWS_PER_EXPERT} rows an expert on "
+                "average, tritongemm's bf16 experts below)")  # fmt: skip
     moe.register()
     model.set_experts_implementation(moe.NAME)
+    if fp8_training is not None:
+        return f"{moe.NAME} (bf16: the experts train in fp8 with recipe 'row' and an fp8 weight gradient)"
     return moe.NAME
 
 
