@@ -115,6 +115,7 @@ def test_the_plans_never_split_k():
         (1, 4096, 4096, "swap_ab", "16x64x256"),
         (16, 14336, 4096, "swap_ab", "16x64x256"),
         (64, 4096, 4096, "tma_persistent_pipelined", "64x32x128"),
+        (64, 14336, 4096, "tma_persistent_pipelined", "64x128x64"),
         (128, 4096, 14336, "tma_persistent_pipelined", "64x64x128"),
         (128, 14336, 4096, "tma_persistent_pipelined", "128x128x64"),
         (256, 4096, 4096, "tma_persistent_pipelined", "64x128x64"),

@@ -114,7 +114,11 @@ def decode_config(M: int, N: int, K: int, num_sms: int) -> tuple[str, MatmulConf
     if M <= SWAP_M:
         name, config = TL_SKINNY, SWAP_TILE
     elif M <= DECODE_M:
-        fitting = [t for t in DECODE_TILES if t.num_tiles(M, N) >= _DECODE_BUSY_SMS * num_sms]
+        # Not a tile taller than M's 64-row blocks: half of 128 rows would be padding at M = 64 (H200:
+        # 128 x 128 there ran 0.77x cuBLAS at 64 x 14336 x 4096, where 64 x 128 made 1.07x).
+        fitting = [
+            t for t in DECODE_TILES if t.BLOCK_M <= max(64, M) and t.num_tiles(M, N) >= _DECODE_BUSY_SMS * num_sms
+        ]
         name, config = GLUON_CLASS, fitting[0] if fitting else DECODE_TILES[-1]
     else:
         name, config = GLUON_CLASS, tiles.persistent_pipelined_config(M, N, K, num_sms)
