@@ -8,6 +8,7 @@ import importlib.util
 import pytest
 import torch
 
+import tritongemm
 from tritongemm.bench import model as M
 from tritongemm.bench import train as T
 from tritongemm.cli import main
@@ -118,9 +119,7 @@ def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness(monkeypatch)
     """On a MoE family the row recipe's provider trains the experts in fp8 too (the bf16 reference's
     experts: transformers' eager loop here, its grouped_mm on the GPU) and passes fp8's bounds."""
     pytest.importorskip("transformers.integrations.moe", reason="transformers 5.x's experts interface")
-    from tritongemm.fp8 import grouped_training
-
-    monkeypatch.setattr(grouped_training, "FP8_MIN_ROWS_PER_EXPERT", 0)  # a tiny batch's few rows an expert
+    monkeypatch.setitem(T.FP8_TRAINING, "tritongemm-fp8-row", tritongemm.nn.Fp8TrainingConfig("row", experts="fp8"))
     tiny = dict(hidden_size=64, moe_intermediate_size=32, intermediate_size=96, num_experts=8, num_experts_per_tok=2,
                 num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
     config = M.family_config("qwen3-30b-moe", 1, vocab_size=TINY_VOCAB, dims=M.FAMILIES["qwen3-30b-moe"].dims | tiny)
@@ -130,7 +129,7 @@ def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness(monkeypatch)
     providers = ("torch", "tritongemm-fp8-row")
     models, unavailable = T.build_models(base, providers)
     assert not unavailable
-    assert models["tritongemm-fp8-row"].tritongemm_patch_report.experts.startswith("tritongemm-fp8-row (fp8 from")
+    assert models["tritongemm-fp8-row"].tritongemm_patch_report.experts == "tritongemm-fp8-row"
     experts_of = [m.config._experts_implementation for m in (models["torch"], models["tritongemm-fp8-row"])]
     assert experts_of == ["eager", "tritongemm-fp8-row"]  # the reference's own: the copy's config is its own
     inputs = M.make_inputs(M.Setting("train", 2, 8), TINY_VOCAB, "cpu")

@@ -5,6 +5,8 @@ Triton's interpreter (conftest.py), on a GPU as they are."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from moe_models import VOCAB, tiny_moe_model
@@ -249,17 +251,8 @@ def test_bad_input_is_refused_by_name(call, message):
         call()
 
 
-@pytest.fixture
-def fp8_at_any_size(monkeypatch):
-    """The fp8 experts for every batch: a tiny model's experts get a few rows each, far below
-    FP8_MIN_ROWS_PER_EXPERT, where experts_forward hands them to the bf16 experts."""
-    from tritongemm.fp8 import grouped_training
-
-    monkeypatch.setattr(grouped_training, "FP8_MIN_ROWS_PER_EXPERT", 0)
-
-
 @pytest.mark.parametrize("architecture", ["MixtralForCausalLM", "Qwen3MoeForCausalLM"])
-def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture, fp8_at_any_size):
+def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture):
     """One experts module, the same tokens and router choices: fp8/grouped.py's experts_forward
     against grouped/moe.py's, output and every gradient within e4m3's error."""
     from tritongemm.fp8.grouped_training import experts_forward
@@ -288,18 +281,19 @@ def test_the_fp8_experts_match_the_bf16_experts_on_the_same_routing(architecture
 
 
 @pytest.mark.parametrize("architecture", ["MixtralForCausalLM", "Qwen3MoeForCausalLM"])
-def test_patch_trains_a_moe_models_experts_in_fp8(architecture, fp8_at_any_size):
-    """patch(model, fp8_training="row") selects the fp8 experts implementation: a training step's
-    loss is within 2% of the unpatched model's, every expert weight stays the model's parameter,
-    gets a gradient, and moves with an optimizer step. (Per-gradient bounds are the test above's:
-    here every Linear is fp8 too, and a token near a tie between experts may change its route.)"""
+def test_patch_trains_a_moe_models_experts_in_fp8(architecture):
+    """patch(model, fp8_training=Fp8TrainingConfig(experts="fp8")) selects the fp8 experts
+    implementation: a training step's loss is within 2% of the unpatched model's, every expert
+    weight stays the model's parameter, gets a gradient, and moves with an optimizer step.
+    (Per-gradient bounds are the test above's: here every Linear is fp8 too, and a token near a
+    tie between experts may change its route.)"""
     model = tiny_moe_model(architecture).to(DEVICE)
     ids = torch.randint(0, VOCAB, (2, 9), generator=torch.Generator().manual_seed(1)).to(DEVICE)
     model.set_experts_implementation("eager")
     ref_loss = model(ids, labels=ids).loss.item()
     experts = {n: p for n, p in model.named_parameters() if "experts" in n}
-    tritongemm.patch(model, fp8_training="row")
-    assert model.tritongemm_patch_report.experts.startswith("tritongemm-fp8-row (fp8 from 0 rows an expert")
+    tritongemm.patch(model, fp8_training=tritongemm.nn.Fp8TrainingConfig("row", experts="fp8"))
+    assert model.tritongemm_patch_report.experts == "tritongemm-fp8-row"
     assert all(p is experts[n] for n, p in model.named_parameters() if "experts" in n)  # the same parameters
     out = model(ids, labels=ids)
     out.loss.backward()
@@ -310,30 +304,23 @@ def test_patch_trains_a_moe_models_experts_in_fp8(architecture, fp8_at_any_size)
     assert all(not torch.equal(before[n], p) for n, p in experts.items())
 
 
-def test_other_fp8_training_recipes_train_the_experts_on_the_bf16_grouped_gemms():
+@pytest.mark.parametrize("recipe", ["row", "tensor", "block"])
+def test_every_recipe_trains_the_experts_on_the_bf16_grouped_gemms_unless_asked(recipe):
     model = tiny_moe_model("MixtralForCausalLM").to(DEVICE)
-    tritongemm.patch(model, fp8_training="tensor")
-    assert model.tritongemm_patch_report.experts.startswith("tritongemm (bf16: the experts train in fp8 with recipe")
+    tritongemm.patch(model, fp8_training=recipe)
+    report = model.tritongemm_patch_report.experts
+    assert report.startswith("tritongemm (bf16 experts; Fp8TrainingConfig(experts='fp8')")
     assert model.config._experts_implementation == "tritongemm"
 
 
-@pytest.mark.parametrize("fp8", [False, True])
-def test_the_experts_take_fp8_from_the_rows_that_repay_quantizing_their_weights(fp8, monkeypatch):
-    """experts_forward hands a batch whose experts get fewer than FP8_MIN_ROWS_PER_EXPERT rows on
-    average to the bf16 experts, and takes fp8 from there (here 64 rows an expert: 8 experts, 512
-    (token, expert) pairs)."""
-    from tritongemm.fp8 import grouped_training
-    from tritongemm.grouped import moe
-
-    model = tiny_moe_model("MixtralForCausalLM").to(DEVICE)
-    experts = next(m for m in model.modules() if hasattr(m, "num_experts") and hasattr(m, "down_proj"))
-    top_k = model.config.num_experts_per_tok
-    monkeypatch.setattr(grouped_training, "FP8_MIN_ROWS_PER_EXPERT", 512 // experts.num_experts)
-    taken = []
-    monkeypatch.setattr(moe, "experts_forward", lambda *args: taken.append("bf16"))
-    monkeypatch.setattr(moe, "experts_grouped", lambda *args: taken.append("fp8"))
-    tokens = 512 // top_k - (0 if fp8 else 1)
-    hidden = torch.randn(tokens, model.config.hidden_size).to(DEVICE)
-    index = torch.zeros(tokens, top_k, dtype=torch.int64, device=DEVICE)
-    grouped_training.experts_forward(experts, hidden, index, torch.ones(tokens, top_k, device=DEVICE))
-    assert taken == ["fp8" if fp8 else "bf16"]
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(experts="fp4"), "expected experts to be one of ('bf16', 'fp8'), but got 'fp4'"),
+        (dict(recipe="tensor", experts="fp8"), "experts='fp8' trains with recipe 'row' and an fp8 weight gradient"),
+        (dict(wgrad="bf16", experts="fp8"), "but got recipe 'row' with a bf16 one"),
+    ],
+)
+def test_fp8_experts_are_refused_where_they_cannot_train(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        tritongemm.nn.Fp8TrainingConfig(**kwargs)

@@ -17,8 +17,10 @@ routing, the gated activation and the un-permute as grouped/moe.py runs them for
 
 Under torch.compile each quantization and each GEMM is one node (fp8/graph_ops.py), as the dense
 layer's are. This is the first rung of MoE fp8 training (issue 69): row-wise only; the Gluon
-grouped kernels do not take fp8 yet. Timed on the H200, the fp8 experts lost to the bf16 ones at
-256 rows an expert (FP8_MIN_ROWS_PER_EXPERT: why, and from where they are taken).
+grouped kernels do not take fp8 yet, and on the H200 these `tl` ones made the experts' forward and
+backward 0.34-0.49x tritongemm's bf16 experts (Gluon), at 256 and 1024 rows an expert
+(scripts/probes/fp8_training/moe_experts_probe.py): `patch` takes them only where
+Fp8TrainingConfig(experts="fp8") asks.
 """
 
 from __future__ import annotations
@@ -84,25 +86,12 @@ class _Fp8GroupedLinear(torch.autograd.Function):
 
 
 EXPERTS_NAME = "tritongemm-fp8-row"
-# Mean (token, expert) rows an expert from which its GEMMs run in fp8; below, tritongemm's bf16
-# experts (grouped/moe.py, the Gluon grouped kernels). The bf16 weights change every step, so each
-# step quantizes all of them, twice (rows for the forward, columns for dX): 6 bytes of traffic a
-# weight, while the three GEMMs save 6 x rows FLOPs a weight at half the bf16 time. At 1300 fp8
-# against 650 bf16 TFLOP/s and 3.4 TB/s the saving passes the cost from about 380 rows an expert,
-# before the activations' quantization. Measured on the H200 (Qwen3-30B-A3B's experts, 4 layers,
-# 4096 tokens: 256 rows an expert; results/h200/probes/fp8_training/moe-profile-f45f9e6.txt): the fp8
-# experts took 49.5 ms of kernels a step, the bf16 ones 29.8 (transformers' grouped_mm 40.8).
-FP8_MIN_ROWS_PER_EXPERT = 512
 
 
 def experts_forward(self, hidden_states: torch.Tensor, top_k_index: torch.Tensor, top_k_weights: torch.Tensor):
     """A transformers experts module's forward (grouped/moe.py's interface) with every expert's
-    projections on `fp8_grouped_linear` where the experts get FP8_MIN_ROWS_PER_EXPERT rows or
-    more on average, else on tritongemm's bf16 experts: the bf16 weights stay the parameters the
-    optimizer updates, quantized each step. The choice reads the shapes only (static under
-    torch.compile)."""
-    if top_k_index.numel() < FP8_MIN_ROWS_PER_EXPERT * self.num_experts:
-        return moe.experts_forward(self, hidden_states, top_k_index, top_k_weights)
+    projections on `fp8_grouped_linear`: the bf16 weights stay the parameters the optimizer
+    updates, quantized each step."""
     return moe.experts_grouped(self, hidden_states, top_k_index, top_k_weights, _fp8_projection, None)
 
 

@@ -111,11 +111,10 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
     and both gradients computed on fp8 operands quantized each step with that recipe ("block":
     the weight gradient in the weight's dtype); an `Fp8TrainingConfig` also chooses the weight
     gradient's precision and whether Wᵀ's fp8 copy is kept for the backward (not under FSDP). Not
-    with `fp8`, `fuse` or `batch_invariant` yet. On a MoE model, `fp8_training="row"` (fp8 weight
-    gradient) also trains the experts in fp8 (fp8/grouped_training.py: grouped GEMMs on e4m3 operands, the
-    weight gradient's scaled per expert) where they get enough rows to repay quantizing their weights
-    each step (`FP8_MIN_ROWS_PER_EXPERT`), and on tritongemm's bf16 experts below; other recipes
-    train them on tritongemm's bf16 experts.
+    with `fp8`, `fuse` or `batch_invariant` yet. On a MoE model every recipe trains the experts on
+    tritongemm's bf16 grouped GEMMs, and in fp8 where
+    `Fp8TrainingConfig(experts="fp8")` asks (fp8/grouped_training.py: grouped GEMMs on e4m3 operands,
+    the weight gradient's scaled per expert; on the H200 they are still slower than the bf16 ones).
 
     `batch_invariant=True` gives each replacement Linear (or Fp8Linear, recipes "row" and "block")
     batch_invariant=True: a row's output the same bits whatever else is in the batch. Not with
@@ -205,7 +204,7 @@ def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_
     "fp8_training='row'"."""
     if not moe.uses_experts(model):
         return None
-    fp8_experts = fp8_training is not None and (fp8_training.recipe, fp8_training.weight_gradient) == ("row", "fp8")
+    fp8_experts = fp8_training is not None and fp8_training.experts == "fp8"
     if fp8_given is not None and fp8_training is None:
         return f"left as they are: {fp8_given} covers nn.Linear modules only"
     if batch_invariant:
@@ -217,12 +216,11 @@ def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_
     if fp8_experts:
         fp8_grouped.register_experts()
         model.set_experts_implementation(fp8_grouped.EXPERTS_NAME)
-        return (f"{fp8_grouped.EXPERTS_NAME} (fp8 from {fp8_grouped.FP8_MIN_ROWS_PER_EXPERT} rows an expert on "
-                "average, tritongemm's bf16 experts below)")  # fmt: skip
+        return fp8_grouped.EXPERTS_NAME
     moe.register()
     model.set_experts_implementation(moe.NAME)
     if fp8_training is not None:
-        return f"{moe.NAME} (bf16: the experts train in fp8 with recipe 'row' and an fp8 weight gradient)"
+        return f"{moe.NAME} (bf16 experts; Fp8TrainingConfig(experts='fp8') trains them in fp8, slower today)"
     return moe.NAME
 
 
