@@ -63,6 +63,9 @@ def test_fp8_is_held_to_fp8_bounds_and_bf16_to_bf16s():
     assert not T.within_bounds("torchao-fp8-row", (0.05, 0.05, 0.1))  # the loss stays tight
     compiled = (0.024, 1.6e-5, 0.0565)  # torch.compile's own bf16 step at 4 layers
     assert T.within_bounds("torch.compile", compiled, layers=4) and not T.within_bounds("torch.compile", compiled, 2)
+    rerouted = (8.7e-2, 1.8e-4, 0.17)  # the H200's 4-layer Mixtral shape, bf16: near-tied tokens change experts
+    assert T.within_bounds("tritongemm", rerouted, moe=True) and not T.within_bounds("tritongemm", rerouted)
+    assert not T.within_bounds("tritongemm", (0.5, 1e-3, 1.0), moe=True)  # a broken kernel still is
 
 
 @pytest.mark.skipif(not ON_CPU, reason="the refusal of a machine without a GPU")

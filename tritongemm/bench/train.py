@@ -37,6 +37,7 @@ from tritongemm.bench.model import (
     INSTALL_HINT,
     MAX_GRAD_REL_ERR,
     MAX_REL_ERR,
+    MOE_BOUND_FACTOR,
     Setting,
     build_base,
     family_config,
@@ -193,21 +194,26 @@ def compare(seen: dict, ref: dict) -> tuple[float, float, float]:
     return rel_error(seen["logits"], ref["logits"]), loss, max(grads, default=math.nan)
 
 
-def within_bounds(provider: str, errors: tuple[float, float, float], layers: int = LAYERS) -> bool:
+def within_bounds(provider: str, errors: tuple[float, float, float], layers: int = LAYERS, moe: bool = False) -> bool:
     """(logits, loss, worst gradient) within the provider's bounds: fp8's measured ones, or bf16's
-    grown with depth as sqrt(layers / DEPTH_REFERENCE)."""
+    grown with depth as sqrt(layers / DEPTH_REFERENCE), and for a MoE model (`moe`) times bench
+    model's MOE_BOUND_FACTOR: a token whose router scores nearly tie changes experts where they
+    round differently. (H200, 4-layer Mixtral shape: tritongemm's bf16 experts 8.7e-2 from torch's
+    grouped_mm in the logits and 0.17 in a gradient, past the dense bounds, where one projection's
+    experts are 1.7e-3 from fp64 either way: results/h200/probes/fp8_training/.)"""
     if recipe_of(provider) != "bf16":
         bounds = (FP8_MAX_REL_ERR_TRAIN, MAX_REL_ERR, FP8_MAX_GRAD_REL_ERR)
     else:
-        depth = math.sqrt(max(1.0, layers / DEPTH_REFERENCE))
+        depth = math.sqrt(max(1.0, layers / DEPTH_REFERENCE)) * (MOE_BOUND_FACTOR if moe else 1.0)
         bounds = (MAX_REL_ERR * depth, MAX_REL_ERR, MAX_GRAD_REL_ERR * depth)
     return all(e <= b for e, b in zip(errors, bounds))
 
 
 def measure(models: dict, unavailable: dict, inputs: dict, names: list[str], rounds: int,
-            timer=eager_timer, layers: int = LAYERS) -> dict:  # fmt: skip
+            timer=eager_timer, layers: int = LAYERS, moe: bool = False) -> dict:  # fmt: skip
     """provider -> [ms or None, errors or None, status]: every provider checked against eager
-    torch (the first of `models`) before any is timed; only the correct ones are timed."""
+    torch (the first of `models`) before any is timed (`within_bounds`, a MoE model's where `moe`);
+    only the correct ones are timed."""
     results, reference = {}, None
     for provider, model in models.items():
         if provider != "torch" and reference is None:
@@ -218,7 +224,7 @@ def measure(models: dict, unavailable: dict, inputs: dict, names: list[str], rou
             reference = seen if provider == "torch" else reference
             errors = compare(seen, reference)
             del seen
-            status = "ok" if within_bounds(provider, errors, layers) else "wrong"
+            status = "ok" if within_bounds(provider, errors, layers, moe) else "wrong"
             step_of(model, inputs)()  # nothing lazy left to the timed steps
         except Exception as exc:  # a compile that fails is a result too
             errors, status = None, describe_error(exc)
@@ -293,7 +299,7 @@ def run_train(*, families=FAMILIES_DEFAULT, providers=PROVIDERS, layers: int = L
         names = list(linear_parameters(base))
         torch._dynamo.reset()
         with torch._dynamo.config.patch(cache_size_limit=64):
-            results = measure(models, unavailable, inputs, names, rounds, layers=layers)
+            results = measure(models, unavailable, inputs, names, rounds, layers=layers, moe=FAMILIES[family].moe)
         rows += make_rows(env["device"], family, layers, setting, results, providers)
         print(f"[{time.perf_counter() - start:.0f} s] {family}", flush=True)
         if out_dir is not None:
