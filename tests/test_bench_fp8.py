@@ -67,6 +67,17 @@ def test_named_kernels_are_timed_beside_auto_on_the_recipes_they_take(tmp_path):
     assert (tmp_path / ("fp8.png" if ON_GPU else "fp8-cpu.png")).exists()
 
 
+def test_the_invariant_mode_is_timed_beside_the_default_on_the_row_and_block_recipes(tmp_path):
+    """--kernels auto:batch_invariant: scaled_mm(..., batch_invariant=True) on the recipes whose scales
+    belong to their rows, checked against fp64 and summarized beside the default."""
+    rows = fp8.run_fp8(shapes=[(16, 32, 128)], out_dir=tmp_path, rounds=1, timings=("graph",),
+                       kernels=(registry.BATCH_INVARIANT,))  # fmt: skip
+    invariant = [r for r in rows if r.provider == registry.BATCH_INVARIANT]
+    assert sorted(r.recipe for r in invariant) == sorted(fp8.INVARIANT_RECIPES)
+    assert all(r.status == "ok" and r.ms > 0 for r in invariant)
+    assert any(registry.BATCH_INVARIANT in line and "all M" in line for line in fp8.summary(rows))
+
+
 def test_a_kernel_this_device_cannot_run_is_named_not_timed():
     """On CPU tensors a Gluon kernel is refused, and a `tl` one runs where the interpreter is on
     (the CPU run); in the GPU run, where it is off, the `tl` kernel is refused too, saying why."""

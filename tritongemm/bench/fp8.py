@@ -136,22 +136,34 @@ def torch_block_scales(a, b, scale_a, scale_b, reference: torch.Tensor, bound: f
     raise first
 
 
+# `--kernels auto:batch_invariant`: scaled_mm(..., batch_invariant=True) beside the default, on the
+# recipes whose scales belong to their rows (a tensor-wise scale is the whole batch's absmax).
+INVARIANT_RECIPES = ("row", "block")
+
+
 def _providers(recipe: str, kernels: tuple[str, ...]) -> dict:
-    """scaled_mm's own choice ("tritongemm"), each of `kernels` that takes `recipe` (by its name),
-    and torch."""
+    """scaled_mm's own choice ("tritongemm"), its batch-invariant mode where `kernels` names
+    registry.BATCH_INVARIANT, each other of `kernels` that takes `recipe` (by its name), and torch."""
 
     def ours(kernel: str):
         return lambda a, b, sa, sb: tritongemm.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, kernel=kernel)
 
-    named = {k: ours(k) for k in kernels if recipe in registry.get(k, family="scaled_mm").recipes}
-    return {"tritongemm": ours("auto"), **named, "torch": _torch_scaled_mm}
+    def invariant(a, b, sa, sb):
+        return tritongemm.scaled_mm(a, b, sa, sb, out_dtype=torch.bfloat16, batch_invariant=True, recipe=recipe)
+
+    wants_invariant = registry.BATCH_INVARIANT in kernels and recipe in INVARIANT_RECIPES
+    named = {k: ours(k) for k in kernels
+             if k != registry.BATCH_INVARIANT and recipe in registry.get(k, family="scaled_mm").recipes}  # fmt: skip
+    invariant_provider = {registry.BATCH_INVARIANT: invariant} if wants_invariant else {}
+    return {"tritongemm": ours("auto"), **invariant_provider, **named, "torch": _torch_scaled_mm}
 
 
 def runnable_kernels(kernels: tuple[str, ...], device) -> tuple[tuple[str, ...], list[str]]:
     """Those of `kernels` (scaled_mm's names) that run on `device`, and a line for each that doesn't."""
-    infos = [registry.get(k, family="scaled_mm") for k in kernels]
+    infos = [registry.get(k, family="scaled_mm") for k in kernels if k != registry.BATCH_INVARIANT]
     reasons = {info.name: info.unavailable_reason(device) for info in infos}
-    return tuple(k for k in kernels if not reasons[k]), [f"{k}: not timed: {r}" for k, r in reasons.items() if r]
+    runnable = tuple(k for k in kernels if k == registry.BATCH_INVARIANT or not reasons[k])
+    return runnable, [f"{k}: not timed: {r}" for k, r in reasons.items() if r]
 
 
 def measure_fp8(problem: Fp8Problem, *, device, device_name: str, timings=TIMINGS, rounds: int = ROUNDS,
@@ -200,18 +212,22 @@ def format_table(rows: list[Fp8Row]) -> str:
 
 
 def summary(rows: list[Fp8Row]) -> list[str]:
-    """Per recipe and timing: the geomean of ratio_to_torch at M >= 2048 and at M <= 128, and the
-    lowest, as the issue's targets read them."""
+    """Per recipe, timing and provider (scaled_mm's default, and its batch-invariant mode where it
+    ran): the geomean of ratio_to_torch at M >= 2048, at M <= 128 and over all, and the lowest, as
+    the issues' targets read them."""
     lines = []
-    for recipe in RECIPES:
-        for timing in TIMINGS:
-            for label, keep in (("M >= 2048", lambda m: m >= 2048), ("M <= 128", lambda m: m <= 128)):
-                ratios = [r.ratio_to_torch for r in rows if r.recipe == recipe and r.timing == timing
-                          and r.provider == "tritongemm" and r.ratio_to_torch and keep(r.m)]  # fmt: skip
-                if ratios:
-                    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-                    lines.append(f"{recipe:6s} {timing:5s} {label}: geomean {geomean:.3f}, lowest {min(ratios):.3f} "
-                                 f"({len(ratios)} rows)")  # fmt: skip
+    ranges = (("M >= 2048", lambda m: m >= 2048), ("M <= 128", lambda m: m <= 128), ("all M", lambda m: True))
+    for provider in ("tritongemm", registry.BATCH_INVARIANT):
+        for recipe in RECIPES:
+            for timing in TIMINGS:
+                for label, keep in ranges:
+                    ratios = [r.ratio_to_torch for r in rows if r.recipe == recipe and r.timing == timing
+                              and r.provider == provider and r.ratio_to_torch and keep(r.m)]  # fmt: skip
+                    if ratios:
+                        geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+                        who = "" if provider == "tritongemm" else f" {provider}"
+                        lines.append(f"{recipe:6s} {timing:5s}{who} {label}: geomean {geomean:.3f}, lowest "
+                                     f"{min(ratios):.3f} ({len(ratios)} rows)")  # fmt: skip
     return lines
 
 

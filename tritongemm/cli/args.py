@@ -142,9 +142,10 @@ BENCHED_FAMILIES = ("matmul", "scaled_mm")
 
 
 def kernel_names(text: str) -> tuple[str, ...]:
-    """Kernels of the benched families; "auto" too, which the overhead suite times."""
+    """Kernels of the benched families; "auto" too, which the overhead suite times, and
+    "auto:batch_invariant", which bench fp8 times beside scaled_mm's default."""
     rows = [k.name for family in BENCHED_FAMILIES for k in registry.all_kernels(family)]
-    return names([*dict.fromkeys(rows), "auto"])(text)
+    return names([*dict.fromkeys(rows), *registry.POLICIES])(text)
 
 
 def config_labels(text: str) -> tuple:

@@ -70,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
         "--kernels", type=kernel_names,
         help="e.g. grouped,persistent (default: all available); bench fp8: fp8 kernels to time by name beside "
-        "scaled_mm's own choice, e.g. fp8_tma,fp8_ws",
+        "scaled_mm's own choice, e.g. fp8_tma,fp8_ws, and auto:batch_invariant for its invariant mode",
     )  # fmt: skip
     parser.add_argument("--layout", choices=LAYOUTS, help="with --shapes: n = as is, t = transposed view (default nn)")
     parser.add_argument(
