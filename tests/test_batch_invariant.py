@@ -60,11 +60,15 @@ def _sub_batches(M: int, seed: int) -> list[torch.Tensor]:
     return picks
 
 
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()])
+
+
 def _assert_rows_invariant(compute, a: torch.Tensor, what: str) -> torch.Tensor:
     full = compute(a)
     for rows in _sub_batches(a.shape[0], a.shape[0]):
         part = compute(a[rows.to(a.device)])
-        same = part == full[rows.to(a.device)]
+        same = _bits(part) == _bits(full[rows.to(a.device)])  # bits, not values: -0 and +0 differ
         assert same.all(), f"{what}: rows {rows[:8].tolist()}... of {a.shape[0]} differ from the full batch's"
     return full
 
@@ -135,9 +139,12 @@ def test_every_member_of_the_gluon_class_steps_over_the_same_k(K):
     ends = set()
     for M in (1, 16, 17, 64, 65, 128, 129, 256, 257, 1000, 8192):
         for N in (96, 4096, 14336):
-            config = invariant.decode_config(M, N, K, 132)[1]
+            name, config = invariant.decode_config(M, N, K, 132)
             assert config.BLOCK_K == 64 or K % config.BLOCK_K == 0, (M, N, config.short())
-            ends.add(-(-K // config.BLOCK_K) * config.BLOCK_K)
+            steps = -(-K // config.BLOCK_K)
+            if name == invariant.GLUON_CLASS:  # rung 6's prologue runs num_stages - 1 steps, K or not
+                steps = max(steps, config.num_stages - 1)
+            ends.add(steps * config.BLOCK_K)
     assert len(ends) == 1, ends
 
 
@@ -276,26 +283,24 @@ def test_a_transformers_model_gives_a_sequence_the_same_logits_alone_and_in_a_ba
 @pytest.mark.skipif(not ON_HOPPER, reason="the Gluon class is Hopper's (WGMMA)")
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16), ids=str)
 def test_the_gluon_class_agrees_bit_for_bit(dtype):
-    """The Gluon class's claim: rung 6 on any of its tiles, and swap-AB's unsplit tl kernel on its
-    decode tile, give the same bits, sign of zero included (so the rules may change the kernel and
-    the tile with M)."""
+    """The Gluon class's claim: every plan `decode_config` makes for some M (swap-AB's unsplit tl
+    kernel, rung 6 on the decode tiles and on its rules' tiles), and rung 6's other tiles, give the
+    same bits, sign of zero included: row 0 of A is zeros against a weight row of negatives, whose
+    products are all -0, so a member that adds a +0 step comes out +0 there (so the rules may
+    change the kernel and the tile with M)."""
     from tritongemm.dispatch import tiles
 
-    for K in (4096, 4160):  # every BLOCK_K, and 64 alone where 128 does not divide K
+    for K in (4096, 4160, 200):  # every BLOCK_K; 64 alone where 128 does not divide K; a K shorter than a ring
         a, b = _operands(Shape(4096, K), 300, dtype, "tiles")
-        class_tiles = {*tiles.TILES, *invariant.DECODE_TILES}
-        results = {}
-        for tile in class_tiles:
-            tile = tile.with_(BLOCK_K=invariant.block_k_for(K, tile.BLOCK_K))
-            results[tile.short()] = tritongemm.matmul(a, b, kernel="tma_persistent_pipelined", config=tile)
-        # swap-AB's tl kernel, whose dot Triton lowers to the same WGMMA (the decode rules' first member)
-        for block_k in (256, 128, 64):
-            if invariant.block_k_for(K, block_k) == block_k:
-                swap = invariant.SWAP_TILE.with_(BLOCK_K=block_k)
-                results[f"swap_ab {swap.short()}"] = tritongemm.matmul(a, b, kernel="swap_ab", config=swap)
-        first = next(iter(results.values()))
-        differ = [name for name, r in results.items() if not torch.equal(r.view(torch.int16), first.view(torch.int16))]
-        assert not differ, f"K = {K}: {differ} differ from {next(iter(results))}"
+        a[0] = 0
+        b[:, 0] = -b[:, 0].abs() - 1
+        plans = {invariant.decode_config(M, 4096, K, 132) for M in (1, 16, 17, 64, 128, 256, 300, 2048)}
+        plans |= {(invariant.GLUON_CLASS, invariant._fit_ring(t, K)) for t in tiles.TILES}
+        results = {f"{name} {config.short()}": tritongemm.matmul(a, b, kernel=name, config=config)
+                   for name, config in sorted(plans, key=str)}  # fmt: skip
+        first_name, first = next(iter(results.items()))
+        differ = [name for name, r in results.items() if not torch.equal(_bits(r), _bits(first))]
+        assert not differ, f"K = {K}: {differ} differ from {first_name}"
 
 
 def test_the_mode_survives_torch_compile_and_autograd():

@@ -119,8 +119,9 @@ def test_a_tiny_models_step_through_the_harness():
 @needs_transformers
 @tiny_on_cpu
 def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness(monkeypatch):
-    """On a MoE family the row recipe's provider trains the experts in fp8 too (the bf16 reference's
-    experts: transformers' eager loop here, its grouped_mm on the GPU) and passes fp8's bounds."""
+    """On a MoE family a provider of Fp8TrainingConfig("row", experts="fp8") trains the experts in
+    fp8 too (the bf16 reference's experts: transformers' eager loop here, its grouped_mm on the GPU)
+    and passes fp8's bounds; recipe_of still reads its recipe."""
     pytest.importorskip("transformers.integrations.moe", reason="transformers 5.x's experts interface")
     monkeypatch.setitem(T.FP8_TRAINING, "tritongemm-fp8-row", tritongemm.nn.Fp8TrainingConfig("row", experts="fp8"))
     tiny = dict(hidden_size=64, moe_intermediate_size=32, intermediate_size=96, num_experts=8, num_experts_per_tok=2,
@@ -133,6 +134,7 @@ def test_a_tiny_moe_models_experts_train_in_fp8_through_the_harness(monkeypatch)
     models, unavailable = T.build_models(base, providers)
     assert not unavailable
     assert models["tritongemm-fp8-row"].tritongemm_patch_report.experts == "tritongemm-fp8-row"
+    assert T.recipe_of("tritongemm-fp8-row+compile") == "row"
     experts_of = [m.config._experts_implementation for m in (models["torch"], models["tritongemm-fp8-row"])]
     assert experts_of == ["eager", "tritongemm-fp8-row"]  # the reference's own: the copy's config is its own
     inputs = M.make_inputs(M.Setting("train", 2, 8), TINY_VOCAB, "cpu")

@@ -309,7 +309,7 @@ def test_every_recipe_trains_the_experts_on_the_bf16_grouped_gemms_unless_asked(
     model = tiny_moe_model("MixtralForCausalLM").to(DEVICE)
     tritongemm.patch(model, fp8_training=recipe)
     report = model.tritongemm_patch_report.experts
-    assert report.startswith("tritongemm (bf16 experts; Fp8TrainingConfig(experts='fp8')")
+    assert report.startswith("tritongemm (bf16 experts; Fp8TrainingConfig('row', experts='fp8')")
     assert model.config._experts_implementation == "tritongemm"
 
 
@@ -318,7 +318,7 @@ def test_every_recipe_trains_the_experts_on_the_bf16_grouped_gemms_unless_asked(
     [
         (dict(experts="fp4"), "expected experts to be one of ('bf16', 'fp8'), but got 'fp4'"),
         (dict(recipe="tensor", experts="fp8"), "experts='fp8' trains with recipe 'row' and an fp8 weight gradient"),
-        (dict(wgrad="bf16", experts="fp8"), "but got recipe 'row' with a bf16 one"),
+        (dict(wgrad="bf16", experts="fp8"), "an fp8 weight gradient, but got wgrad='bf16'"),
     ],
 )
 def test_fp8_experts_are_refused_where_they_cannot_train(kwargs, message):

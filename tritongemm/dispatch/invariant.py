@@ -8,22 +8,25 @@ element is one fp32 accumulator walking K from 0 to K in steps of BLOCK_K, each 
 (or, for fp32 without TF32, FMAs) added into it, then the epilogue in fp32 and one rounding. The
 kernel and tile may still change with M, within one *class* of kernels whose per-element
 arithmetic is the same:
-- the Gluon class (Hopper, fp16/bf16, C in the inputs' dtype): rung 6 on the tile its rules give
-  for M, N and K. Every tile's MMA is WGMMA's 16-deep step in K order, whatever its M and N, and
-  the epilogue is the same code; TMA-unreadable operands get aligned copies (whatever the
-  problem's size: `auto` would move small ones to a `tl` rung, another class).
+- the Gluon class (Hopper, fp16/bf16, C in the inputs' dtype): every member's MMA is WGMMA's
+  16-deep step in K order, whatever its M and N, and its epilogue the same arithmetic (apply_gl,
+  or apply_tl, its mirror). Members: rung 6 on its rules' tile, and at decode sizes
+  (`decode_config`, chosen for the loads in flight rather than the FLOPs) swap-AB's `tl` kernel
+  unsplit up to SWAP_M rows, whose dot Triton lowers to the same WGMMA (m64n16k16, the weight's
+  64 rows on the instruction's tall side; tests/test_gluon_compile.py checks), and rung 6 on
+  DECODE_TILES up to DECODE_M. TMA-unreadable operands get aligned copies for rung 6 whatever the
+  problem's size (`auto` would move small ones to a `tl` rung of another class).
 - the `tl` class (everything else: the CPU's interpreter, fp32, an fp32 output of bf16 inputs,
   GPUs other than Hopper): swap-AB unsplit at M <= SKINNY_M and rung 2 above, both through
   primitives/tl/tiles.py's one K loop, on one BLOCK_K per dtype.
 That the members of a class agree bit for bit is what tests/test_batch_invariant.py checks
 (the `tl` class under the interpreter; both on a GPU), not what this docstring asserts.
 
-At decode sizes the Gluon class has two more members, chosen for the loads in flight rather
-than the FLOPs (`decode_config`): swap-AB's `tl` kernel unsplit up to SWAP_M rows, whose dot
-Triton lowers to the same WGMMA (m64nXk16, the weight's 64 rows on the instruction's tall side),
-and rung 6 on DECODE_TILES up to DECODE_M. Zero-filled K-steps past K would add +0 to a -0 sum,
-so every member's BLOCK_K divides K where any does (`block_k_for`), and the steps cover the same
-K whatever the tile.
+Every member must also stop at the same place in K: a zero-filled step past K adds +0, which
+turns a sum of -0 into +0. So a BLOCK_K above 64 is taken only where it divides K (`block_k_for`),
+and rung 6's ring is no deeper than its tile's K-steps plus one, since its prologue runs
+num_stages - 1 steps whatever K is (`_fit_ring`): then each member runs cdiv(K, BLOCK_K) steps,
+which end at K, or for K not a multiple of 64 at the same multiple of 64.
 
 The price: no split of K, which is what fills the SMs at decode sizes (few tiles, a long K), and
 no measured table (its winners split, or differ in class).
@@ -46,8 +49,8 @@ TL_SKINNY, TL_WIDE = "swap_ab", "grouped"
 # tile tried gave the 8192-row batch's bits, and which one is fastest follows the programs it makes.
 # A tile streams its weight slice at about the same rate whatever its width, so the widest that
 # still gives most SMs a tile wins: 64 x 32 x 128 at 64 x 4096 x 4096 (128 tiles, 0.996x, where the
-# 64 x 64 x 64 of the wide rules ran 0.857x), 64 x 64 x 128 at 128 rows (1.03-1.06x against
-# 0.89-0.94x), 128 x 128 x 64 at 128 x 14336 x 4096 (112 tiles, 0.999x against 0.929x).
+# 64 x 64 x 64 of the wide rules ran 0.857x), 64 x 64 x 128 at 128 rows (1.025-1.057x against
+# 0.851-0.936x), 128 x 128 x 64 at 128 x 14336 x 4096 (112 tiles, 0.999x against 0.929x).
 DECODE_M = 256
 DECODE_TILES = (
     tiles.BIG_TILE,
@@ -58,7 +61,8 @@ DECODE_TILES = (
 )
 _DECODE_BUSY_SMS = 0.8  # 112 tiles on 132 SMs beat 224 (two waves, the second 70% full)
 # Up to 16 rows rung 6 pads 48 of its 64; swap-AB's tl kernel (16 tokens x 64 weight rows x 256 of
-# K a step) streams the weight at 1.0-1.07x cuBLAS where rung 6's best tile made 0.55-0.87x.
+# K a step) made 0.88-1.08x cuBLAS at M = 1 and 16 (results/h200/invariant.csv; 0.88-0.90x where 4096
+# rows make 64 tiles for a K of 14336), where rung 6's best tile made 0.54-0.87x in the probe.
 SWAP_M = 16
 SWAP_TILE = MatmulConfig(BLOCK_M=16, BLOCK_N=64, BLOCK_K=256, GROUP_SIZE_M=1, num_warps=4, num_stages=3, split_k=1)
 # Swap-AB below, rung 2 from here: where `auto` moves from its skinny rules to its wide ones.
@@ -110,7 +114,7 @@ def block_k_for(K: int, wanted: int) -> int:
 def decode_config(M: int, N: int, K: int, num_sms: int) -> tuple[str, MatmulConfig]:
     """(kernel, config) of the Gluon class for M x N x K (pure: CPU-testable): swap-AB unsplit up to
     SWAP_M rows, rung 6 on the widest of DECODE_TILES that gives 80% of the SMs a tile up to DECODE_M,
-    rung 6's own rules above. Each BLOCK_K through `block_k_for`."""
+    rung 6's own rules above. Each BLOCK_K through `block_k_for`, rung 6's ring through `_fit_ring`."""
     if M <= SWAP_M:
         name, config = TL_SKINNY, SWAP_TILE
     elif M <= DECODE_M:
@@ -125,4 +129,13 @@ def decode_config(M: int, N: int, K: int, num_sms: int) -> tuple[str, MatmulConf
     block_k = block_k_for(K, config.BLOCK_K)
     if block_k != config.BLOCK_K:  # the same shared memory a stage: more of them
         config = config.with_(BLOCK_K=block_k, num_stages=config.num_stages * config.BLOCK_K // block_k)
-    return name, config
+    return name, _fit_ring(config, K) if name == GLUON_CLASS else config
+
+
+def _fit_ring(config: MatmulConfig, K: int) -> MatmulConfig:
+    """`config` with at most cdiv(K, BLOCK_K) + 1 stages (and at least 2): rung 6 loads and
+    multiplies num_stages - 1 K-steps per tile whatever K is (the zero-filled ones past K too), so a
+    deeper ring would step past where every other member stops. A slot more than the steps buys
+    nothing within a tile anyway."""
+    stages = max(2, min(config.num_stages, -(-K // config.BLOCK_K) + 1))
+    return config if stages == config.num_stages else config.with_(num_stages=stages)

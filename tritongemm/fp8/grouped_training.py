@@ -12,7 +12,8 @@ the experts' weights as nn.Linear holds one. The weight gradient's operands are 
 expert's outlier flatten another's gradient.
 
 `experts_forward` is transformers' experts interface on it (EXPERTS_NAME, selected by
-`patch(model, fp8_training="row")` on a MoE model): both projections of every expert in fp8, the
+`patch(model, fp8_training=Fp8TrainingConfig("row", experts="fp8"))` on a MoE model): both
+projections of every expert in fp8, the
 routing, the gated activation and the un-permute as grouped/moe.py runs them for bf16.
 
 Under torch.compile each quantization and each GEMM is one node (fp8/graph_ops.py), as the dense

@@ -125,8 +125,9 @@ class Fp8TrainingConfig:
         if self.experts not in EXPERTS:
             raise ValueError(f"Fp8TrainingConfig: expected experts to be one of {EXPERTS}, but got {self.experts!r}")
         if self.experts == "fp8" and (self.recipe, self.weight_gradient) != ("row", "fp8"):
+            got = f"recipe {self.recipe!r}" if self.recipe != "row" else f"wgrad={self.weight_gradient!r}"
             raise ValueError(f"Fp8TrainingConfig: experts='fp8' trains with recipe 'row' and an fp8 weight gradient, "
-                             f"but got recipe {self.recipe!r} with a {self.weight_gradient} one")  # fmt: skip
+                             f"but got {got}")  # fmt: skip
 
     @property
     def weight_gradient(self) -> str:

@@ -38,8 +38,9 @@ class PatchReport:
 
     replaced: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)
-    # A transformers MoE model's experts: "tritongemm" where patch selected that implementation,
-    # else why not (None: the model has no experts interface).
+    # A transformers MoE model's experts: the implementation patch selected ("tritongemm", or
+    # "tritongemm-fp8-row" for Fp8TrainingConfig(experts="fp8")), under fp8_training with what it
+    # means in brackets; else why not (None: the model has no experts interface).
     experts: str | None = None
     # fuse=True: the gated MLPs put in place as GatedMLP, the attention modules whose q, k and v
     # projections became one GEMM (QKVProjection), and those left of either kind with the reason.
@@ -198,10 +199,10 @@ def patch(model: torch.nn.Module, *, kernel: str = "auto", fp8: str | None = Non
 
 def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_invariant: bool,
                    fp8_training: Fp8TrainingConfig | None = None) -> str | None:  # fmt: skip
-    """Select tritongemm's experts implementation (grouped/moe.py; fp8/grouped_training.py's for fp8
-    training row-wise) on a transformers MoE model; what happened, for the report (None: the model
-    has no experts). `fp8_given`: the fp8 argument patch was called with, as "fp8='row'" or
-    "fp8_training='row'"."""
+    """Select tritongemm's experts implementation (grouped/moe.py; fp8/grouped_training.py's where
+    `fp8_training.experts` is "fp8") on a transformers MoE model; what happened, for the report
+    (None: the model has no experts). `fp8_given`: the fp8 argument patch was called with, as
+    "fp8='row'" (inference, which leaves the experts) or "fp8_training='row'"."""
     if not moe.uses_experts(model):
         return None
     fp8_experts = fp8_training is not None and fp8_training.experts == "fp8"
@@ -220,7 +221,7 @@ def _patch_experts(model: torch.nn.Module, served, fp8_given: str | None, batch_
     moe.register()
     model.set_experts_implementation(moe.NAME)
     if fp8_training is not None:
-        return f"{moe.NAME} (bf16 experts; Fp8TrainingConfig(experts='fp8') trains them in fp8, slower today)"
+        return f"{moe.NAME} (bf16 experts; Fp8TrainingConfig('row', experts='fp8') trains them in fp8, slower today)"
     return moe.NAME
 
 

@@ -5,7 +5,7 @@ forward + backward, do_bench median, same run).
 
 Tells a kernel's error from a model's route flips (bench train compares whole models, where a
 token near a tie between experts may take another route), and where fp8 experts repay quantizing
-their weights every step (fp8/grouped_training.py, FP8_MIN_ROWS_PER_EXPERT).
+their weights every step (fp8/grouped_training.py: on this probe's numbers they are opt-in).
 
     PYTHONPATH=. python3 scripts/probes/fp8_training/moe_experts_probe.py
 """
